@@ -1,0 +1,64 @@
+// Package testenv lets integration tests find the real Kafka broker and HBase that
+// testenv/services.sh runs on loopback.
+//
+// A test asks for a service; when the service cannot be reached the test is skipped with a message
+// saying how to start it, unless ABACUS_REQUIRE_SERVICES=1 (set by testenv/run-tests.sh, the README's
+// test command): then a missing service fails the test, so a run that should prove something against
+// the real servers can never pass by skipping.
+package testenv
+
+import (
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Environment variables read by this package; testenv/services.sh env prints them.
+const (
+	EnvKafka   = "ABACUS_KAFKA_BROKERS" // comma-separated host:port list
+	EnvHBaseZK = "ABACUS_HBASE_ZK"      // ZooKeeper quorum of the test HBase
+	EnvRequire = "ABACUS_REQUIRE_SERVICES"
+)
+
+const startHint = "start the real services with `testenv/services.sh start` " +
+	"(or run everything with `testenv/run-tests.sh`)"
+
+// Required reports whether missing services must fail tests rather than skip them.
+func Required() bool { return os.Getenv(EnvRequire) == "1" }
+
+// Kafka returns the seed brokers of the real test broker, or skips (fails when Required) the test.
+func Kafka(t testing.TB) []string {
+	t.Helper()
+	return strings.Split(find(t, "Kafka broker", EnvKafka, "127.0.0.1:9092"), ",")
+}
+
+// HBaseZooKeeper returns the ZooKeeper quorum of the real test HBase, or skips (fails when Required)
+// the test.
+func HBaseZooKeeper(t testing.TB) string {
+	t.Helper()
+	return find(t, "HBase", EnvHBaseZK, "127.0.0.1:2181")
+}
+
+// find returns the address list in env (or def when env is unset) if its first address accepts a
+// TCP connection.
+func find(t testing.TB, what, env, def string) string {
+	t.Helper()
+	addrs := os.Getenv(env)
+	if addrs == "" {
+		addrs = def
+	}
+	first := strings.Split(addrs, ",")[0]
+	c, err := net.DialTimeout("tcp", first, 2*time.Second)
+	if err == nil {
+		c.Close()
+		return addrs
+	}
+	msg := what + " not reachable at " + first + " (" + env + "): " + err.Error() + "; " + startHint
+	if Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}

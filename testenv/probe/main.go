@@ -1,0 +1,77 @@
+// Command probe answers whether the test services really serve: a Kafka broker that answers a
+// Metadata request, and an HBase whose meta region is open on a region server that accepts
+// connections. testenv/services.sh runs it until it succeeds; it exits non-zero with the reason.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/abacus-stream/abacus/hbase"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+func main() {
+	kafka := flag.String("kafka", "", "broker host:port to send a Metadata request to")
+	quorum := flag.String("zookeeper", "", "HBase ZooKeeper quorum to find the meta region through")
+	timeout := flag.Duration("timeout", 5*time.Second, "time allowed for one probe")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	var (
+		msg string
+		err error
+	)
+	switch {
+	case *kafka != "":
+		msg, err = probeKafka(ctx, *kafka)
+	case *quorum != "":
+		msg, err = probeHBase(ctx, *quorum)
+	default:
+		err = fmt.Errorf("say -kafka or -zookeeper")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(msg)
+}
+
+func probeKafka(ctx context.Context, broker string) (string, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.RetryTimeout(2*time.Second))
+	if err != nil {
+		return "", err
+	}
+	defer cl.Close()
+	md, err := kadm.NewClient(cl).BrokerMetadata(ctx)
+	if err != nil {
+		return "", fmt.Errorf("kafka metadata from %s: %w", broker, err)
+	}
+	if len(md.Brokers) == 0 {
+		return "", fmt.Errorf("kafka metadata from %s: no brokers", broker)
+	}
+	return fmt.Sprintf("kafka cluster %s, %d broker(s), controller %d", md.Cluster, len(md.Brokers), md.Controller), nil
+}
+
+func probeHBase(ctx context.Context, quorum string) (string, error) {
+	loc := hbase.ZooKeeperLocator{Quorum: quorum, SessionTimeout: 4 * time.Second}
+	sn, state, err := loc.MetaRegionServer(ctx)
+	if err != nil {
+		return "", err
+	}
+	if state != hbase.RegionStateOpen {
+		return "", fmt.Errorf("hbase:meta on %s is in state %d, not open yet", sn, state)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", sn.Addr())
+	if err != nil {
+		return "", fmt.Errorf("hbase:meta region server %s: %w", sn, err)
+	}
+	c.Close()
+	return fmt.Sprintf("hbase:meta open on %s", sn), nil
+}

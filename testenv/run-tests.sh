@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The project's test command (README): fetch and start a real Kafka broker and a real HBase on
+# loopback, run every Go test against them, stop the services. Extra arguments go to `go test`.
+# A service that does not come up fails the run; so does a test that finds a service missing.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+services=testenv/services.sh
+
+started=0
+cleanup() { if [ "$started" = 1 ]; then "$services" stop || true; fi; }
+trap cleanup EXIT INT TERM
+
+# Leave servers alone that a developer already runs; stop only what this run started.
+if ! "$services" status | grep -q 'stopped'; then
+  echo "[run-tests] services already running: using them and leaving them up"
+else
+  started=1
+  "$services" start
+fi
+eval "$("$services" env)"
+export ABACUS_REQUIRE_SERVICES=1
+
+echo "[run-tests] go vet ./..."
+go vet ./...
+echo "[run-tests] go test ./..."
+go test -count=1 -timeout 45m "$@" ./...
