@@ -12,7 +12,8 @@ cleanup() { if [ "$started" = 1 ]; then "$services" stop || true; fi; }
 trap cleanup EXIT INT TERM
 
 # Leave servers alone that a developer already runs; stop only what this run started.
-if ! "$services" status | grep -q 'stopped'; then
+status=$("$services" status)
+if [[ $status != *stopped* ]]; then
   echo "[run-tests] services already running: using them and leaving them up"
 else
   started=1
