@@ -1,0 +1,297 @@
+package hbase
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config holds a Client's settings. Options set them; EnsureDefaults fills what is left zero.
+type Config struct {
+	// ZooKeeperRoot is the znode parent (zookeeper.znode.parent); ZooKeeperRoot when empty.
+	ZooKeeperRoot string
+	// Bootstrap lists host:port of masters or region servers that serve ClientMetaService (HBase
+	// 2.5+). When set, the client finds hbase:meta and the master through them, without ZooKeeper.
+	Bootstrap []string
+	// User is the effective user the ConnectionHeader names; $USER, else "abacus".
+	User string
+	// DialTimeout bounds one TCP connect; 5 s.
+	DialTimeout time.Duration
+	// MaxBatchActions caps the actions in one Multi request; 2,048.
+	MaxBatchActions int
+	// MaxBatchBytes caps the encoded size of one Multi request; 4 MiB.
+	MaxBatchBytes int
+	// MaxInFlightPerServer bounds Multi requests in flight to one region server; 8.
+	MaxInFlightPerServer int
+	// MaxInFlightPerRegion bounds Multi requests in flight that carry actions for one region; 8.
+	MaxInFlightPerRegion int
+	// MaxRounds bounds how many times Apply sends an action (first try included), and how many tries
+	// a Get, a scan RPC or a region lookup gets; 10.
+	MaxRounds int
+	// BackoffMin and BackoffMax bound the wait between rounds, which doubles each round;
+	// 50 ms and 5 s.
+	BackoffMin, BackoffMax time.Duration
+	// ProcedureTimeout bounds waiting for a master procedure when the context has no deadline; 5 min.
+	ProcedureTimeout time.Duration
+}
+
+// EnsureDefaults sets every zero field to its default.
+func (c *Config) EnsureDefaults() {
+	if c.ZooKeeperRoot == "" {
+		c.ZooKeeperRoot = ZooKeeperRoot
+	}
+	if c.User == "" {
+		c.User = os.Getenv("USER")
+		if c.User == "" {
+			c.User = "abacus"
+		}
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.MaxBatchActions <= 0 {
+		c.MaxBatchActions = 2048
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 4 << 20
+	}
+	if c.MaxInFlightPerServer <= 0 {
+		c.MaxInFlightPerServer = 8
+	}
+	if c.MaxInFlightPerRegion <= 0 {
+		c.MaxInFlightPerRegion = 8
+	}
+	if c.MaxRounds <= 0 {
+		c.MaxRounds = 10
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 50 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 5 * time.Second
+	}
+	if c.ProcedureTimeout <= 0 {
+		c.ProcedureTimeout = 5 * time.Minute
+	}
+}
+
+// Option changes a Config.
+type Option func(*Config)
+
+// WithConfig replaces the whole configuration (zero fields still get defaults).
+func WithConfig(cfg Config) Option { return func(c *Config) { *c = cfg } }
+
+// WithZooKeeperRoot sets the znode parent, for clusters whose zookeeper.znode.parent is not /hbase.
+func WithZooKeeperRoot(root string) Option { return func(c *Config) { c.ZooKeeperRoot = root } }
+
+// WithBootstrap finds the cluster through ClientMetaService on these host:port addresses (masters
+// or region servers, HBase 2.5+) instead of ZooKeeper.
+func WithBootstrap(addrs ...string) Option { return func(c *Config) { c.Bootstrap = addrs } }
+
+// WithUser sets the user name sent in the connection header (SIMPLE authentication).
+func WithUser(user string) Option { return func(c *Config) { c.User = user } }
+
+// WithBatchLimits caps each Multi request at maxActions actions and maxBytes encoded bytes.
+func WithBatchLimits(maxActions, maxBytes int) Option {
+	return func(c *Config) { c.MaxBatchActions, c.MaxBatchBytes = maxActions, maxBytes }
+}
+
+// WithMaxInFlight bounds Multi requests in flight per region server and per region.
+func WithMaxInFlight(perServer, perRegion int) Option {
+	return func(c *Config) { c.MaxInFlightPerServer, c.MaxInFlightPerRegion = perServer, perRegion }
+}
+
+// WithRetries sets the number of rounds (first try included) and the backoff between them.
+func WithRetries(rounds int, backoffMin, backoffMax time.Duration) Option {
+	return func(c *Config) { c.MaxRounds, c.BackoffMin, c.BackoffMax = rounds, backoffMin, backoffMax }
+}
+
+// WithDialTimeout bounds one TCP connect.
+func WithDialTimeout(d time.Duration) Option { return func(c *Config) { c.DialTimeout = d } }
+
+// Client talks to one HBase cluster. It is safe for concurrent use; create one per process.
+type Client struct {
+	cfg    Config
+	quorum string
+
+	mu     sync.Mutex
+	conns  map[string]*conn // key: service + "@" + addr
+	dials  map[string]*dialWait
+	sems   map[string]chan struct{} // in-flight bounds, key "s:"+addr or "r:"+region name
+	closed bool
+
+	regions regionCache
+
+	metaMu   sync.Mutex
+	metaAddr string // region server hosting hbase:meta, "" when unknown
+}
+
+type dialWait struct {
+	done chan struct{}
+	c    *conn
+	err  error
+}
+
+// NewClient returns a client for the cluster whose ZooKeeper quorum is quorum ("host:port,..."), as
+// users' hbase.zookeeper.quorum settings hold it. With WithBootstrap, quorum may be empty. It
+// checks that hbase:meta can be found before returning.
+func NewClient(ctx context.Context, quorum string, opts ...Option) (*Client, error) {
+	c := &Client{quorum: quorum, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	c.cfg.EnsureDefaults()
+	if quorum == "" && len(c.cfg.Bootstrap) == 0 {
+		return nil, errInvalid("new client", "neither a ZooKeeper quorum nor bootstrap servers given")
+	}
+	if _, err := c.metaServer(ctx, false); err != nil {
+		return nil, fmt.Errorf("hbase: new client: %w", err)
+	}
+	return c, nil
+}
+
+// Close closes every connection and waits for their goroutines. Calls in flight fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	conns := c.conns
+	c.conns = map[string]*conn{}
+	c.mu.Unlock()
+	for _, cn := range conns {
+		cn.close()
+	}
+	return nil
+}
+
+// conn returns a live connection to addr for service, dialing one if needed. Concurrent callers
+// share one dial.
+func (c *Client) conn(ctx context.Context, service, addr string) (*conn, error) {
+	key := service + "@" + addr
+	for {
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if cn := c.conns[key]; cn != nil {
+			if cn.alive() {
+				c.mu.Unlock()
+				return cn, nil
+			}
+			delete(c.conns, key)
+			go cn.close() // reap its goroutines; the socket is already closed
+		}
+		if w := c.dials[key]; w != nil {
+			c.mu.Unlock()
+			select {
+			case <-w.done:
+				if w.err != nil {
+					return nil, w.err
+				}
+				continue
+			case <-ctx.Done():
+				return nil, &Error{Op: "dial " + service, Server: addr, Kind: KindBackoff, Err: ctx.Err()}
+			}
+		}
+		w := &dialWait{done: make(chan struct{})}
+		c.dials[key] = w
+		c.mu.Unlock()
+		cn, err := dial(ctx, addr, service, c.cfg.User, c.cfg.DialTimeout)
+		c.mu.Lock()
+		delete(c.dials, key)
+		if err == nil {
+			if c.closed {
+				err = ErrClosed
+			} else {
+				c.conns[key] = cn
+			}
+		}
+		c.mu.Unlock()
+		if err != nil && cn != nil {
+			cn.close()
+		}
+		w.c, w.err = cn, err
+		close(w.done)
+		return cn, err
+	}
+}
+
+// dropConn closes the connection to addr (all services) after a reconnect-class error, and forgets
+// the regions it hosted, since a restarted server does not reopen them under the same start code.
+func (c *Client) dropConn(addr string) {
+	c.mu.Lock()
+	var drop []*conn
+	for k, cn := range c.conns {
+		if cn.addr == addr {
+			drop = append(drop, cn)
+			delete(c.conns, k)
+		}
+	}
+	c.mu.Unlock()
+	for _, cn := range drop {
+		cn.close()
+	}
+	c.regions.dropServer(addr)
+	c.metaMu.Lock()
+	if c.metaAddr == addr {
+		c.metaAddr = ""
+	}
+	c.metaMu.Unlock()
+}
+
+// sem returns the in-flight semaphore for key, with n slots.
+func (c *Client) sem(key string, n int) chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.sems[key]
+	if s == nil {
+		s = make(chan struct{}, n)
+		c.sems[key] = s
+	}
+	return s
+}
+
+// rpc sends one request to addr's ClientService (or another service) and handles reconnect-class
+// failures by dropping the connection.
+func (c *Client) rpc(ctx context.Context, service, addr, method string, param, cells *[]byte) ([]byte, []byte, error) {
+	cn, err := c.conn(ctx, service, addr)
+	if err != nil {
+		putBuf(param)
+		putBuf(cells)
+		return nil, nil, err
+	}
+	resp, cb, err := cn.call(ctx, method, param, cells)
+	if err != nil {
+		if e, ok := err.(*Error); ok && e.Kind == KindReconnect {
+			c.dropConn(addr)
+		}
+	}
+	return resp, cb, err
+}
+
+// backoff waits before retry round (0-based) or until ctx ends.
+func (c *Client) backoff(ctx context.Context, round int) error {
+	d := c.cfg.BackoffMin << min(round, 16)
+	if d > c.cfg.BackoffMax || d <= 0 {
+		d = c.cfg.BackoffMax
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// hostPort turns "host:port" or a ServerName string "host,port,startcode" into host:port.
+func hostPort(s string) string {
+	if parts := strings.Split(s, ","); len(parts) == 3 {
+		return parts[0] + ":" + parts[1]
+	}
+	return s
+}

@@ -1,0 +1,148 @@
+package hbase
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrorKind says what a caller (or this package's retry loop) should do about an error.
+type ErrorKind int
+
+const (
+	// KindPermanent errors never succeed on a resend: no such family, table missing, cell too
+	// large, a server reply flagged do_not_retry, a malformed request. Sinks dead-letter them.
+	KindPermanent ErrorKind = iota
+	// KindRelocate errors mean the region is no longer where the cache said: look it up again.
+	KindRelocate
+	// KindBackoff errors mean the server is busy or the region is opening: wait, then resend.
+	KindBackoff
+	// KindReconnect errors mean the connection or the server process went away: redial.
+	KindReconnect
+)
+
+func (k ErrorKind) String() string {
+	switch k {
+	case KindPermanent:
+		return "permanent"
+	case KindRelocate:
+		return "relocate"
+	case KindBackoff:
+		return "backoff"
+	case KindReconnect:
+		return "reconnect"
+	}
+	return fmt.Sprintf("ErrorKind(%d)", int(k))
+}
+
+// Error is an error reported by HBase or met on the way to it. Kind says whether it is worth
+// retrying; Class is the Java exception class the server named, when it named one.
+type Error struct {
+	Op      string // what failed, e.g. "multi", "get", "locate region"
+	Server  string // host:port the request went to, when known
+	Class   string // Java exception class, e.g. org.apache.hadoop.hbase.NotServingRegionException
+	Message string // the server's message (first line of its stack trace) or a local description
+	Kind    ErrorKind
+	Err     error // underlying cause (network error, context error), if any
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("hbase: ")
+	b.WriteString(e.Op)
+	if e.Server != "" {
+		b.WriteString(" on ")
+		b.WriteString(e.Server)
+	}
+	b.WriteString(": ")
+	if e.Class != "" {
+		b.WriteString(e.Class)
+		if e.Message != "" {
+			b.WriteString(": ")
+		}
+	}
+	b.WriteString(e.Message)
+	if e.Err != nil {
+		if e.Class != "" || e.Message != "" {
+			b.WriteString(": ")
+		}
+		b.WriteString(e.Err.Error())
+	}
+	b.WriteString(" (")
+	b.WriteString(e.Kind.String())
+	b.WriteString(")")
+	return b.String()
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Retriable reports whether sending the same request again may succeed.
+func (e *Error) Retriable() bool { return e.Kind != KindPermanent }
+
+// IsRetriable reports whether err may succeed when retried: an *Error of a non-permanent kind, or a
+// context deadline (the caller may try again with more time). Anything else is permanent.
+func IsRetriable(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Retriable()
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// ErrClosed is returned by calls on a Client (or connection) after Close.
+var ErrClosed = errors.New("hbase: client closed")
+
+// errInvalid makes a permanent error for a request this package refuses to send.
+func errInvalid(op, format string, args ...any) *Error {
+	return &Error{Op: op, Message: fmt.Sprintf(format, args...), Kind: KindPermanent}
+}
+
+// classify maps a Java exception class name (and its message) to what the client should do.
+// Unknown classes are retried with backoff, as the Java client does for any IOException that is not a
+// DoNotRetryIOException; the retry loop's round limit bounds the cost of guessing wrong.
+func classify(class, msg string, doNotRetry bool) ErrorKind {
+	short := class
+	if i := strings.LastIndexByte(class, '.'); i >= 0 {
+		short = class[i+1:]
+	}
+	switch short {
+	case "NotServingRegionException", "RegionMovedException", "WrongRegionException":
+		return KindRelocate
+	case "CallQueueTooBigException", "RegionOpeningException", "RpcThrottlingException",
+		"RetryImmediatelyException", "RegionTooBusyException", "PleaseHoldException",
+		"CallDroppedException", "MultiActionResultTooLarge", "CallTimeoutException":
+		return KindBackoff
+	case "RegionServerAbortedException", "RegionServerStoppedException", "MasterStoppedException",
+		"ServerNotRunningYetException", "ConnectionClosingException", "StoppedRpcClientException":
+		return KindReconnect
+	case "NoSuchColumnFamilyException", "DoNotRetryIOException", "TableNotFoundException",
+		"TableNotEnabledException", "TableNotDisabledException", "TableExistsException",
+		"FailedSanityCheckException", "InvalidFamilyOperationException", "UnknownProtocolException",
+		"AccessDeniedException", "NamespaceNotFoundException", "UnsupportedOperationException",
+		"IllegalArgumentException", "UnknownRegionException", "CorruptHFileException",
+		"FatalConnectionException", "UnsupportedCompressionCodecException":
+		return KindPermanent
+	case "IOException":
+		if strings.Contains(msg, "Cannot append; log is closed") {
+			return KindRelocate
+		}
+	}
+	if doNotRetry {
+		return KindPermanent
+	}
+	return KindBackoff
+}
+
+// remoteError builds an *Error from an exception the server named.
+func remoteError(op, server, class, stack string, doNotRetry bool) *Error {
+	msg := stack
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	// Java's Throwable.toString starts with the class name: drop the repetition.
+	msg = strings.TrimPrefix(msg, class+": ")
+	msg = strings.TrimPrefix(msg, class)
+	return &Error{Op: op, Server: server, Class: class, Message: msg, Kind: classify(class, stack, doNotRetry)}
+}

@@ -1,0 +1,422 @@
+package hbase
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// metaRegionName is the region name of hbase:meta's only region in a non-replicated cluster.
+var metaRegionName = []byte("hbase:meta,,1")
+
+// region is a cached region location.
+type region struct {
+	table string // TableName.String()
+	name  []byte // full region name: the hbase:meta row key, used in RegionSpecifier
+	start []byte
+	end   []byte // empty: last region
+	addr  string // host:port of the hosting region server
+}
+
+func (r *region) contains(key []byte) bool {
+	return bytes.Compare(key, r.start) >= 0 && (len(r.end) == 0 || bytes.Compare(key, r.end) < 0)
+}
+
+// regionCache holds region locations per table, sorted by start key.
+type regionCache struct {
+	mu     sync.RWMutex
+	tables map[string][]*region
+}
+
+func (rc *regionCache) lookup(table string, key []byte) *region {
+	rc.mu.RLock()
+	defer rc.mu.RUnlock()
+	rs := rc.tables[table]
+	i := sort.Search(len(rs), func(i int) bool { return bytes.Compare(rs[i].start, key) > 0 }) - 1
+	if i >= 0 && rs[i].contains(key) {
+		return rs[i]
+	}
+	return nil
+}
+
+// lookupBefore returns the cached region that ends where the region starting at start begins.
+func (rc *regionCache) lookupBefore(table string, start []byte) *region {
+	rc.mu.RLock()
+	defer rc.mu.RUnlock()
+	for _, r := range rc.tables[table] {
+		if bytes.Equal(r.end, start) {
+			return r
+		}
+	}
+	return nil
+}
+
+// add caches r, evicting every cached region of its table that overlaps it (a split or merge
+// happened since they were cached).
+func (rc *regionCache) add(r *region) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if rc.tables == nil {
+		rc.tables = map[string][]*region{}
+	}
+	rs := rc.tables[r.table]
+	out := rs[:0:0]
+	for _, o := range rs {
+		overlap := (len(r.end) == 0 || bytes.Compare(o.start, r.end) < 0) && (len(o.end) == 0 || bytes.Compare(r.start, o.end) < 0)
+		if !overlap {
+			out = append(out, o)
+		}
+	}
+	out = append(out, r)
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i].start, out[j].start) < 0 })
+	rc.tables[r.table] = out
+}
+
+// invalidate forgets r, after the server said it does not serve it any more.
+func (rc *regionCache) invalidate(r *region) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rs := rc.tables[r.table]
+	out := rs[:0:0]
+	for _, o := range rs {
+		if !bytes.Equal(o.name, r.name) {
+			out = append(out, o)
+		}
+	}
+	rc.tables[r.table] = out
+}
+
+// dropServer forgets every region hosted on addr.
+func (rc *regionCache) dropServer(addr string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for t, rs := range rc.tables {
+		out := rs[:0:0]
+		for _, o := range rs {
+			if o.addr != addr {
+				out = append(out, o)
+			}
+		}
+		rc.tables[t] = out
+	}
+}
+
+// dropTable forgets a table's regions (after it was deleted or recreated).
+func (rc *regionCache) dropTable(table string) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	delete(rc.tables, table)
+}
+
+// metaServer returns the host:port of the region server hosting hbase:meta, asking ZooKeeper (or
+// ClientMetaService) when it is unknown or refresh is set.
+func (c *Client) metaServer(ctx context.Context, refresh bool) (string, error) {
+	c.metaMu.Lock()
+	defer c.metaMu.Unlock()
+	if c.metaAddr != "" && !refresh {
+		return c.metaAddr, nil
+	}
+	var addr string
+	if len(c.cfg.Bootstrap) > 0 {
+		locs, err := c.bootstrapMetaLocations(ctx)
+		if err != nil {
+			return "", err
+		}
+		addr = locs
+	} else {
+		sn, state, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.MetaRegionServer(ctx)
+		if err != nil {
+			return "", &Error{Op: "locate hbase:meta", Kind: KindBackoff, Err: err}
+		}
+		if state != RegionStateOpen {
+			return "", &Error{Op: "locate hbase:meta", Server: sn.Addr(), Kind: KindBackoff,
+				Message: fmt.Sprintf("hbase:meta in state %d, not open", state)}
+		}
+		addr = sn.Addr()
+	}
+	c.metaAddr = addr
+	return addr, nil
+}
+
+// masterServer returns the host:port of the active master.
+func (c *Client) masterServer(ctx context.Context) (string, error) {
+	if len(c.cfg.Bootstrap) > 0 {
+		var last error
+		for _, b := range c.cfg.Bootstrap {
+			resp, _, err := c.rpc(ctx, serviceClientMeta, b, "GetActiveMaster", emptyParam(), nil)
+			if err != nil {
+				last = err
+				continue
+			}
+			var sn ServerName
+			err = eachField(resp, func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte) error {
+				if num == 1 && typ == protowire.BytesType {
+					var perr error
+					sn, perr = parseServerName(raw)
+					return perr
+				}
+				return nil
+			})
+			if err == nil && sn.Host != "" {
+				return sn.Addr(), nil
+			}
+			last = &Error{Op: "GetActiveMaster", Server: b, Kind: KindBackoff, Message: "no active master", Err: err}
+		}
+		return "", last
+	}
+	sn, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.Master(ctx)
+	if err != nil {
+		return "", &Error{Op: "locate master", Kind: KindBackoff, Err: err}
+	}
+	return sn.Addr(), nil
+}
+
+func emptyParam() *[]byte { return getBuf() }
+
+// bootstrapMetaLocations asks ClientMetaService on the bootstrap servers where hbase:meta is.
+func (c *Client) bootstrapMetaLocations(ctx context.Context) (string, error) {
+	var last error
+	for _, b := range c.cfg.Bootstrap {
+		resp, _, err := c.rpc(ctx, serviceClientMeta, b, "GetMetaRegionLocations", emptyParam(), nil)
+		if err != nil {
+			last = err
+			continue
+		}
+		addr, err := parseMetaLocations(resp)
+		if err == nil {
+			return addr, nil
+		}
+		last = &Error{Op: "GetMetaRegionLocations", Server: b, Kind: KindBackoff, Err: err}
+	}
+	return "", last
+}
+
+// parseMetaLocations decodes GetMetaRegionLocationsResponse{meta_locations=1 RegionLocation{
+// region_info=1, server_name=2, seq_num=3}} and returns the primary replica's server.
+func parseMetaLocations(b []byte) (string, error) {
+	var addr string
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte) error {
+		if num != 1 || typ != protowire.BytesType {
+			return nil
+		}
+		var sn ServerName
+		var ri regionInfo
+		err := eachField(raw, func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte) error {
+			var err error
+			switch {
+			case num == 1 && typ == protowire.BytesType:
+				ri, err = parseRegionInfo(raw)
+			case num == 2 && typ == protowire.BytesType:
+				sn, err = parseServerName(raw)
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if ri.replicaID == 0 && sn.Host != "" && addr == "" {
+			addr = sn.Addr()
+		}
+		return nil
+	})
+	if err == nil && addr == "" {
+		err = errors.New("no primary meta location")
+	}
+	return addr, err
+}
+
+type regionInfo struct {
+	regionID   uint64
+	table      TableName
+	start, end []byte
+	offline    bool
+	split      bool
+	replicaID  int32
+}
+
+// parseRegionInfo decodes RegionInfo{region_id=1, table_name=2, start_key=3, end_key=4, offline=5,
+// split=6, replica_id=7}.
+func parseRegionInfo(b []byte) (regionInfo, error) {
+	var ri regionInfo
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, v uint64, raw []byte) error {
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			ri.regionID = v
+		case num == 2 && typ == protowire.BytesType:
+			t, err := parseTableName(raw)
+			ri.table = t
+			return err
+		case num == 3 && typ == protowire.BytesType:
+			ri.start = raw
+		case num == 4 && typ == protowire.BytesType:
+			ri.end = raw
+		case num == 5 && typ == protowire.VarintType:
+			ri.offline = v != 0
+		case num == 6 && typ == protowire.VarintType:
+			ri.split = v != 0
+		case num == 7 && typ == protowire.VarintType:
+			ri.replicaID = int32(v)
+		}
+		return nil
+	})
+	return ri, err
+}
+
+func parseTableName(b []byte) (TableName, error) {
+	var t TableName
+	err := eachField(b, func(num protowire.Number, typ protowire.Type, _ uint64, raw []byte) error {
+		switch {
+		case num == 1 && typ == protowire.BytesType:
+			t.Namespace = string(raw)
+		case num == 2 && typ == protowire.BytesType:
+			t.Qualifier = string(raw)
+		}
+		return nil
+	})
+	return t, err
+}
+
+// locate returns the region of table holding key, from the cache or from hbase:meta.
+func (c *Client) locate(ctx context.Context, table string, key []byte) (*region, error) {
+	if r := c.regions.lookup(table, key); r != nil {
+		return r, nil
+	}
+	// The region holding key has the greatest meta row <= "table,key,99999999999999".
+	metaRow := make([]byte, 0, len(table)+len(key)+16)
+	metaRow = append(metaRow, table...)
+	metaRow = append(metaRow, ',')
+	metaRow = append(metaRow, key...)
+	metaRow = append(metaRow, ",99999999999999"...)
+	return c.lookupMeta(ctx, table, metaRow, func(r *region) bool { return r.contains(key) })
+}
+
+// locateBefore returns the region that ends at start (the previous region, for reversed scans).
+func (c *Client) locateBefore(ctx context.Context, table string, start []byte) (*region, error) {
+	if r := c.regions.lookupBefore(table, start); r != nil {
+		return r, nil
+	}
+	// Meta rows sort by table, then start key, then region id: "table,start," precedes every region
+	// starting at start, so the first row at or before it is the previous region.
+	metaRow := make([]byte, 0, len(table)+len(start)+2)
+	metaRow = append(metaRow, table...)
+	metaRow = append(metaRow, ',')
+	metaRow = append(metaRow, start...)
+	metaRow = append(metaRow, ',')
+	return c.lookupMeta(ctx, table, metaRow, func(r *region) bool { return bytes.Equal(r.end, start) })
+}
+
+// lookupMeta runs a one-row reversed scan of hbase:meta from metaRow and caches the region found,
+// retrying while the region is in transition.
+func (c *Client) lookupMeta(ctx context.Context, table string, metaRow []byte, ok func(*region) bool) (*region, error) {
+	stop := []byte(table + ",,")
+	var last error
+	for round := range c.cfg.MaxRounds {
+		if round > 0 {
+			if err := c.backoff(ctx, round-1); err != nil {
+				return nil, &Error{Op: "locate region of " + table, Kind: KindBackoff, Err: errors.Join(err, last)}
+			}
+		}
+		addr, err := c.metaServer(ctx, round > 0)
+		if err != nil {
+			last = err
+			continue
+		}
+		p := getBuf()
+		*p = appendScanRequest(*p, metaRegionName, &Scan{
+			StartRow: metaRow, StopRow: stop, Reversed: true, Columns: []Column{{Family: "info"}},
+		}, scanParams{includeStop: true, rows: 1, close: true})
+		resp, cb, err := c.rpc(ctx, serviceClient, addr, "Scan", p, nil)
+		if err != nil {
+			last = err
+			if IsRetriable(err) {
+				continue
+			}
+			return nil, err
+		}
+		sr, err := parseScanResponse(resp, cb)
+		if err != nil {
+			return nil, &Error{Op: "locate region of " + table, Server: addr, Kind: KindPermanent, Err: err}
+		}
+		if len(sr.results) == 0 {
+			return nil, tableNotFound(table)
+		}
+		r, err := regionFromMeta(&sr.results[0])
+		if err != nil {
+			return nil, &Error{Op: "locate region of " + table, Server: addr, Kind: KindPermanent, Err: err}
+		}
+		if r.table != table {
+			return nil, tableNotFound(table)
+		}
+		if r.addr == "" || !ok(r) {
+			last = &Error{Op: "locate region of " + table, Kind: KindBackoff,
+				Message: fmt.Sprintf("region %q in transition", r.name)}
+			continue
+		}
+		c.regions.add(r)
+		return r, nil
+	}
+	return nil, last
+}
+
+func tableNotFound(table string) *Error {
+	return &Error{Op: "locate region", Class: "org.apache.hadoop.hbase.TableNotFoundException",
+		Message: table, Kind: KindPermanent}
+}
+
+// regionFromMeta builds a region from an hbase:meta row: info:regioninfo ("PBUF" + RegionInfo) and
+// info:server (host:port, empty while unassigned).
+func regionFromMeta(res *Result) (*region, error) {
+	r := &region{}
+	var haveInfo bool
+	var ri regionInfo
+	for _, cell := range res.Cells {
+		if string(cell.Family) != "info" {
+			continue
+		}
+		switch string(cell.Qualifier) {
+		case "regioninfo":
+			v := cell.Value
+			if len(v) < 4 || string(v[:4]) != "PBUF" {
+				return nil, fmt.Errorf("meta row %q: regioninfo without PBUF", cell.Row)
+			}
+			var err error
+			if ri, err = parseRegionInfo(v[4:]); err != nil {
+				return nil, fmt.Errorf("meta row %q: %w", cell.Row, err)
+			}
+			haveInfo = true
+			r.name = bytes.Clone(cell.Row)
+		case "server":
+			r.addr = string(cell.Value)
+		}
+	}
+	if !haveInfo {
+		return nil, fmt.Errorf("meta row %q without info:regioninfo", res.Row())
+	}
+	r.table = ri.table.String()
+	r.start, r.end = bytes.Clone(ri.start), bytes.Clone(ri.end)
+	if ri.offline || ri.split {
+		r.addr = "" // a split parent or offline region serves nothing: treat as in transition
+	}
+	return r, nil
+}
+
+// locateLast returns the last region of table (the one with an empty end key), where a reversed
+// scan without a start row begins.
+func (c *Client) locateLast(ctx context.Context, table string) (*region, error) {
+	if r := c.regions.lookupBefore(table, nil); r != nil {
+		return r, nil
+	}
+	// No start key sorts after 64 0xFF bytes in practice; the reversed meta scan from there finds
+	// the table's last region.
+	metaRow := make([]byte, 0, len(table)+80)
+	metaRow = append(metaRow, table...)
+	metaRow = append(metaRow, ',')
+	metaRow = append(metaRow, bytes.Repeat([]byte{0xff}, 64)...)
+	metaRow = append(metaRow, ",99999999999999"...)
+	return c.lookupMeta(ctx, table, metaRow, func(r *region) bool { return len(r.end) == 0 })
+}
