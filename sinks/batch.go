@@ -1,0 +1,112 @@
+package sinks
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// batch is what one write lands and one commit covers.
+type batch struct {
+	cells   []Cell
+	src     []*kgo.Record // src[i] produced cells[i]: where a permanent failure is reported
+	dead    []deadLetter  // undecodable records, dead-lettered before any cell is written
+	next    map[string]map[int32]kgo.EpochOffset
+	records int // records consumed into the batch, written or dead-lettered
+	bytes   int
+	started time.Time
+}
+
+func newBatch() *batch {
+	return &batch{next: map[string]map[int32]kgo.EpochOffset{}, started: time.Now()}
+}
+
+// advance notes that every record of rec's partition up to rec is in the batch.
+func (b *batch) advance(rec *kgo.Record) {
+	ps := b.next[rec.Topic]
+	if ps == nil {
+		ps = map[int32]kgo.EpochOffset{}
+		b.next[rec.Topic] = ps
+	}
+	ps[rec.Partition] = kgo.EpochOffset{Epoch: rec.LeaderEpoch, Offset: rec.Offset + 1}
+}
+
+func (b *batch) partitions() map[string][]int32 {
+	out := make(map[string][]int32, len(b.next))
+	for t, ps := range b.next {
+		for p := range ps {
+			out[t] = append(out[t], p)
+		}
+	}
+	return out
+}
+
+// coalesce keeps, for every cell written more than once in the batch, only the value appended
+// last: within a partition records arrive in offset order, so that is the newest total. HBase gives
+// no order between the actions of one Multi, so sending both could leave the older one standing.
+func (b *batch) coalesce() {
+	if len(b.cells) < 2 {
+		return
+	}
+	last := make(map[string]int, len(b.cells))
+	for i := range b.cells {
+		last[b.cells[i].key()] = i
+	}
+	if len(last) == len(b.cells) {
+		return
+	}
+	j := 0
+	for i := range b.cells {
+		if last[b.cells[i].key()] != i {
+			continue
+		}
+		b.cells[j], b.src[j] = b.cells[i], b.src[i]
+		j++
+	}
+	clear(b.cells[j:])
+	clear(b.src[j:])
+	b.cells, b.src = b.cells[:j], b.src[:j]
+}
+
+// without returns the batch less everything from the given partitions, or nil when nothing is left.
+func (b *batch) without(parts map[string][]int32) *batch {
+	drop := func(rec *kgo.Record) bool {
+		for _, p := range parts[rec.Topic] {
+			if p == rec.Partition {
+				return true
+			}
+		}
+		return false
+	}
+	out := newBatch()
+	out.started = b.started
+	for i := range b.cells {
+		if !drop(b.src[i]) {
+			out.cells = append(out.cells, b.cells[i])
+			out.src = append(out.src, b.src[i])
+			out.bytes += b.cells[i].size()
+		}
+	}
+	for _, d := range b.dead {
+		if !drop(d.rec) {
+			out.dead = append(out.dead, d)
+		}
+	}
+	for t, ps := range b.next {
+		for p, eo := range ps {
+			if drop(&kgo.Record{Topic: t, Partition: p}) {
+				continue
+			}
+			if out.next[t] == nil {
+				out.next[t] = map[int32]kgo.EpochOffset{}
+			}
+			out.next[t][p] = eo
+		}
+	}
+	if len(out.next) == 0 {
+		return nil
+	}
+	// The record count only sizes batches; an estimate from the cells kept is enough.
+	out.records = len(out.cells) + len(out.dead)
+	return out
+}

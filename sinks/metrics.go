@@ -1,0 +1,113 @@
+package sinks
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are a sink's Prometheus metrics. A nil *Metrics records nothing.
+type Metrics struct {
+	records      prometheus.Counter
+	batchCells   prometheus.Histogram
+	batchBytes   prometheus.Histogram
+	writeLatency prometheus.Histogram
+	failed       *prometheus.CounterVec
+	dead         *prometheus.CounterVec
+	paused       prometheus.Gauge
+	commits      prometheus.Counter
+	commitFails  prometheus.Counter
+	commitLat    prometheus.Histogram
+	lastCommit   prometheus.Gauge
+	rebalances   *prometheus.CounterVec
+}
+
+// NewMetrics registers a sink's metrics on reg, labelled with the sink's name.
+func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
+	l := prometheus.Labels{"sink": sink}
+	m := &Metrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "records_total", Help: "Records consumed.", ConstLabels: l}),
+		batchCells: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "batch_cells", Help: "Cells per write.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10)}),
+		batchBytes: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "batch_bytes", Help: "Bytes of cells per write.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(256, 4, 10)}),
+		writeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "write_seconds", Help: "Time of one write to the store.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "failed_actions_total", Help: "Cells whose write failed, by cause.", ConstLabels: l}, []string{"cause"}),
+		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "dead_lettered_total", Help: "Records sent to the dead-letter topic, by stage.", ConstLabels: l}, []string{"stage"}),
+		paused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "paused_partitions", Help: "Partitions paused while the store is behind.", ConstLabels: l}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "committed_records_total", Help: "Records covered by committed offsets.", ConstLabels: l}),
+		commitFails: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "commit_failures_total", Help: "Offset commits that failed.", ConstLabels: l}),
+		commitLat: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "commit_seconds", Help: "Time of one offset commit.", ConstLabels: l,
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		lastCommit: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "last_commit_timestamp_seconds", Help: "When offsets were last committed; commit lag is now minus this.", ConstLabels: l}),
+		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "partition_changes_total", Help: "Partitions assigned, revoked or lost in rebalances.", ConstLabels: l}, []string{"kind"}),
+	}
+	reg.MustRegister(m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.paused,
+		m.commits, m.commitFails, m.commitLat, m.lastCommit)
+	return m
+}
+
+func (m *Metrics) recordsIn(n int) {
+	if m != nil {
+		m.records.Add(float64(n))
+	}
+}
+
+func (m *Metrics) wrote(cells, bytes int, d time.Duration) {
+	if m != nil {
+		m.batchCells.Observe(float64(cells))
+		m.batchBytes.Observe(float64(bytes))
+		m.writeLatency.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) failedActions(cause string, n int) {
+	if m != nil {
+		m.failed.WithLabelValues(cause).Add(float64(n))
+	}
+}
+
+func (m *Metrics) deadLettered(stage string) {
+	if m != nil {
+		m.dead.WithLabelValues(stage).Inc()
+	}
+}
+
+func (m *Metrics) setPaused(n int) {
+	if m != nil {
+		m.paused.Set(float64(n))
+	}
+}
+
+func (m *Metrics) commitFailed() {
+	if m != nil {
+		m.commitFails.Inc()
+	}
+}
+
+func (m *Metrics) committed(records int, d time.Duration) {
+	if m != nil {
+		m.commits.Add(float64(records))
+		m.commitLat.Observe(d.Seconds())
+		m.lastCommit.SetToCurrentTime()
+	}
+}
+
+func (m *Metrics) partitionsChanged(kind string, parts map[string][]int32) {
+	if m != nil {
+		m.rebalances.WithLabelValues(kind).Add(float64(countParts(parts)))
+	}
+}

@@ -1,0 +1,607 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Config configures a FlushThenCommit sink. Zero fields take the defaults of EnsureDefaults.
+type Config struct {
+	// Brokers are the Kafka seed brokers.
+	Brokers []string
+	// Group is the consumer group; offsets are committed under it.
+	Group string
+	// Topics are consumed in full by the group.
+	Topics []string
+	// DeadLetterTopic receives every record that cannot be written, with its reason in headers.
+	// Required: a sink never drops a record silently.
+	DeadLetterTopic string
+
+	// MaxBatchRecords, MaxBatchBytes and FlushInterval bound a batch: it is written when it passes
+	// any of them (defaults 10,000 records, 4 MiB of cells, 1 s).
+	MaxBatchRecords int
+	MaxBatchBytes   int
+	FlushInterval   time.Duration
+
+	// RetryBackoff is the first wait after a failed write; it doubles up to MaxRetryBackoff
+	// (defaults 100 ms and 5 s). A batch is retried until it lands: its partitions stay paused.
+	RetryBackoff    time.Duration
+	MaxRetryBackoff time.Duration
+
+	// RevokeTimeout bounds the final write and commit when partitions are taken away (default 20 s,
+	// below the group's rebalance timeout). If it passes, nothing is committed and the next owner
+	// replays, which rewrites identical cells.
+	RevokeTimeout time.Duration
+
+	// StartAtNewest starts a group that has no committed offsets at the end of its topics instead
+	// of the beginning. Off by default: nothing produced before a group first joined is skipped.
+	StartAtNewest bool
+
+	// Offsets stores committed offsets; nil means Kafka group commits.
+	Offsets OffsetStore
+
+	// Logger receives the sink's logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// Metrics, when set, records the sink's metrics (see NewMetrics).
+	Metrics *Metrics
+
+	// ClientOptions are appended to the Kafka client's options (TLS, SASL, tests' tuning).
+	ClientOptions []kgo.Opt
+}
+
+// EnsureDefaults fills unset fields with their defaults.
+func (c *Config) EnsureDefaults() {
+	if c.MaxBatchRecords <= 0 {
+		c.MaxBatchRecords = 10_000
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 4 << 20
+	}
+	if c.FlushInterval <= 0 {
+		c.FlushInterval = time.Second
+	}
+	if c.RetryBackoff <= 0 {
+		c.RetryBackoff = 100 * time.Millisecond
+	}
+	if c.MaxRetryBackoff <= 0 {
+		c.MaxRetryBackoff = 5 * time.Second
+	}
+	if c.RevokeTimeout <= 0 {
+		c.RevokeTimeout = 20 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func (c *Config) validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("sinks: config: Brokers is empty")
+	case c.Group == "":
+		return errors.New("sinks: config: Group is empty")
+	case len(c.Topics) == 0:
+		return errors.New("sinks: config: Topics is empty")
+	case c.DeadLetterTopic == "":
+		return errors.New("sinks: config: DeadLetterTopic is empty: records that cannot be written must go somewhere")
+	}
+	for _, t := range c.Topics {
+		if t == c.DeadLetterTopic {
+			return fmt.Errorf("sinks: config: DeadLetterTopic %q is also a source topic", t)
+		}
+	}
+	return nil
+}
+
+// FlushThenCommit consumes topics, turns records into cells, writes them in batches and commits a
+// batch's offsets only after the store acknowledged every cell of it. Writes run off the poll loop;
+// while one is blocked or failing, the partitions with buffered records are paused and the loop keeps
+// polling, so the member never leaves its group because of the store.
+type FlushThenCommit struct {
+	cfg     Config
+	enc     Encoder
+	store   Store
+	offsets OffsetStore
+	cl      *kgo.Client
+	log     *slog.Logger
+	m       *Metrics
+
+	// mu serialises the poll loop's processing with the rebalance callbacks.
+	mu       sync.Mutex
+	assigned map[string]map[int32]bool
+	building *batch
+	inflight *batch
+	done     chan writeResult
+	paused   map[string][]int32
+	// writeCtx outlives Run's context so that a stop lands what it holds; it is cancelled only when
+	// a shutdown or revoke gives up, and after that nothing more is committed.
+	writeCtx     context.Context
+	cancelWrites context.CancelFunc
+	abandoned    bool
+}
+
+type writeResult struct {
+	b   *batch
+	err error
+}
+
+// NewFlushThenCommit builds a sink; Run starts it.
+func NewFlushThenCommit(cfg Config, enc Encoder, store Store) (*FlushThenCommit, error) {
+	cfg.EnsureDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if enc == nil || store == nil {
+		return nil, errors.New("sinks: an encoder and a store are required")
+	}
+	s := &FlushThenCommit{
+		cfg:      cfg,
+		enc:      enc,
+		store:    store,
+		log:      cfg.Logger.With("group", cfg.Group),
+		m:        cfg.Metrics,
+		assigned: map[string]map[int32]bool{},
+		done:     make(chan writeResult, 1),
+	}
+	reset := kgo.NewOffset().AtStart()
+	if cfg.StartAtNewest {
+		reset = kgo.NewOffset().AtEnd()
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topics...),
+		kgo.ConsumeResetOffset(reset),
+		kgo.DisableAutoCommit(),
+		// Callbacks run only between polls, so they never race the loop's bookkeeping.
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(s.onAssigned),
+		kgo.OnPartitionsRevoked(s.onRevoked),
+		kgo.OnPartitionsLost(s.onLost),
+		kgo.ProducerLinger(0),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	}
+	if cfg.Offsets != nil {
+		s.offsets = cfg.Offsets
+		opts = append(opts, kgo.AdjustFetchOffsetsFn(s.adjustOffsets))
+	}
+	opts = append(opts, cfg.ClientOptions...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sinks: kafka client: %w", err)
+	}
+	s.cl = cl
+	if s.offsets == nil {
+		s.offsets = kafkaOffsets{cl}
+	}
+	return s, nil
+}
+
+// Client is the sink's Kafka client, for tools that need its view of the group.
+func (s *FlushThenCommit) Client() *kgo.Client { return s.cl }
+
+// Run consumes until ctx ends, then writes and commits what it holds (bounded by RevokeTimeout),
+// leaves the group and returns. It returns nil after a clean stop.
+func (s *FlushThenCommit) Run(ctx context.Context) error {
+	defer s.cl.Close()
+	s.writeCtx, s.cancelWrites = context.WithCancel(context.WithoutCancel(ctx))
+	defer s.cancelWrites()
+	for {
+		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
+		fetches := s.cl.PollRecords(pollCtx, s.cfg.MaxBatchRecords)
+		cancel()
+		if ctx.Err() != nil {
+			s.cl.AllowRebalance()
+			return s.shutdown()
+		}
+		var fatal error
+		fetches.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return
+			}
+			if errors.Is(err, kgo.ErrClientClosed) {
+				fatal = err
+				return
+			}
+			s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		if fatal != nil {
+			return fmt.Errorf("sinks: poll: %w", fatal)
+		}
+		s.mu.Lock()
+		fetches.EachRecord(s.add)
+		s.step()
+		s.mu.Unlock()
+		s.cl.AllowRebalance()
+	}
+}
+
+// pollWait keeps the loop responsive to write completions and flush deadlines.
+func (s *FlushThenCommit) pollWait() time.Duration {
+	w := s.cfg.FlushInterval / 4
+	if w > 250*time.Millisecond {
+		w = 250 * time.Millisecond
+	}
+	if w < 10*time.Millisecond {
+		w = 10 * time.Millisecond
+	}
+	return w
+}
+
+// add buffers one record's cells (or its dead letter) in the batch being built.
+func (s *FlushThenCommit) add(rec *kgo.Record) {
+	if !s.assigned[rec.Topic][rec.Partition] {
+		return // fetched before a revoke or loss: its new owner reads it again
+	}
+	if s.building == nil {
+		s.building = newBatch()
+	}
+	b := s.building
+	n := len(b.cells)
+	cells, err := s.enc.Encode(rec, b.cells)
+	if err != nil {
+		b.cells = b.cells[:n]
+		b.dead = append(b.dead, deadLetter{rec: rec, reason: err.Error(), stage: "decode"})
+		s.m.deadLettered("decode")
+	} else {
+		b.cells = cells
+		for i := n; i < len(cells); i++ {
+			b.src = append(b.src, rec)
+			b.bytes += cells[i].size()
+		}
+	}
+	b.records++
+	b.advance(rec)
+	s.m.recordsIn(1)
+}
+
+// step starts a write when one is due and none runs, takes a finished write's result, and pauses
+// or resumes partitions. Called with mu held.
+func (s *FlushThenCommit) step() {
+	select {
+	case r := <-s.done:
+		s.finish(r)
+	default:
+	}
+	b := s.building
+	if b == nil {
+		return
+	}
+	full := b.records >= s.cfg.MaxBatchRecords || b.bytes >= s.cfg.MaxBatchBytes
+	due := full || time.Since(b.started) >= s.cfg.FlushInterval
+	if due && s.inflight == nil {
+		s.dispatch()
+		s.resume()
+		return
+	}
+	if full && s.inflight != nil {
+		s.pause(b.partitions())
+	}
+}
+
+func (s *FlushThenCommit) dispatch() {
+	b := s.building
+	s.building = nil
+	b.coalesce()
+	s.inflight = b
+	ctx := s.writeCtx
+	go func() {
+		err := s.write(ctx, b)
+		s.done <- writeResult{b, err}
+	}()
+}
+
+// finish commits a written batch's offsets for the partitions still owned. Called with mu held.
+func (s *FlushThenCommit) finish(r writeResult) {
+	s.inflight = nil
+	if r.err != nil || s.abandoned {
+		// Only a cancelled write context stops a write, and then nothing more is committed: the
+		// records are read again by whoever owns their partitions next.
+		s.abandoned = true
+		s.log.Info("write abandoned; its records will be replayed", "err", r.err)
+		return
+	}
+	offsets := map[string]map[int32]kgo.EpochOffset{}
+	for t, ps := range r.b.next {
+		for p, eo := range ps {
+			if !s.assigned[t][p] {
+				continue
+			}
+			if offsets[t] == nil {
+				offsets[t] = map[int32]kgo.EpochOffset{}
+			}
+			offsets[t][p] = eo
+		}
+	}
+	if len(offsets) == 0 {
+		return
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(s.writeCtx, s.cfg.RevokeTimeout)
+	defer cancel()
+	if err := s.offsets.Commit(ctx, s.cfg.Group, offsets); err != nil {
+		// Not fatal: the cells are written; a later commit covers these records, or a replay
+		// rewrites identical cells.
+		s.log.Warn("commit failed", "err", err)
+		s.m.commitFailed()
+		return
+	}
+	s.m.committed(r.b.records, time.Since(t0))
+}
+
+func (s *FlushThenCommit) pause(parts map[string][]int32) {
+	if s.paused == nil {
+		s.paused = map[string][]int32{}
+	}
+	added := 0
+	for t, ps := range parts {
+	next:
+		for _, p := range ps {
+			for _, q := range s.paused[t] {
+				if q == p {
+					continue next
+				}
+			}
+			s.paused[t] = append(s.paused[t], p)
+			added++
+		}
+	}
+	if added > 0 {
+		s.cl.PauseFetchPartitions(parts)
+		s.m.setPaused(countParts(s.paused))
+		s.log.Info("store behind: partitions paused", "partitions", s.paused)
+	}
+}
+
+func (s *FlushThenCommit) resume() {
+	if len(s.paused) == 0 {
+		return
+	}
+	s.cl.ResumeFetchPartitions(s.paused)
+	s.log.Info("partitions resumed", "partitions", s.paused)
+	s.paused = nil
+	s.m.setPaused(0)
+}
+
+// write lands a batch: dead letters first, then the cells, retrying what failed for a transient
+// cause until it lands or ctx ends; permanent failures send their source records to the dead-letter
+// topic and are never resent.
+func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
+	if err := s.produceDead(ctx, b.dead); err != nil {
+		return err
+	}
+	pending := make([]int, len(b.cells))
+	for i := range pending {
+		pending[i] = i
+	}
+	backoff := s.cfg.RetryBackoff
+	cells := make([]Cell, 0, len(b.cells))
+	for len(pending) > 0 {
+		cells = cells[:0]
+		for _, i := range pending {
+			cells = append(cells, b.cells[i])
+		}
+		t0 := time.Now()
+		failed, err := s.store.Write(ctx, cells)
+		s.m.wrote(len(cells), b.bytes, time.Since(t0))
+		if err == nil && len(failed) == 0 {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.m.failedActions("unavailable", len(cells))
+			s.log.Warn("write failed; retrying the batch", "cells", len(cells), "err", err, "backoff", backoff)
+		} else {
+			var retry []int
+			var dead []deadLetter
+			seen := map[*kgo.Record]bool{}
+			for _, f := range failed {
+				if f.Index < 0 || f.Index >= len(pending) {
+					return fmt.Errorf("sinks: store reported failure of cell %d of %d", f.Index, len(pending))
+				}
+				orig := pending[f.Index]
+				if !f.Permanent {
+					retry = append(retry, orig)
+					s.m.failedActions("retriable", 1)
+					continue
+				}
+				s.m.failedActions("permanent", 1)
+				rec := b.src[orig]
+				if !seen[rec] {
+					seen[rec] = true
+					dead = append(dead, deadLetter{rec: rec, reason: f.Err.Error(), stage: "write"})
+				}
+			}
+			if err := s.produceDead(ctx, dead); err != nil {
+				return err
+			}
+			for range dead {
+				s.m.deadLettered("write")
+			}
+			pending = retry
+			if len(pending) == 0 {
+				return nil
+			}
+			s.log.Warn("cells failed; retrying them", "cells", len(pending), "first", failed[0].Err, "backoff", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, s.cfg.MaxRetryBackoff)
+	}
+	return nil
+}
+
+// Header keys set on dead-lettered records, beside the original record's own headers.
+const (
+	HeaderReason    = "abacus.dlq.reason"    // what was wrong
+	HeaderStage     = "abacus.dlq.stage"     // decode (before any write) or write (store refused it)
+	HeaderSource    = "abacus.dlq.source"    // topic/partition@offset of the original record
+	HeaderGroup     = "abacus.dlq.group"     // the sink group that gave up on it
+	HeaderTimestamp = "abacus.dlq.timestamp" // original record timestamp, ms
+)
+
+type deadLetter struct {
+	rec    *kgo.Record
+	reason string
+	stage  string
+}
+
+func (s *FlushThenCommit) produceDead(ctx context.Context, dead []deadLetter) error {
+	if len(dead) == 0 {
+		return nil
+	}
+	recs := make([]*kgo.Record, len(dead))
+	for i, d := range dead {
+		h := append([]kgo.RecordHeader(nil), d.rec.Headers...)
+		h = append(h,
+			kgo.RecordHeader{Key: HeaderReason, Value: []byte(d.reason)},
+			kgo.RecordHeader{Key: HeaderStage, Value: []byte(d.stage)},
+			kgo.RecordHeader{Key: HeaderSource, Value: fmt.Appendf(nil, "%s/%d@%d", d.rec.Topic, d.rec.Partition, d.rec.Offset)},
+			kgo.RecordHeader{Key: HeaderGroup, Value: []byte(s.cfg.Group)},
+			kgo.RecordHeader{Key: HeaderTimestamp, Value: strconv.AppendInt(nil, d.rec.Timestamp.UnixMilli(), 10)},
+		)
+		recs[i] = &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: d.rec.Key, Value: d.rec.Value, Headers: h, Timestamp: d.rec.Timestamp}
+	}
+	backoff := s.cfg.RetryBackoff
+	for {
+		err := s.cl.ProduceSync(ctx, recs...).FirstErr()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		s.log.Warn("dead-letter produce failed; retrying", "topic", s.cfg.DeadLetterTopic, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, s.cfg.MaxRetryBackoff)
+	}
+}
+
+func (s *FlushThenCommit) onAssigned(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for t, ps := range parts {
+		if s.assigned[t] == nil {
+			s.assigned[t] = map[int32]bool{}
+		}
+		for _, p := range ps {
+			s.assigned[t][p] = true
+		}
+	}
+	s.m.partitionsChanged("assigned", parts)
+	s.log.Info("partitions assigned", "partitions", parts)
+}
+
+// onRevoked lands and commits what is held for the partitions before they are given up.
+func (s *FlushThenCommit) onRevoked(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RevokeTimeout)
+	defer cancel()
+	if err := s.drain(ctx); err != nil {
+		s.log.Warn("revoke: could not land buffered records; the next owner replays them", "err", err)
+	}
+	s.unassign(parts)
+	s.m.partitionsChanged("revoked", parts)
+	s.log.Info("partitions revoked", "partitions", parts)
+}
+
+// onLost forgets the partitions without committing: another member may already own them.
+func (s *FlushThenCommit) onLost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.unassign(parts)
+	if s.building != nil {
+		s.building = s.building.without(parts)
+	}
+	s.m.partitionsChanged("lost", parts)
+	s.log.Warn("partitions lost; their buffered records are dropped uncommitted", "partitions", parts)
+}
+
+func (s *FlushThenCommit) unassign(parts map[string][]int32) {
+	for t, ps := range parts {
+		for _, p := range ps {
+			delete(s.assigned[t], p)
+		}
+	}
+	if s.paused != nil {
+		s.cl.ResumeFetchPartitions(parts)
+		for t, ps := range parts {
+			var keep []int32
+		outer:
+			for _, q := range s.paused[t] {
+				for _, p := range ps {
+					if p == q {
+						continue outer
+					}
+				}
+				keep = append(keep, q)
+			}
+			s.paused[t] = keep
+		}
+		s.m.setPaused(countParts(s.paused))
+	}
+}
+
+// drain waits for the running write, then writes and commits the batch being built, until ctx
+// ends. A write still running then goes on in the background; its batch's commit happens later, for
+// the partitions still owned. Called with mu held.
+func (s *FlushThenCommit) drain(ctx context.Context) error {
+	for s.inflight != nil || s.building != nil {
+		if s.inflight == nil {
+			s.dispatch()
+		}
+		select {
+		case r := <-s.done:
+			s.finish(r)
+			if r.err != nil {
+				return r.err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// shutdown lands and commits what is held, giving up after RevokeTimeout: then the running write is
+// cancelled and nothing more is committed.
+func (s *FlushThenCommit) shutdown() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.RevokeTimeout)
+	defer cancel()
+	if err := s.drain(ctx); err != nil {
+		s.log.Warn("shutdown: buffered records not landed; they will be replayed", "err", err)
+		s.cancelWrites()
+		if s.inflight != nil {
+			s.finish(<-s.done)
+		}
+	}
+	s.building = nil
+	return nil
+}
+
+func countParts(m map[string][]int32) int {
+	n := 0
+	for _, ps := range m {
+		n += len(ps)
+	}
+	return n
+}

@@ -1,0 +1,520 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// memStore is a Store that keeps every version written, can be taken down, and refuses cells of
+// family "missing" for good, as HBase refuses an unknown family.
+type memStore struct {
+	mu       sync.Mutex
+	versions map[string][]string // cell key -> values written, in order
+	landed   map[string]bool     // "topic/partition@offset" of every record with a landed cell
+	down     atomic.Bool
+	writes   atomic.Int64
+	// reverse applies a write's cells last-to-first, as a Multi may, to expose uncoalesced batches.
+	reverse bool
+}
+
+func newMemStore() *memStore {
+	return &memStore{versions: map[string][]string{}, landed: map[string]bool{}}
+}
+
+func (m *memStore) Write(ctx context.Context, cells []Cell) ([]CellError, error) {
+	m.writes.Add(1)
+	if m.down.Load() {
+		return nil, errors.New("store down")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var failed []CellError
+	for k := range cells {
+		i := k
+		if m.reverse {
+			i = len(cells) - 1 - k
+		}
+		c := cells[i]
+		if string(c.Family) == "missing" {
+			failed = append(failed, CellError{Index: i, Err: errors.New("NoSuchColumnFamilyException: missing"), Permanent: true})
+			continue
+		}
+		key := c.key()
+		m.versions[key] = append(m.versions[key], string(c.Value))
+		m.landed[string(c.Qualifier)] = true
+	}
+	return failed, nil
+}
+
+func (m *memStore) snapshot() (map[string][]string, map[string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := make(map[string][]string, len(m.versions))
+	for k, vs := range m.versions {
+		v[k] = append([]string(nil), vs...)
+	}
+	l := make(map[string]bool, len(m.landed))
+	for k := range m.landed {
+		l[k] = true
+	}
+	return v, l
+}
+
+// factEncoder writes each record as one cell keyed by its source position, like the facts sink.
+// Values: "bad" cannot be decoded; "missing:..." targets a family the store refuses;
+// "cell:NAME:VALUE" writes VALUE into the shared cell NAME (to test coalescing).
+var factEncoder = EncoderFunc(func(rec *kgo.Record, dst []Cell) ([]Cell, error) {
+	v := string(rec.Value)
+	if v == "bad" {
+		return dst, errors.New("value is not a reading")
+	}
+	src := fmt.Sprintf("%s/%d@%d", rec.Topic, rec.Partition, rec.Offset)
+	fam := "f"
+	if strings.HasPrefix(v, "missing:") {
+		fam = "missing"
+	}
+	if name, val, ok := strings.Cut(strings.TrimPrefix(v, "cell:"), ":"); ok && strings.HasPrefix(v, "cell:") {
+		return append(dst, Cell{Table: "t", Row: []byte(name), Family: []byte(fam), Qualifier: []byte("q"), Timestamp: 1, Value: []byte(val)}), nil
+	}
+	return append(dst, Cell{Table: "t", Row: rec.Key, Family: []byte(fam), Qualifier: []byte(src), Timestamp: rec.Timestamp.UnixMilli(), Value: rec.Value}), nil
+})
+
+// checkingOffsets stores offsets in memory and fails the test if a commit covers a record whose
+// cell has not landed (invariant 4).
+type checkingOffsets struct {
+	t     testing.TB
+	store *memStore
+	dead  func() map[string]bool
+	mu    sync.Mutex
+	off   map[string]map[int32]int64
+	first map[string]map[int32]int64 // offset of the first record produced, per partition
+}
+
+func (c *checkingOffsets) Commit(_ context.Context, _ string, offsets map[string]map[int32]kgo.EpochOffset) error {
+	_, landed := c.store.snapshot()
+	dead := c.dead()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for t, ps := range offsets {
+		for p, eo := range ps {
+			for o := c.first[t][p]; o < eo.Offset; o++ {
+				src := fmt.Sprintf("%s/%d@%d", t, p, o)
+				if !landed[src] && !dead[src] {
+					c.t.Errorf("commit of %s/%d at %d before record %s landed", t, p, eo.Offset, src)
+				}
+			}
+			if c.off[t] == nil {
+				c.off[t] = map[int32]int64{}
+			}
+			c.off[t][p] = eo.Offset
+		}
+	}
+	return nil
+}
+
+func (c *checkingOffsets) Load(_ context.Context, _ string, parts map[string][]int32) (map[string]map[int32]int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]map[int32]int64{}
+	for t, ps := range parts {
+		for _, p := range ps {
+			if o, ok := c.off[t][p]; ok {
+				if out[t] == nil {
+					out[t] = map[int32]int64{}
+				}
+				out[t][p] = o
+			}
+		}
+	}
+	return out, nil
+}
+
+type cluster struct {
+	name    string
+	brokers []string
+}
+
+// clusters gives every scenario an in-process kfake broker and, when it runs, the real one.
+func clusters(t *testing.T) []cluster {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	out := []cluster{{"kfake", fake.ListenAddrs()}}
+	if testing.Short() {
+		return out
+	}
+	return append(out, cluster{"kafka", testenv.Kafka(t)})
+}
+
+func uniq(s string) string { return fmt.Sprintf("%s-%d", s, time.Now().UnixNano()) }
+
+func createTopics(t *testing.T, brokers []string, parts int32, topics ...string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, parts, 1, nil, topics...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.Sorted() {
+		if r.Err != nil {
+			t.Fatalf("create %s: %v", r.Topic, r.Err)
+		}
+	}
+}
+
+// produce writes values round-robin over the topic's partitions and returns each partition's first
+// offset.
+func produce(t *testing.T, brokers []string, topic string, values []string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
+		kgo.RecordPartitioner(kgo.RoundRobinPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = &kgo.Record{Key: []byte("e" + strconv.Itoa(i%7)), Value: []byte(v), Timestamp: time.UnixMilli(int64(1_700_000_000_000 + i))}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func consumeAll(t *testing.T, brokers []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %d of %d records from %s", len(out), n, topic)
+		}
+		out = append(out, fs.Records()...)
+	}
+	return out
+}
+
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type harness struct {
+	t       *testing.T
+	cfg     Config
+	store   *memStore
+	offsets *checkingOffsets
+	reg     *prometheus.Registry
+	sink    *FlushThenCommit
+	cancel  context.CancelFunc
+	errc    chan error
+}
+
+func start(t *testing.T, c cluster, store *memStore, tune func(*Config)) *harness {
+	t.Helper()
+	in, dlq := uniq("in"), uniq("dlq")
+	createTopics(t, c.brokers, 4, in, dlq)
+	h := &harness{t: t, store: store, reg: prometheus.NewRegistry()}
+	h.offsets = &checkingOffsets{t: t, store: store, dead: h.deadSet, off: map[string]map[int32]int64{},
+		first: map[string]map[int32]int64{}}
+	h.cfg = Config{
+		Brokers:         c.brokers,
+		Group:           uniq("g"),
+		Topics:          []string{in},
+		DeadLetterTopic: dlq,
+		MaxBatchRecords: 200,
+		FlushInterval:   50 * time.Millisecond,
+		RetryBackoff:    10 * time.Millisecond,
+		MaxRetryBackoff: 100 * time.Millisecond,
+		Offsets:         h.offsets,
+		Logger:          testLogger(t),
+	}
+	if tune != nil {
+		tune(&h.cfg)
+	}
+	h.cfg.Metrics = NewMetrics(h.reg, "test")
+	return h
+}
+
+// deadSet reads the dead-letter topic as it stands: a commit may cover a record only if its cell
+// landed or it is already there.
+func (h *harness) deadSet() map[string]bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(h.cfg.Brokers...))
+	if err != nil {
+		h.t.Error(err)
+		return nil
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, h.cfg.DeadLetterTopic)
+	if err != nil {
+		h.t.Error(err)
+		return nil
+	}
+	want := map[int32]kgo.Offset{}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) {
+		want[o.Partition] = kgo.NewOffset().AtStart()
+		n += o.Offset
+	})
+	out := map[string]bool{}
+	if n == 0 {
+		return out
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{h.cfg.DeadLetterTopic: want})
+	for int64(len(out)) < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			h.t.Error("could not read the dead-letter topic")
+			return out
+		}
+		fs.EachRecord(func(r *kgo.Record) { out[string(header(r, HeaderSource))] = true })
+	}
+	return out
+}
+
+func (h *harness) run() {
+	h.t.Helper()
+	s, err := NewFlushThenCommit(h.cfg, factEncoder, h.store)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.sink = s
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	h.errc = make(chan error, 1)
+	go func() { h.errc <- s.Run(ctx) }()
+}
+
+func (h *harness) stop() {
+	h.t.Helper()
+	h.cancel()
+	select {
+	case err := <-h.errc:
+		if err != nil {
+			h.t.Fatalf("sink stopped with %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		h.t.Fatal("sink did not stop")
+	}
+}
+
+func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
+	for _, c := range clusters(t) {
+		t.Run(c.name, func(t *testing.T) {
+			store := newMemStore()
+			h := start(t, c, store, nil)
+			var values []string
+			for i := range 2000 {
+				switch {
+				case i%97 == 0:
+					values = append(values, "bad")
+				case i%131 == 0:
+					values = append(values, "missing:"+strconv.Itoa(i))
+				default:
+					values = append(values, "v"+strconv.Itoa(i))
+				}
+			}
+			produce(t, c.brokers, h.cfg.Topics[0], values)
+			var nBad, nMissing int
+			for _, v := range values {
+				if v == "bad" {
+					nBad++
+				} else if strings.HasPrefix(v, "missing:") {
+					nMissing++
+				}
+			}
+			h.run()
+			good := len(values) - nBad - nMissing
+			waitFor(t, "every good record to land", 60*time.Second, func() bool {
+				_, landed := store.snapshot()
+				return len(landed) == good
+			})
+			dead := consumeAll(t, c.brokers, h.cfg.DeadLetterTopic, nBad+nMissing)
+			stages := map[string]int{}
+			for _, r := range dead {
+				stage := string(header(r, HeaderStage))
+				stages[stage]++
+				reason := string(header(r, HeaderReason))
+				switch stage {
+				case "decode":
+					if string(r.Value) != "bad" || !strings.Contains(reason, "not a reading") {
+						t.Fatalf("decode dead letter %q with reason %q", r.Value, reason)
+					}
+				case "write":
+					if !strings.HasPrefix(string(r.Value), "missing:") || !strings.Contains(reason, "NoSuchColumnFamily") {
+						t.Fatalf("write dead letter %q with reason %q", r.Value, reason)
+					}
+				default:
+					t.Fatalf("dead letter with stage %q", stage)
+				}
+			}
+			if stages["decode"] != nBad || stages["write"] != nMissing {
+				t.Fatalf("dead letters by stage %v, want decode %d write %d", stages, nBad, nMissing)
+			}
+			waitFor(t, "offsets committed to the end", 30*time.Second, func() bool {
+				h.offsets.mu.Lock()
+				defer h.offsets.mu.Unlock()
+				var sum int64
+				for _, ps := range h.offsets.off {
+					for _, o := range ps {
+						sum += o
+					}
+				}
+				return sum == int64(len(values))
+			})
+			h.stop()
+			versions, _ := store.snapshot()
+			for k, vs := range versions {
+				if len(vs) != 1 {
+					t.Fatalf("cell %q written %d times", k, len(vs))
+				}
+			}
+			if got := testutil.ToFloat64(h.cfg.Metrics.dead.WithLabelValues("decode")); int(got) != nBad {
+				t.Fatalf("dead_lettered_total{stage=decode} = %v, want %d", got, nBad)
+			}
+		})
+	}
+}
+
+// TestFlushThenCommitPausesWhileStoreIsDown keeps the store down while records arrive: the sink must
+// pause its partitions, keep its group membership (no revoke, no loss), commit nothing, and drain
+// everything once the store is back.
+func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
+	for _, c := range clusters(t) {
+		t.Run(c.name, func(t *testing.T) {
+			store := newMemStore()
+			store.down.Store(true)
+			h := start(t, c, store, func(cfg *Config) { cfg.MaxBatchRecords = 50 })
+			values := make([]string, 1000)
+			for i := range values {
+				values[i] = "v" + strconv.Itoa(i)
+			}
+			produce(t, c.brokers, h.cfg.Topics[0], values)
+			h.run()
+			waitFor(t, "partitions to pause", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.paused) > 0
+			})
+			// Keep it down for a while: writes keep failing, the loop keeps polling.
+			w0 := store.writes.Load()
+			waitFor(t, "retries while down", 30*time.Second, func() bool { return store.writes.Load() > w0+5 })
+			h.offsets.mu.Lock()
+			committed := len(h.offsets.off)
+			h.offsets.mu.Unlock()
+			if committed != 0 {
+				t.Fatalf("offsets committed while the store was down: %v", h.offsets.off)
+			}
+			store.down.Store(false)
+			waitFor(t, "lag to drain", 60*time.Second, func() bool {
+				_, landed := store.snapshot()
+				return len(landed) == len(values)
+			})
+			waitFor(t, "partitions to resume", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.paused) == 0
+			})
+			// Leaving the group at stop revokes; before it, nothing may have.
+			for _, kind := range []string{"revoked", "lost"} {
+				if n := testutil.ToFloat64(h.cfg.Metrics.rebalances.WithLabelValues(kind)); n != 0 {
+					t.Fatalf("%v partitions %s while the store was down", n, kind)
+				}
+			}
+			h.stop()
+			if got := testutil.ToFloat64(h.cfg.Metrics.failed.WithLabelValues("unavailable")); got == 0 {
+				t.Fatal("no failed actions counted while the store was down")
+			}
+		})
+	}
+}
+
+// TestFlushThenCommitCoalescesToNewest sends many values for one cell in one batch to a store that
+// applies a batch's cells in reverse: only the newest may land, every time.
+func TestFlushThenCommitCoalescesToNewest(t *testing.T) {
+	for _, c := range clusters(t) {
+		t.Run(c.name, func(t *testing.T) {
+			store := newMemStore()
+			store.reverse = true
+			h := start(t, c, store, func(cfg *Config) {
+				cfg.MaxBatchRecords = 100_000
+				cfg.FlushInterval = time.Hour // one batch, written at shutdown
+				cfg.Offsets = nil             // superseded values never land: Kafka commits, unchecked
+			})
+			in := h.cfg.Topics[0]
+			createTopics(t, c.brokers, 1, in+"-1")
+			h.cfg.Topics = []string{in + "-1"}
+			var values []string
+			for i := range 50 {
+				values = append(values, fmt.Sprintf("cell:x:%03d", i))
+			}
+			produce(t, c.brokers, in+"-1", values)
+			h.run()
+			waitFor(t, "records consumed", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.records) == float64(len(values))
+			})
+			h.stop()
+			versions, _ := store.snapshot()
+			x := Cell{Table: "t", Row: []byte("x"), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: 1}
+			got := versions[x.key()]
+			if len(got) != 1 || got[0] != "049" {
+				t.Fatalf("cell x received %v, want only the newest value 049", got)
+			}
+		})
+	}
+}
+
+func header(r *kgo.Record, key string) []byte {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return h.Value
+		}
+	}
+	return nil
+}
+
+// testLogger shows the sink's logs only with go test -v.
+func testLogger(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("test", t.Name())
+	}
+	return slog.New(slog.DiscardHandler)
+}
