@@ -1,0 +1,153 @@
+package processors_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/processors"
+)
+
+const scenarioPartitions = 4
+
+func uniqueName(prefix string) string { return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()) }
+
+func createTopic(ctx context.Context, t testing.TB, brokers []string, topic string, parts int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, int32(parts), 1, nil, topic); err != nil {
+		t.Fatalf("create topic %s: %v", topic, err)
+	}
+}
+
+// endOffsets returns the number of records in topic (sum of end offsets; nothing is deleted).
+func endOffsets(ctx context.Context, t testing.TB, brokers []string, topic string) int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// runScenario produces a stream with out-of-order, late, future-dated, duplicated and undecodable
+// records, runs the processor, and compares every final total with the oracle. It then rewinds the
+// group to offset 0 (every record is replayed, as after a crash between the changelog write and
+// the offset commit), produces a second batch, and checks that nothing was counted twice.
+func runScenario(t *testing.T, brokers []string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	name := uniqueName("scn")
+	input := name + "-in"
+	createTopic(ctx, t, brokers, input, scenarioPartitions)
+	topo := scenarioTopology(t, name, input)
+
+	insA := genInputs(1, 1500, 20, baseTime)
+	produce(ctx, t, brokers, input, insA)
+	o := newOracle(scenarioPartitions)
+	for _, in := range insA {
+		o.feed(in)
+	}
+	o.idle()
+
+	storage := t.TempDir()
+	cfg := func(reg *prometheus.Registry) processors.Config {
+		return processors.Config{Brokers: brokers, StoragePath: storage, IdleTimeout: 3 * time.Second,
+			TickInterval: 200 * time.Millisecond, Registerer: reg, Logger: testLogger(t)}
+	}
+	reg := prometheus.NewRegistry()
+	stop := runProcessor(t, topo, cfg(reg))
+	l := readTotals(ctx, t, brokers, topo.TotalsTopic, o.hasAllFinals)
+	if err := stop(); err != nil {
+		t.Fatalf("processor run: %v", err)
+	}
+	end := endOffsets(ctx, t, brokers, topo.TotalsTopic)
+	l = readTotals(ctx, t, brokers, topo.TotalsTopic, func(l *totalsLog) bool { return int64(l.count) >= end })
+	o.check(t, l)
+	lateWant := 0
+	for _, n := range o.late {
+		lateWant += n
+	}
+	for _, c := range []struct {
+		metric string
+		want   int
+	}{
+		{"abacus_processor_events_in_total", len(insA)},
+		{"abacus_processor_dead_lettered_total", o.future + o.bad},
+		{"abacus_processor_late_routed_total", lateWant},
+		{"abacus_processor_duplicates_skipped_total", 0},
+	} {
+		if got := counter(t, reg, c.metric); got != float64(c.want) {
+			t.Errorf("%s = %v, want %d", c.metric, got, c.want)
+		}
+	}
+	if got := endOffsets(ctx, t, brokers, topo.DeadLetter); got != int64(o.future+o.bad) {
+		t.Errorf("dead-letter topic holds %d records, want %d", got, o.future+o.bad)
+	}
+	t.Logf("phase 1: %d records, %d applied, %d final windows, late %v, future %d, undecodable %d, %d totals records",
+		len(insA), o.applied, len(o.final), o.late, o.future, o.bad, l.count)
+	if t.Failed() {
+		return
+	}
+
+	// Phase 2: replay everything, then a second batch.
+	resetOffsets(ctx, t, brokers, name, input, scenarioPartitions)
+	insB := genInputs(2, 800, 20, baseTime+1500*200+10*60_000)
+	produce(ctx, t, brokers, input, insB)
+	for _, in := range insB {
+		o.feed(in)
+	}
+	o.idle()
+	reg = prometheus.NewRegistry()
+	stop = runProcessor(t, topo, cfg(reg))
+	readTotals(ctx, t, brokers, topo.TotalsTopic, o.hasAllFinals)
+	if err := stop(); err != nil {
+		t.Fatalf("processor run after rewind: %v", err)
+	}
+	end = endOffsets(ctx, t, brokers, topo.TotalsTopic)
+	l = readTotals(ctx, t, brokers, topo.TotalsTopic, func(l *totalsLog) bool { return int64(l.count) >= end })
+	o.check(t, l)
+	if got := counter(t, reg, "abacus_processor_duplicates_skipped_total"); got < float64(o.applied-len(insB)) {
+		t.Errorf("duplicates skipped after rewind = %v, want at least %d", got, o.applied-len(insB))
+	}
+	t.Logf("phase 2: %d more records, %d final windows in all, %v duplicates skipped", len(insB), len(o.final),
+		counter(t, reg, "abacus_processor_duplicates_skipped_total"))
+}
+
+// TestScenarioKfake runs the oracle scenario against kfake, in process.
+func TestScenarioKfake(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	runScenario(t, c.ListenAddrs())
+}
+
+// TestScenarioRealKafka runs the oracle scenario against the real Kafka broker of testenv.
+func TestScenarioRealKafka(t *testing.T) {
+	runScenario(t, testenv.Kafka(t))
+}

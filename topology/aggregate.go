@@ -1,0 +1,280 @@
+package topology
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/windows"
+)
+
+// EmitMode says when an aggregate set emits totals.
+type EmitMode uint8
+
+// The emission modes.
+const (
+	EmitFinal       EmitMode = iota + 1 // once, when the window closes
+	EmitEveryUpdate                     // after every applied event, and the final
+	EmitEarly                           // at most every Emission.Every of wall-clock time, and the final
+)
+
+// Emission is an aggregate set's emission policy; build one with FinalOnly, EveryUpdate or
+// EarlyEvery.
+type Emission struct {
+	Mode  EmitMode
+	Every time.Duration // EmitEarly only
+}
+
+// FinalOnly emits one total per window, when it closes (the default).
+func FinalOnly() Emission { return Emission{Mode: EmitFinal} }
+
+// EveryUpdate emits a total after every event applied to a window, then the final one.
+func EveryUpdate() Emission { return Emission{Mode: EmitEveryUpdate} }
+
+// EarlyEvery emits a window's running total at most every d of wall-clock time while it is open,
+// then the final one.
+func EarlyEvery(d time.Duration) Emission { return Emission{Mode: EmitEarly, Every: d} }
+
+// Accumulator is one aggregation's running state in one window. The engine decodes it from the
+// entity state, adds events or merges other accumulators of the same aggregation (session
+// windows), and encodes it back.
+type Accumulator interface {
+	// Add applies one event with its event time in ms.
+	Add(e Event, eventTime int64)
+	// Merge folds other, an accumulator of the same aggregation, into this one.
+	Merge(other Accumulator) error
+	// Value is the aggregate's current value; the engine fills in the name.
+	Value() totals.Value
+	// AppendBinary appends the accumulator's encoding, which Decode of its AggDef reads.
+	AppendBinary(b []byte) []byte
+}
+
+// AggDef is a compiled aggregation.
+type AggDef struct {
+	Name   string
+	New    func() Accumulator
+	Decode func([]byte) (Accumulator, error)
+}
+
+// SetDef is a compiled aggregate set.
+type SetDef struct {
+	Name   string
+	Index  uint16 // position in Topology.Sets, stored in entity state
+	Source int    // index in Topology.Sources
+	Window windows.Spec
+	Grace  int64 // ms
+	Emit   Emission
+	Types  map[string]bool // nil: every event type
+	Aggs   []AggDef
+}
+
+// Accepts reports whether an event of type typ feeds the set.
+func (s *SetDef) Accepts(typ string) bool { return s.Types == nil || s.Types[typ] }
+
+// AggregateSet declares the windows and aggregations computed over a Source of events E.
+type AggregateSet[E any] struct {
+	src      *Source[E]
+	setName  string
+	spec     windows.Spec
+	grace    time.Duration
+	graceSet bool
+	emit     Emission
+	types    []string
+	aggs     []aggDecl[E]
+}
+
+type aggDecl[E any] struct {
+	name  string
+	build func() (AggDef, error)
+}
+
+// Grace sets how long after a window's end (in stream time) events are still accepted. It must be
+// stated, even as zero: lateness is a decision, not a default.
+func (a *AggregateSet[E]) Grace(d time.Duration) *AggregateSet[E] {
+	a.grace, a.graceSet = d, true
+	return a
+}
+
+// Emit sets when totals are emitted (default FinalOnly).
+func (a *AggregateSet[E]) Emit(e Emission) *AggregateSet[E] { a.emit = e; return a }
+
+// Types restricts the set to events of the given types (see Source.EventType).
+func (a *AggregateSet[E]) Types(types ...string) *AggregateSet[E] {
+	a.types = append(a.types, types...)
+	return a
+}
+
+func (a *AggregateSet[E]) add(name string, build func() (AggDef, error)) *AggregateSet[E] {
+	a.aggs = append(a.aggs, aggDecl[E]{name: name, build: build})
+	return a
+}
+
+// Count counts the events in each window.
+func (a *AggregateSet[E]) Count(name string) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return countDef(name), nil })
+}
+
+// Sum adds up the numeric field (Go field name or json tag) of E.
+func (a *AggregateSet[E]) Sum(name, field string) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], sumOp) })
+}
+
+// SumOf adds up f(e).
+func (a *AggregateSet[E]) SumOf(name string, f func(E) float64) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, sumOp), nil })
+}
+
+// Min keeps the smallest value of the numeric field.
+func (a *AggregateSet[E]) Min(name, field string) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], minOp) })
+}
+
+// MinOf keeps the smallest f(e).
+func (a *AggregateSet[E]) MinOf(name string, f func(E) float64) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, minOp), nil })
+}
+
+// Max keeps the largest value of the numeric field.
+func (a *AggregateSet[E]) Max(name, field string) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], maxOp) })
+}
+
+// MaxOf keeps the largest f(e).
+func (a *AggregateSet[E]) MaxOf(name string, f func(E) float64) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, maxOp), nil })
+}
+
+// Mean averages the numeric field.
+func (a *AggregateSet[E]) Mean(name, field string) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], meanOp) })
+}
+
+// MeanOf averages f(e).
+func (a *AggregateSet[E]) MeanOf(name string, f func(E) float64) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, meanOp), nil })
+}
+
+// Last keeps the numeric field of the event with the latest event time (on a tie, the one applied
+// last, which is the later offset of a partition).
+func (a *AggregateSet[E]) Last(name, field string) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], lastOp) })
+}
+
+// LastOf keeps f(e) of the event with the latest event time.
+func (a *AggregateSet[E]) LastOf(name string, f func(E) float64) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, lastOp), nil })
+}
+
+// Distinct estimates the number of distinct values of the field (string, integer or []byte) with a
+// HyperLogLog sketch (about 0.8% standard error).
+func (a *AggregateSet[E]) Distinct(name, field string) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) {
+		f, err := keyField[E](field)
+		if err != nil {
+			return AggDef{}, err
+		}
+		return distinctDef(name, func(e Event) []byte { return f(e.(E)) }), nil
+	})
+}
+
+// DistinctOf estimates the number of distinct f(e).
+func (a *AggregateSet[E]) DistinctOf(name string, f func(E) []byte) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) {
+		return distinctDef(name, func(e Event) []byte { return f(e.(E)) }), nil
+	})
+}
+
+// Quantiles estimates the given quantiles (each in [0, 1]) of the numeric field with a DDSketch of
+// 1% relative accuracy.
+func (a *AggregateSet[E]) Quantiles(name, field string, qs ...float64) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) {
+		f, err := numericField[E](field)
+		if err != nil {
+			return AggDef{}, err
+		}
+		return quantilesDef(name, func(e Event) float64 { return f(e.(E)) }, qs)
+	})
+}
+
+// QuantilesOf estimates the given quantiles of f(e).
+func (a *AggregateSet[E]) QuantilesOf(name string, f func(E) float64, qs ...float64) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) {
+		return quantilesDef(name, func(e Event) float64 { return f(e.(E)) }, qs)
+	})
+}
+
+// CustomAggregation is a user-defined aggregation over events E; UserDefined implements it.
+type CustomAggregation[E any] interface {
+	def(name string) (AggDef, error)
+}
+
+// Custom adds a user-defined aggregation (see UserDefined).
+func (a *AggregateSet[E]) Custom(name string, agg CustomAggregation[E]) *AggregateSet[E] {
+	return a.add(name, func() (AggDef, error) {
+		if agg == nil {
+			return AggDef{}, errors.New("custom aggregation is nil")
+		}
+		return agg.def(name)
+	})
+}
+
+func (a *AggregateSet[E]) name() string        { return a.setName }
+func (a *AggregateSet[E]) sourceTopic() string { return a.src.topic }
+
+func (a *AggregateSet[E]) compile(source int) (*SetDef, error) {
+	var errs []error
+	where := fmt.Sprintf("aggregate set %q", a.setName)
+	if a.setName == "" {
+		errs = append(errs, fmt.Errorf("aggregate set on %q: name is empty", a.src.topic))
+	}
+	if err := a.spec.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%s: window: %w", where, err))
+	}
+	if !a.graceSet {
+		errs = append(errs, fmt.Errorf("%s: Grace is not stated (state it, even Grace(0))", where))
+	} else if a.grace < 0 {
+		errs = append(errs, fmt.Errorf("%s: Grace is negative (%v)", where, a.grace))
+	}
+	switch a.emit.Mode {
+	case EmitFinal, EmitEveryUpdate:
+	case EmitEarly:
+		if a.emit.Every <= 0 {
+			errs = append(errs, fmt.Errorf("%s: Emit: EarlyEvery needs a positive interval, got %v", where, a.emit.Every))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("%s: Emit: unknown mode %d", where, a.emit.Mode))
+	}
+	if len(a.aggs) == 0 {
+		errs = append(errs, fmt.Errorf("%s: no aggregation declared", where))
+	}
+	def := &SetDef{Name: a.setName, Source: source, Window: a.spec, Grace: a.grace.Milliseconds(), Emit: a.emit}
+	if len(a.types) > 0 {
+		def.Types = map[string]bool{}
+		for _, t := range a.types {
+			def.Types[t] = true
+		}
+	}
+	seen := map[string]bool{}
+	for _, d := range a.aggs {
+		if d.name == "" {
+			errs = append(errs, fmt.Errorf("%s: an aggregation has an empty name", where))
+			continue
+		}
+		if seen[d.name] {
+			errs = append(errs, fmt.Errorf("%s: aggregation %q declared twice", where, d.name))
+			continue
+		}
+		seen[d.name] = true
+		ad, err := d.build()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: aggregation %q: %w", where, d.name, err))
+			continue
+		}
+		def.Aggs = append(def.Aggs, ad)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return def, nil
+}

@@ -1,0 +1,327 @@
+package topology
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/DataDog/sketches-go/ddsketch"
+	"github.com/axiomhq/hyperloglog"
+
+	"github.com/abacus-stream/abacus/processors/totals"
+)
+
+// errShort is returned when an accumulator's encoding is truncated.
+var errShort = errors.New("accumulator encoding truncated")
+
+// count: uvarint number of events.
+type countAcc struct{ n uint64 }
+
+func countDef(name string) AggDef {
+	return AggDef{
+		Name: name,
+		New:  func() Accumulator { return &countAcc{} },
+		Decode: func(b []byte) (Accumulator, error) {
+			n, k := binary.Uvarint(b)
+			if k <= 0 {
+				return nil, fmt.Errorf("count %q: %w", name, errShort)
+			}
+			return &countAcc{n: n}, nil
+		},
+	}
+}
+
+func (c *countAcc) Add(Event, int64) { c.n++ }
+func (c *countAcc) Merge(o Accumulator) error {
+	oc, ok := o.(*countAcc)
+	if !ok {
+		return fmt.Errorf("count: cannot merge %T", o)
+	}
+	c.n += oc.n
+	return nil
+}
+func (c *countAcc) Value() totals.Value          { return totals.Value{Kind: totals.KindInt, Int: int64(c.n)} }
+func (c *countAcc) AppendBinary(b []byte) []byte { return binary.AppendUvarint(b, c.n) }
+
+// floatOp identifies the float aggregations, which share one accumulator layout:
+// byte flags (bit 0: has a value), float64 value, varint n-or-time.
+type floatOp uint8
+
+const (
+	sumOp floatOp = iota + 1
+	minOp
+	maxOp
+	meanOp // v = sum, aux = count
+	lastOp // aux = event time of v
+)
+
+type floatAcc struct {
+	op  floatOp
+	has bool
+	v   float64
+	aux int64
+	get func(Event) float64
+}
+
+func floatDef[E any](name, field string, resolve func(string) (func(E) float64, error), op floatOp) (AggDef, error) {
+	f, err := resolve(field)
+	if err != nil {
+		return AggDef{}, err
+	}
+	return floatDefOf(name, f, op), nil
+}
+
+func floatDefOf[E any](name string, f func(E) float64, op floatOp) AggDef {
+	get := func(e Event) float64 { return f(e.(E)) }
+	return AggDef{
+		Name: name,
+		New:  func() Accumulator { return &floatAcc{op: op, get: get} },
+		Decode: func(b []byte) (Accumulator, error) {
+			if len(b) < 9 {
+				return nil, fmt.Errorf("aggregation %q: %w", name, errShort)
+			}
+			a := &floatAcc{op: op, get: get, has: b[0]&1 != 0, v: math.Float64frombits(binary.BigEndian.Uint64(b[1:9]))}
+			aux, k := binary.Varint(b[9:])
+			if k <= 0 {
+				return nil, fmt.Errorf("aggregation %q: %w", name, errShort)
+			}
+			a.aux = aux
+			return a, nil
+		},
+	}
+}
+
+func (a *floatAcc) Add(e Event, t int64) { a.fold(a.get(e), t, 1) }
+
+// fold applies a value x with time t (last) or count n (mean) to the accumulator.
+func (a *floatAcc) fold(x float64, aux int64, n int64) {
+	switch a.op {
+	case sumOp:
+		a.v += x
+	case minOp:
+		if !a.has || x < a.v {
+			a.v = x
+		}
+	case maxOp:
+		if !a.has || x > a.v {
+			a.v = x
+		}
+	case meanOp:
+		a.v += x
+		a.aux += n
+	case lastOp:
+		// >= so that, on equal event times, the later applied event wins.
+		if !a.has || aux >= a.aux {
+			a.v, a.aux = x, aux
+		}
+	}
+	a.has = true
+}
+
+func (a *floatAcc) Merge(o Accumulator) error {
+	ob, ok := o.(*floatAcc)
+	if !ok || ob.op != a.op {
+		return fmt.Errorf("float aggregation: cannot merge %T", o)
+	}
+	if !ob.has {
+		return nil
+	}
+	switch a.op {
+	case meanOp:
+		a.v += ob.v
+		a.aux += ob.aux
+		a.has = true
+	case lastOp:
+		a.fold(ob.v, ob.aux, 0)
+	default:
+		a.fold(ob.v, 0, 0)
+	}
+	return nil
+}
+
+func (a *floatAcc) Value() totals.Value {
+	v := a.v
+	if a.op == meanOp {
+		if a.aux == 0 {
+			v = 0
+		} else {
+			v = a.v / float64(a.aux)
+		}
+	}
+	return totals.Value{Kind: totals.KindFloat, Float: v}
+}
+
+func (a *floatAcc) AppendBinary(b []byte) []byte {
+	var flags byte
+	if a.has {
+		flags = 1
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(a.v))
+	return binary.AppendVarint(b, a.aux)
+}
+
+// distinct: the HyperLogLog sketch's own binary encoding.
+type distinctAcc struct {
+	sk  *hyperloglog.Sketch
+	get func(Event) []byte
+}
+
+func distinctDef(name string, get func(Event) []byte) AggDef {
+	return AggDef{
+		Name: name,
+		New:  func() Accumulator { return &distinctAcc{sk: hyperloglog.New(), get: get} },
+		Decode: func(b []byte) (Accumulator, error) {
+			sk := hyperloglog.New()
+			if err := sk.UnmarshalBinary(b); err != nil {
+				return nil, fmt.Errorf("distinct %q: %w", name, err)
+			}
+			return &distinctAcc{sk: sk, get: get}, nil
+		},
+	}
+}
+
+func (d *distinctAcc) Add(e Event, _ int64) { d.sk.Insert(d.get(e)) }
+func (d *distinctAcc) Merge(o Accumulator) error {
+	od, ok := o.(*distinctAcc)
+	if !ok {
+		return fmt.Errorf("distinct: cannot merge %T", o)
+	}
+	return d.sk.Merge(od.sk)
+}
+func (d *distinctAcc) Value() totals.Value {
+	return totals.Value{Kind: totals.KindInt, Int: int64(d.sk.Estimate())}
+}
+func (d *distinctAcc) AppendBinary(b []byte) []byte {
+	out, err := d.sk.AppendBinary(b)
+	if err != nil {
+		// The sketch encodes from memory and cannot fail; losing it silently would be worse.
+		panic(fmt.Sprintf("hyperloglog encode: %v", err))
+	}
+	return out
+}
+
+// quantiles: the DDSketch encoding without its index mapping, which every accumulator of the
+// aggregation shares.
+const quantileAccuracy = 0.01
+
+type quantilesAcc struct {
+	sk  *ddsketch.DDSketch
+	qs  []float64
+	get func(Event) float64
+}
+
+func quantilesDef(name string, get func(Event) float64, qs []float64) (AggDef, error) {
+	if len(qs) == 0 {
+		return AggDef{}, errors.New("no quantile requested")
+	}
+	for _, q := range qs {
+		if q < 0 || q > 1 || math.IsNaN(q) {
+			return AggDef{}, fmt.Errorf("quantile %v is outside [0, 1]", q)
+		}
+	}
+	qs = append([]float64(nil), qs...)
+	newSketch := func() *ddsketch.DDSketch {
+		sk, err := ddsketch.NewDefaultDDSketch(quantileAccuracy)
+		if err != nil {
+			panic(fmt.Sprintf("ddsketch with accuracy %v: %v", quantileAccuracy, err))
+		}
+		return sk
+	}
+	return AggDef{
+		Name: name,
+		New:  func() Accumulator { return &quantilesAcc{sk: newSketch(), qs: qs, get: get} },
+		Decode: func(b []byte) (Accumulator, error) {
+			sk := newSketch()
+			if err := sk.DecodeAndMergeWith(b); err != nil {
+				return nil, fmt.Errorf("quantiles %q: %w", name, err)
+			}
+			return &quantilesAcc{sk: sk, qs: qs, get: get}, nil
+		},
+	}, nil
+}
+
+func (q *quantilesAcc) Add(e Event, _ int64) {
+	// Add fails only for values the sketch cannot index (NaN, ±Inf, beyond its range): those are
+	// skipped rather than allowed to stop the stream.
+	_ = q.sk.Add(q.get(e))
+}
+func (q *quantilesAcc) Merge(o Accumulator) error {
+	oq, ok := o.(*quantilesAcc)
+	if !ok {
+		return fmt.Errorf("quantiles: cannot merge %T", o)
+	}
+	return q.sk.MergeWith(oq.sk)
+}
+func (q *quantilesAcc) Value() totals.Value {
+	v := totals.Value{Kind: totals.KindQuantiles}
+	vals, err := q.sk.GetValuesAtQuantiles(q.qs)
+	for i, qq := range q.qs {
+		x := math.NaN()
+		if err == nil {
+			x = vals[i]
+		}
+		v.Quantiles = append(v.Quantiles, totals.Quantile{Q: qq, Value: x})
+	}
+	return v
+}
+func (q *quantilesAcc) AppendBinary(b []byte) []byte {
+	q.sk.Encode(&b, true)
+	return b
+}
+
+// UserDefined is a user-defined aggregation over events E with accumulator A. Every function is
+// required; Encode and Decode must round-trip, because accumulators live in the changelog.
+type UserDefined[E, A any] struct {
+	Init   func() A
+	Add    func(acc A, e E, eventTime int64) A
+	Merge  func(a, b A) A
+	Encode func(A) []byte
+	Decode func([]byte) (A, error)
+}
+
+func (u UserDefined[E, A]) def(name string) (AggDef, error) {
+	switch {
+	case u.Init == nil:
+		return AggDef{}, errors.New("UserDefined.Init is nil")
+	case u.Add == nil:
+		return AggDef{}, errors.New("UserDefined.Add is nil")
+	case u.Merge == nil:
+		return AggDef{}, errors.New("UserDefined.Merge is nil")
+	case u.Encode == nil:
+		return AggDef{}, errors.New("UserDefined.Encode is nil")
+	case u.Decode == nil:
+		return AggDef{}, errors.New("UserDefined.Decode is nil")
+	}
+	return AggDef{
+		Name: name,
+		New:  func() Accumulator { return &userAcc[E, A]{u: u, a: u.Init()} },
+		Decode: func(b []byte) (Accumulator, error) {
+			a, err := u.Decode(b)
+			if err != nil {
+				return nil, fmt.Errorf("custom aggregation %q: %w", name, err)
+			}
+			return &userAcc[E, A]{u: u, a: a}, nil
+		},
+	}, nil
+}
+
+type userAcc[E, A any] struct {
+	u UserDefined[E, A]
+	a A
+}
+
+func (c *userAcc[E, A]) Add(e Event, t int64) { c.a = c.u.Add(c.a, e.(E), t) }
+func (c *userAcc[E, A]) Merge(o Accumulator) error {
+	oc, ok := o.(*userAcc[E, A])
+	if !ok {
+		return fmt.Errorf("custom aggregation: cannot merge %T", o)
+	}
+	c.a = c.u.Merge(c.a, oc.a)
+	return nil
+}
+func (c *userAcc[E, A]) Value() totals.Value {
+	return totals.Value{Kind: totals.KindBytes, Bytes: c.u.Encode(c.a)}
+}
+func (c *userAcc[E, A]) AppendBinary(b []byte) []byte { return append(b, c.u.Encode(c.a)...) }
