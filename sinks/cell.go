@@ -85,3 +85,22 @@ func (e *DecodeError) Error() string {
 }
 
 func (e *DecodeError) Unwrap() error { return e.Err }
+
+// ScanSpec is a range read of a table: rows in [Start, Stop) or every row with Prefix, newest
+// version first within a column, up to MaxVersions versions (1 when zero). Reversed reads rows from
+// the end of the range backwards.
+type ScanSpec struct {
+	Table       string
+	Prefix      []byte
+	Start, Stop []byte
+	Reversed    bool
+	Family      string // only this family when set
+	MaxVersions int
+	Limit       int // rows; 0 for all
+}
+
+// Reader reads cells back: HBase through the native client, or the embedded cell store. fn gets
+// each row's cells in HBase order (by column, newest version first) and returns false to stop.
+type Reader interface {
+	Scan(ctx context.Context, spec ScanSpec, fn func(row []byte, cells []Cell) bool) error
+}

@@ -267,21 +267,8 @@ func (s *Store) Write(ctx context.Context, cells []sinks.Cell) ([]sinks.CellErro
 	return failed, nil
 }
 
-// Scan reads the rows of a table in [Start, Stop) (or all rows with Prefix), newest version first
-// within a column, up to MaxVersions versions (1 when zero), and calls fn for each row until it
-// returns false. Reversed reads rows from the end of the range backwards.
-type Scan struct {
-	Table       string
-	Prefix      []byte
-	Start, Stop []byte
-	Reversed    bool
-	Family      string // only this family when set
-	MaxVersions int
-	Limit       int // rows; 0 for all
-}
-
-// Scan implements the reads the query layer makes.
-func (s *Store) Scan(ctx context.Context, sc Scan, fn func(row []byte, cells []sinks.Cell) bool) error {
+// Scan implements sinks.Reader.
+func (s *Store) Scan(ctx context.Context, sc sinks.ScanSpec, fn func(row []byte, cells []sinks.Cell) bool) error {
 	if _, ok := s.Families(sc.Table); !ok {
 		return fmt.Errorf("cellstore: scan: %w: %q", ErrNoSuchTable, sc.Table)
 	}

@@ -13,7 +13,7 @@ func put(row, qual string, ts int64, val string) sinks.Cell {
 	return sinks.Cell{Table: "t", Row: []byte(row), Family: []byte("f"), Qualifier: []byte(qual), Timestamp: ts, Value: []byte(val)}
 }
 
-func scanAll(t *testing.T, s *Store, sc Scan) map[string][]sinks.Cell {
+func scanAll(t *testing.T, s *Store, sc sinks.ScanSpec) map[string][]sinks.Cell {
 	t.Helper()
 	out := map[string][]sinks.Cell{}
 	if err := s.Scan(context.Background(), sc, func(row []byte, cells []sinks.Cell) bool {
@@ -40,7 +40,7 @@ func TestVersionsAreReplacedAndNewestWins(t *testing.T) {
 			t.Fatal(f, err)
 		}
 	}
-	got := scanAll(t, s, Scan{Table: "t", MaxVersions: 10})["r"]
+	got := scanAll(t, s, sinks.ScanSpec{Table: "t", MaxVersions: 10})["r"]
 	want := []string{"30=new", "20=old", "10=a"}
 	if len(got) != len(want) {
 		t.Fatalf("got %d versions, want %v", len(got), want)
@@ -50,12 +50,12 @@ func TestVersionsAreReplacedAndNewestWins(t *testing.T) {
 			t.Fatalf("version %d = %d=%s, want %s", i, c.Timestamp, c.Value, want[i])
 		}
 	}
-	if one := scanAll(t, s, Scan{Table: "t"})["r"]; len(one) != 1 || string(one[0].Value) != "new" {
+	if one := scanAll(t, s, sinks.ScanSpec{Table: "t"})["r"]; len(one) != 1 || string(one[0].Value) != "new" {
 		t.Fatalf("default read = %v, want the newest value only", one)
 	}
 	// A fourth version pushes the oldest out (VERSIONS=3).
 	s.Write(ctx, []sinks.Cell{put("r", "q", 40, "newest")})
-	if got := scanAll(t, s, Scan{Table: "t", MaxVersions: 10})["r"]; len(got) != 3 || got[2].Timestamp != 20 {
+	if got := scanAll(t, s, sinks.ScanSpec{Table: "t", MaxVersions: 10})["r"]; len(got) != 3 || got[2].Timestamp != 20 {
 		t.Fatalf("after a fourth version: %v", got)
 	}
 }
@@ -80,7 +80,7 @@ func TestPermanentFailuresAreReportedPerCell(t *testing.T) {
 			t.Fatalf("cell %d failed with %v (permanent %v), want %v", f.Index, f.Err, f.Permanent, wantErr[f.Index])
 		}
 	}
-	rows := scanAll(t, s, Scan{Table: "t"})
+	rows := scanAll(t, s, sinks.ScanSpec{Table: "t"})
 	if len(rows["a"]) != 1 || len(rows["e"]) != 1 || len(rows["d"]) != 0 {
 		t.Fatalf("rows after a partly failed write: %v", rows)
 	}
@@ -107,7 +107,7 @@ func TestScanPrefixReversedAndReopen(t *testing.T) {
 	defer s.Close()
 	for _, rev := range []bool{false, true} {
 		var times []int64
-		err := s.Scan(context.Background(), Scan{Table: "t", Prefix: sinks.EntityPrefix("ab1", 1), Reversed: rev}, func(row []byte, cs []sinks.Cell) bool {
+		err := s.Scan(context.Background(), sinks.ScanSpec{Table: "t", Prefix: sinks.EntityPrefix("ab1", 1), Reversed: rev}, func(row []byte, cs []sinks.Cell) bool {
 			if string(cs[0].Value) != "ab1" {
 				t.Fatalf("prefix scan of ab1 returned a row of %q", cs[0].Value)
 			}
@@ -126,7 +126,7 @@ func TestScanPrefixReversedAndReopen(t *testing.T) {
 		}
 	}
 	n := 0
-	s.Scan(context.Background(), Scan{Table: "t", Limit: 2}, func([]byte, []sinks.Cell) bool { n++; return true })
+	s.Scan(context.Background(), sinks.ScanSpec{Table: "t", Limit: 2}, func([]byte, []sinks.Cell) bool { n++; return true })
 	if n != 2 {
 		t.Fatalf("limit 2 returned %d rows", n)
 	}

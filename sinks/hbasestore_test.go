@@ -1,0 +1,146 @@
+package sinks
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/testenv"
+)
+
+func hbaseClient(t *testing.T) *hbase.Client {
+	t.Helper()
+	quorum := testenv.HBaseZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := hbase.NewClient(ctx, quorum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func dropTable(t *testing.T, admin *hbase.Admin, name string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		_ = admin.DisableTable(ctx, name)
+		_ = admin.DeleteTable(ctx, name)
+	})
+}
+
+func TestEnsureTableCreatesPreSplitAndRefusesMismatch(t *testing.T) {
+	c := hbaseClient(t)
+	admin := c.Admin()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("sinktest_layout_%d", time.Now().UnixNano())
+	dropTable(t, admin, name)
+	l := TableLayout{Name: name, Family: "a", SaltBuckets: 8, TTL: 30 * 24 * time.Hour}
+	if err := EnsureTable(ctx, admin, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnsureTable(ctx, admin, l); err != nil {
+		t.Fatalf("second EnsureTable on the same layout: %v", err)
+	}
+	spec, err := admin.DescribeTable(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.Attributes[AttrSaltBuckets] != "8" || len(spec.Families) != 1 || spec.Families[0].Attributes["TTL"] != "2592000" {
+		t.Fatalf("table described as %+v", spec)
+	}
+	other := l
+	other.SaltBuckets = 16
+	if err := EnsureTable(ctx, admin, other); err == nil || !strings.Contains(err.Error(), "abacus.salt.buckets=8") {
+		t.Fatalf("EnsureTable with another bucket count: %v", err)
+	}
+	other = l
+	other.Family = "zz"
+	if err := EnsureTable(ctx, admin, other); err == nil || !strings.Contains(err.Error(), `not "zz"`) {
+		t.Fatalf("EnsureTable with another family: %v", err)
+	}
+}
+
+func TestHBaseStoreWritesAndFailsOnlyTheBadCells(t *testing.T) {
+	c := hbaseClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := fmt.Sprintf("sinktest_store_%d", time.Now().UnixNano())
+	dropTable(t, c.Admin(), name)
+	if err := EnsureTable(ctx, c.Admin(), TableLayout{Name: name, Family: "f", SaltBuckets: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewHBaseStore(c, HBaseStoreConfig{Durability: hbase.SkipWAL}); err == nil {
+		t.Fatal("SKIP_WAL accepted without ForceSkipWAL")
+	}
+	st, err := NewHBaseStore(c, HBaseStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []Cell
+	for i := range 40 {
+		fam := "f"
+		if i%10 == 3 {
+			fam = "missing"
+		}
+		e := fmt.Sprintf("dev%d", i%5)
+		cells = append(cells, Cell{Table: name, Row: FactRow(e, int64(1000+i), 4), Family: []byte(fam),
+			Qualifier: fmt.Appendf(nil, "t:0:%d", i), Timestamp: int64(1000 + i), Value: fmt.Appendf(nil, "v%d", i)})
+	}
+	failed, err := st.Write(ctx, cells)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(failed) != 4 {
+		t.Fatalf("%d cells failed, want the 4 of the missing family: %v", len(failed), failed)
+	}
+	for _, f := range failed {
+		if !f.Permanent || string(cells[f.Index].Family) != "missing" || !strings.Contains(f.Err.Error(), "NoSuchColumnFamily") {
+			t.Fatalf("cell %d failed with %v permanent=%v", f.Index, f.Err, f.Permanent)
+		}
+	}
+	// Write again: identical cells, still one version each.
+	if _, err := st.Write(ctx, cells); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = st.Scan(ctx, ScanSpec{Table: name, Prefix: EntityPrefix("dev1", 4), MaxVersions: 10}, func(row []byte, cs []Cell) bool {
+		e, ts, err := ParseFactRow(row)
+		if err != nil || e != "dev1" {
+			t.Fatalf("prefix scan of dev1 returned row of %q (%v)", e, err)
+		}
+		for _, c := range cs {
+			if c.Timestamp != ts || string(c.Value) != fmt.Sprintf("v%d", ts-1000) {
+				t.Fatalf("cell %s ts %d value %s in row at %d", c.Qualifier, c.Timestamp, c.Value, ts)
+			}
+		}
+		n += len(cs)
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for i := range 40 {
+		if i%5 == 1 && i%10 != 3 {
+			want++
+		}
+	}
+	if n != want {
+		t.Fatalf("dev1 has %d cell versions, want %d (one per event)", n, want)
+	}
+	var rows []int64
+	err = st.Scan(ctx, ScanSpec{Table: name, Prefix: EntityPrefix("dev2", 4), Reversed: true, Limit: 3}, func(row []byte, _ []Cell) bool {
+		_, ts, _ := ParseFactRow(row)
+		rows = append(rows, ts)
+		return true
+	})
+	if err != nil || len(rows) != 3 || rows[0] > rows[1] {
+		t.Fatalf("reversed limited scan: %v %v", rows, err)
+	}
+}
