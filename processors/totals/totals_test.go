@@ -1,0 +1,62 @@
+package totals
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"testing"
+)
+
+func sample() *Record {
+	return &Record{Topology: "sensors", Set: "device-hourly", Entity: "dev-7", Start: 1_767_225_600_000,
+		End: 1_767_229_200_000, Final: true, Revision: 42, Values: []Value{
+			{Name: "n", Kind: KindInt, Int: 42},
+			{Name: "max", Kind: KindFloat, Float: -3.25},
+			{Name: "p", Kind: KindQuantiles, Quantiles: []Quantile{{0.5, 10}, {0.99, math.Inf(1)}}},
+			{Name: "custom", Kind: KindBytes, Bytes: []byte{0, 1, 2}},
+		}}
+}
+
+func TestRoundTrip(t *testing.T) {
+	r := sample()
+	got, err := Decode(r.Encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, r)
+	}
+	if v, ok := got.Value("max"); !ok || v.Float != -3.25 {
+		t.Errorf("Value(max) = %+v, %v", v, ok)
+	}
+}
+
+// TestVersion1Layout pins the first bytes of the encoding, which sinks in other processes read.
+func TestVersion1Layout(t *testing.T) {
+	b := (&Record{Topology: "t", Set: "s", Entity: "e", Start: 1, End: 2, Revision: 3}).Encode()
+	want := []byte{1, 1, 't', 1, 's', 1, 'e', 2, 4, 0, 3, 0}
+	if !reflect.DeepEqual(b, want) {
+		t.Errorf("encoding % x, want % x", b, want)
+	}
+}
+
+func TestDecodeRejectsCorruption(t *testing.T) {
+	b := sample().Encode()
+	for i := range len(b) {
+		if _, err := Decode(b[:i]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d bytes: error %v, want ErrCorrupt", i, err)
+		}
+	}
+	if _, err := Decode(append([]byte{2}, b[1:]...)); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("version 2 accepted: %v", err)
+	}
+}
+
+func TestNewer(t *testing.T) {
+	a := &Record{Revision: 5}
+	b := &Record{Revision: 6}
+	f := &Record{Revision: 6, Final: true}
+	if !b.Newer(a) || a.Newer(b) || !f.Newer(b) || b.Newer(f) || f.Newer(f) {
+		t.Error("newest-wins order is not (Final, Revision)")
+	}
+}

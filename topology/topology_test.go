@@ -1,0 +1,225 @@
+package topology_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/windows"
+)
+
+type click struct {
+	User    string  `json:"user"`
+	Page    string  `json:"page"`
+	TS      int64   `json:"ts"`
+	Latency float64 `json:"latency_ms"`
+	Bytes   int     `json:"bytes"`
+}
+
+func clickSource(b *topology.Builder) *topology.Source[click] {
+	return topology.NewSource(b, "clicks", topology.JSON[click](),
+		func(c click) string { return c.User },
+		func(c click) time.Time { return time.UnixMilli(c.TS) })
+}
+
+// TestBuildErrorsNameTheField checks that each misconfiguration fails Build with an error that
+// names what is wrong.
+func TestBuildErrorsNameTheField(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		declare func(b *topology.Builder)
+		want    []string
+	}{
+		{"no grace", func(b *topology.Builder) {
+			clickSource(b).Aggregate("hourly", windows.Tumbling(time.Hour)).Count("n")
+		}, []string{`"hourly"`, "Grace is not stated"}},
+		{"hop larger than size", func(b *topology.Builder) {
+			clickSource(b).Aggregate("hop", windows.Hopping(time.Minute, time.Hour)).Grace(0).Count("n")
+		}, []string{`"hop"`, "advance", "larger than size"}},
+		{"unknown field", func(b *topology.Builder) {
+			clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0).Sum("total", "latncy")
+		}, []string{`"total"`, `unknown field "latncy"`}},
+		{"non-numeric field", func(b *topology.Builder) {
+			clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0).Max("m", "page")
+		}, []string{`"m"`, `field "page"`, "not a number"}},
+		{"duplicate aggregation", func(b *topology.Builder) {
+			clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0).Count("n").Sum("n", "bytes")
+		}, []string{`aggregation "n" declared twice`}},
+		{"duplicate set", func(b *topology.Builder) {
+			s := clickSource(b)
+			s.Aggregate("s", windows.Tumbling(time.Hour)).Grace(0).Count("n")
+			s.Aggregate("s", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+		}, []string{`aggregate set "s"`, "declared twice"}},
+		{"no aggregation", func(b *topology.Builder) {
+			clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0)
+		}, []string{`"s"`, "no aggregation"}},
+		{"bad quantile", func(b *topology.Builder) {
+			clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0).Quantiles("lat", "latency_ms", 0.5, 1.5)
+		}, []string{`"lat"`, "1.5"}},
+		{"distinct on float", func(b *topology.Builder) {
+			clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0).Distinct("d", "latency_ms")
+		}, []string{`"d"`, `field "latency_ms"`}},
+		{"incomplete custom", func(b *topology.Builder) {
+			clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0).
+				Custom("c", topology.UserDefined[click, int]{Init: func() int { return 0 }})
+		}, []string{`"c"`, "UserDefined.Add is nil"}},
+		{"no source", func(b *topology.Builder) {}, []string{"no source"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := topology.New("t")
+			c.declare(b)
+			_, err := b.Build()
+			if !errors.Is(err, topology.ErrInvalid) {
+				t.Fatalf("Build error %v, want ErrInvalid", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildValid(t *testing.T) {
+	b := topology.New("web")
+	src := clickSource(b).EventType(func(c click) string { return c.Page })
+	src.Aggregate("user-hourly", windows.Tumbling(time.Hour)).Grace(5*time.Minute).Count("n").Max("max_lat", "latency_ms")
+	src.Aggregate("user-daily", windows.Tumbling(24*time.Hour)).Grace(time.Hour).Types("checkout").Sum("bytes", "Bytes")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(topo.Sets) != 2 || topo.TotalsTopic != "web-totals" || topo.DeadLetter != "web-dead-letter" {
+		t.Fatalf("unexpected topology %+v", topo)
+	}
+	if topo.Sets[1].Accepts("home") || !topo.Sets[1].Accepts("checkout") || !topo.Sets[0].Accepts("home") {
+		t.Error("type filter not applied")
+	}
+	if got := topo.Sources[0].Sets; len(got) != 2 {
+		t.Errorf("source feeds sets %v, want both", got)
+	}
+	ev, err := topo.Sources[0].Decode([]byte(`{"user":"u1","page":"checkout","ts":1000,"latency_ms":3.5}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if topo.Sources[0].Entity(ev) != "u1" || topo.Sources[0].EventTime(ev) != 1000 || topo.Sources[0].Type(ev) != "checkout" {
+		t.Errorf("extractors read %v", ev)
+	}
+	if _, err := topo.Sources[0].Decode([]byte(`{"user":`)); err == nil {
+		t.Error("truncated JSON decoded")
+	}
+}
+
+// aggCase declares one aggregation, the events it sees in two halves, and the value it must end with.
+type aggCase struct {
+	name    string
+	declare func(*topology.AggregateSet[click]) *topology.AggregateSet[click]
+	check   func(t *testing.T, v totals.Value)
+}
+
+// TestAggregationsRoundTrip adds events to two accumulators, encodes and decodes each, merges
+// them, encodes and decodes again, and compares with one accumulator that saw every event.
+func TestAggregationsRoundTrip(t *testing.T) {
+	events := []click{}
+	for i := range 1000 {
+		events = append(events, click{User: "u", Page: "p" + string(rune('a'+i%26)) + string(rune('a'+i/26%26)),
+			TS: int64(i * 7 % 1000), Latency: float64(i%100 + 1), Bytes: i})
+	}
+	near := func(t *testing.T, got, want, rel float64) {
+		t.Helper()
+		if math.Abs(got-want) > rel*math.Abs(want) {
+			t.Errorf("got %v, want %v (±%v%%)", got, want, rel*100)
+		}
+	}
+	cases := []aggCase{
+		{"count", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] { return a.Count("x") },
+			func(t *testing.T, v totals.Value) { near(t, float64(v.Int), 1000, 0) }},
+		{"sum", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] { return a.Sum("x", "bytes") },
+			func(t *testing.T, v totals.Value) { near(t, v.Float, 999*1000/2, 0) }},
+		{"min", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] { return a.Min("x", "latency_ms") },
+			func(t *testing.T, v totals.Value) { near(t, v.Float, 1, 0) }},
+		{"max", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] { return a.Max("x", "latency_ms") },
+			func(t *testing.T, v totals.Value) { near(t, v.Float, 100, 0) }},
+		{"mean", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] { return a.Mean("x", "latency_ms") },
+			func(t *testing.T, v totals.Value) { near(t, v.Float, 50.5, 1e-12) }},
+		// TS = i*7 % 1000: the largest, 999, belongs to i = 857 (857*7 = 5999).
+		{"last", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] { return a.Last("x", "Bytes") },
+			func(t *testing.T, v totals.Value) { near(t, v.Float, 857, 0) }},
+		{"distinct", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] { return a.Distinct("x", "page") },
+			func(t *testing.T, v totals.Value) { near(t, float64(v.Int), 676, 0.03) }},
+		{"quantiles", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] {
+			return a.Quantiles("x", "latency_ms", 0.5, 0.99)
+		}, func(t *testing.T, v totals.Value) {
+			if len(v.Quantiles) != 2 {
+				t.Fatalf("quantiles %v", v.Quantiles)
+			}
+			near(t, v.Quantiles[0].Value, 50, 0.03)
+			near(t, v.Quantiles[1].Value, 99, 0.03)
+		}},
+		{"custom", func(a *topology.AggregateSet[click]) *topology.AggregateSet[click] {
+			return a.Custom("x", topology.UserDefined[click, uint64]{
+				Init:   func() uint64 { return 0 },
+				Add:    func(acc uint64, c click, _ int64) uint64 { return acc | 1<<(c.Bytes%64) },
+				Merge:  func(a, b uint64) uint64 { return a | b },
+				Encode: func(a uint64) []byte { return binary.BigEndian.AppendUint64(nil, a) },
+				Decode: func(b []byte) (uint64, error) {
+					if len(b) != 8 {
+						return 0, errors.New("want 8 bytes")
+					}
+					return binary.BigEndian.Uint64(b), nil
+				},
+			})
+		}, func(t *testing.T, v totals.Value) {
+			if v.Kind != totals.KindBytes || binary.BigEndian.Uint64(v.Bytes) != math.MaxUint64 {
+				t.Errorf("custom value %+v", v)
+			}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := topology.New("t")
+			c.declare(clickSource(b).Aggregate("s", windows.Tumbling(time.Hour)).Grace(0))
+			topo, err := b.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			def := topo.Sets[0].Aggs[0]
+			roundTrip := func(a topology.Accumulator) topology.Accumulator {
+				t.Helper()
+				out, err := def.Decode(a.AppendBinary(nil))
+				if err != nil {
+					t.Fatalf("decode: %v", err)
+				}
+				return out
+			}
+			one, left, right := def.New(), def.New(), def.New()
+			for i, e := range events {
+				one.Add(e, e.TS)
+				if i%3 == 0 {
+					left.Add(e, e.TS)
+				} else {
+					right.Add(e, e.TS)
+				}
+				if i == 500 {
+					left, right = roundTrip(left), roundTrip(right)
+				}
+			}
+			merged := roundTrip(left)
+			if err := merged.Merge(roundTrip(right)); err != nil {
+				t.Fatal(err)
+			}
+			merged = roundTrip(merged)
+			c.check(t, roundTrip(one).Value())
+			c.check(t, merged.Value())
+			if _, err := def.Decode(nil); err == nil && c.name != "custom" && c.name != "quantiles" {
+				t.Error("decoding an empty accumulator succeeded")
+			}
+		})
+	}
+}
