@@ -1,9 +1,11 @@
 package hbase
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -41,7 +43,15 @@ func (a *Admin) CreateTable(ctx context.Context, spec TableSpec) error {
 	tn := ParseTableName(spec.Name)
 	p := getBuf()
 	*p = appendMessage(*p, 1, func(b []byte) []byte { return appendTableSchema(b, tn, &spec) })
-	for _, k := range spec.SplitKeys {
+	// The master builds regions between consecutive keys as given: unsorted keys would make
+	// inverted regions, so sort them (and drop duplicates and the empty key) first.
+	keys := slices.Clone(spec.SplitKeys)
+	slices.SortFunc(keys, bytes.Compare)
+	keys = slices.CompactFunc(keys, bytes.Equal)
+	for _, k := range keys {
+		if len(k) == 0 {
+			continue
+		}
 		*p = appendBytesField(*p, 2, k)
 	}
 	if err := a.procedure(ctx, "create table "+spec.Name, "CreateTable", p); err != nil {

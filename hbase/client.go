@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -127,6 +128,8 @@ type Client struct {
 
 	metaMu   sync.Mutex
 	metaAddr string // region server hosting hbase:meta, "" when unknown
+
+	actionsSent atomic.Int64 // Multi actions put on the wire, first tries and retries
 }
 
 type dialWait struct {

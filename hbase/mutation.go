@@ -339,6 +339,9 @@ func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiReques
 		}
 	}
 
+	for _, ra := range req.regions {
+		c.actionsSent.Add(int64(len(ra.idx)))
+	}
 	param, cells := getBuf(), getBuf()
 	*param, *cells = appendMultiRequest(*param, *cells, ms, req)
 	resp, cb, err := c.rpc(ctx, serviceClient, req.addr, "Multi", param, cells)
