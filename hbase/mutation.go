@@ -348,7 +348,7 @@ func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiReques
 	if err != nil {
 		if e, ok := err.(*Error); ok && e.Kind == KindRelocate {
 			for _, ra := range req.regions {
-				c.regions.invalidate(ra.r)
+				c.invalidate(ra.r)
 			}
 		}
 		return c.failRequest(req, errs, err)
@@ -463,7 +463,7 @@ func (c *Client) readMultiResponse(resp, _ []byte, req *multiRequest, errs []err
 				if exc != nil {
 					if exc.Kind == KindRelocate && !relocated[ri] {
 						relocated[ri] = true
-						c.regions.invalidate(ra.r)
+						c.invalidate(ra.r)
 					}
 					fail(idx, exc)
 				} else {
@@ -473,7 +473,7 @@ func (c *Client) readMultiResponse(resp, _ []byte, req *multiRequest, errs []err
 				// The whole region failed (e.g. NotServingRegion): every action of it.
 				exc := parseNameBytesPair(raw, "multi", req.addr)
 				if exc.Kind == KindRelocate {
-					c.regions.invalidate(ra.r)
+					c.invalidate(ra.r)
 				}
 				for a := first; a < first+len(ra.idx); a++ {
 					if !seen[a] {
@@ -553,7 +553,7 @@ func (c *Client) Get(ctx context.Context, g Get) (*Result, error) {
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Kind == KindRelocate {
-				c.regions.invalidate(r)
+				c.invalidate(r)
 			}
 			if IsRetriable(err) {
 				last = err

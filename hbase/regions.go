@@ -14,6 +14,21 @@ import (
 // metaRegionName is the region name of hbase:meta's only region in a non-replicated cluster.
 var metaRegionName = []byte("hbase:meta,,1")
 
+// metaTableName is the catalog table, which is located through ZooKeeper (or ClientMetaService)
+// rather than through itself.
+const metaTableName = "hbase:meta"
+
+// invalidate forgets a region location the server refused.
+func (c *Client) invalidate(r *region) {
+	if r.table == metaTableName {
+		c.metaMu.Lock()
+		c.metaAddr = ""
+		c.metaMu.Unlock()
+		return
+	}
+	c.regions.invalidate(r)
+}
+
 // region is a cached region location.
 type region struct {
 	table string // TableName.String()
@@ -283,6 +298,13 @@ func parseTableName(b []byte) (TableName, error) {
 
 // locate returns the region of table holding key, from the cache or from hbase:meta.
 func (c *Client) locate(ctx context.Context, table string, key []byte) (*region, error) {
+	if table == metaTableName {
+		addr, err := c.metaServer(ctx, false)
+		if err != nil {
+			return nil, err
+		}
+		return &region{table: metaTableName, name: metaRegionName, addr: addr}, nil
+	}
 	if r := c.regions.lookup(table, key); r != nil {
 		return r, nil
 	}

@@ -393,7 +393,7 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 			last = err
 			sc.scannerID = 0
 			if e.Kind == KindRelocate || e.Kind == KindReconnect {
-				c.regions.invalidate(sc.region)
+				c.invalidate(sc.region)
 			}
 			sc.region = nil
 			continue
@@ -401,6 +401,14 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 		sr, err := parseScanResponse(resp, cb)
 		if err != nil {
 			return &Error{Op: "scan " + sc.s.Table, Server: sc.region.addr, Kind: KindPermanent, Err: err}
+		}
+		if sc.scannerID != 0 && sr.moreResults == nil && sr.moreResultsInRegion == nil && len(sr.results) == 0 {
+			// HBase 2 answers a next on a scanner it already closed with a bare, empty response
+			// rather than an error. Region exhausted or not, reopening after the last row returned is
+			// correct: an exhausted region answers the reopen with more_results_in_region=false.
+			sc.scannerID = 0
+			last = &Error{Op: "scan " + sc.s.Table, Server: sc.region.addr, Kind: KindBackoff, Message: "scanner closed by the server"}
+			continue
 		}
 		sc.scannerID = sr.scannerID
 		sc.lastRPC = time.Now()
