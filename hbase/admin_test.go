@@ -235,7 +235,9 @@ func TestPipelinedCalls(t *testing.T) {
 	}
 }
 
-func rowName(i int) string { return "row" + string(rune('a'+i/26%26)) + string(rune('a'+i%26)) + string(rune('0'+i/676)) }
+func rowName(i int) string {
+	return "row" + string(rune('a'+i/26%26)) + string(rune('a'+i%26)) + string(rune('0'+i/676))
+}
 
 // TestCloseLeavesNoGoroutines: after Close no connection goroutine survives, and calls fail with
 // ErrClosed.

@@ -30,10 +30,11 @@ const (
 )
 
 type mutCell struct {
-	family, qualifier []byte
-	ts                int64
-	typ               byte
-	value             []byte
+	family    string // a string: most callers pass a constant, and converting would allocate per cell
+	qualifier []byte
+	ts        int64
+	typ       byte
+	value     []byte
 }
 
 // Mutation is a Put or a Delete of one row. Build one with NewPut or NewDelete and add cells; a
@@ -78,7 +79,7 @@ func (m *Mutation) Add(family string, qualifier []byte, ts int64, value []byte) 
 		if value == nil {
 			value = []byte{} // a Put always carries a value, if only an empty one
 		}
-		m.cells = append(m.cells, mutCell{[]byte(family), qualifier, ts, typePut, value})
+		m.cells = append(m.cells, mutCell{family, qualifier, ts, typePut, value})
 	}
 	return m
 }
@@ -104,7 +105,7 @@ func (m *Mutation) addDelete(what, family string, qualifier []byte, ts int64, ty
 		return m
 	}
 	if m.check(what, ts) {
-		m.cells = append(m.cells, mutCell{[]byte(family), qualifier, ts, typ, nil})
+		m.cells = append(m.cells, mutCell{family, qualifier, ts, typ, nil})
 	}
 	return m
 }

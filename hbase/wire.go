@@ -133,7 +133,7 @@ const (
 // appendKeyValue appends one cell in KeyValueCodec form: int32 length of what follows, then the
 // KeyValue (int32 key length, int32 value length, key, value), the key being int16 row length, row,
 // int8 family length, family, qualifier, int64 timestamp, int8 type.
-func appendKeyValue(b []byte, row, family, qualifier []byte, ts int64, typ byte, value []byte) []byte {
+func appendKeyValue(b []byte, row []byte, family string, qualifier []byte, ts int64, typ byte, value []byte) []byte {
 	keyLen := 2 + len(row) + 1 + len(family) + len(qualifier) + 8 + 1
 	b = binary.BigEndian.AppendUint32(b, uint32(8+keyLen+len(value)))
 	b = binary.BigEndian.AppendUint32(b, uint32(keyLen))
