@@ -2,8 +2,9 @@ package testenv_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
+	"io"
 	"testing"
 	"time"
 
@@ -114,7 +115,8 @@ func TestKafkaCompactedTopicConfig(t *testing.T) {
 	}
 }
 
-// TestHBaseMetaRegionServer finds hbase:meta through ZooKeeper and connects to its region server.
+// TestHBaseMetaRegionServer finds hbase:meta through ZooKeeper and reads it with a real scan through
+// the native client.
 func TestHBaseMetaRegionServer(t *testing.T) {
 	quorum := testenv.HBaseZooKeeper(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -130,16 +132,36 @@ func TestHBaseMetaRegionServer(t *testing.T) {
 	if sn.Port == 0 || sn.StartCode == 0 {
 		t.Fatalf("implausible meta server %+v", sn)
 	}
-	c, err := net.DialTimeout("tcp", sn.Addr(), 5*time.Second)
-	if err != nil {
-		t.Fatalf("connect to meta region server %s: %v", sn, err)
-	}
-	c.Close()
 	master, err := loc.Master(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if master.Port == 0 {
 		t.Fatalf("implausible master %+v", master)
+	}
+	cl, err := hbase.NewClient(ctx, quorum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	sc := cl.Scan(hbase.Scan{Table: "hbase:meta", Caching: 10})
+	defer sc.Close()
+	rows := 0
+	for {
+		r, err := sc.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("scan hbase:meta on %s: %v", sn, err)
+		}
+		if len(r.Cells) == 0 {
+			t.Fatal("empty row from hbase:meta")
+		}
+		rows++
+	}
+	// Every HBase 2.6 has at least the hbase:namespace region registered in hbase:meta.
+	if rows == 0 {
+		t.Fatal("hbase:meta scan returned no rows")
 	}
 }

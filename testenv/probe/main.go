@@ -1,13 +1,11 @@
 // Command probe answers whether the test services really serve: a Kafka broker that answers a
-// Metadata request, and an HBase whose meta region is open on a region server that accepts
-// connections. testenv/services.sh runs it until it succeeds; it exits non-zero with the reason.
+// Metadata request, and an HBase whose meta region is open and answers a scan. testenv/services.sh runs it until it succeeds; it exits non-zero with the reason.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"time"
 
@@ -67,11 +65,17 @@ func probeHBase(ctx context.Context, quorum string) (string, error) {
 	if state != hbase.RegionStateOpen {
 		return "", fmt.Errorf("hbase:meta on %s is in state %d, not open yet", sn, state)
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", sn.Addr())
+	// A real RPC, not a bare TCP dial: hbase:meta must answer a scan with at least one row.
+	cl, err := hbase.NewClient(ctx, quorum, hbase.WithRetries(1, 0, 0))
 	if err != nil {
-		return "", fmt.Errorf("hbase:meta region server %s: %w", sn, err)
+		return "", err
 	}
-	c.Close()
-	return fmt.Sprintf("hbase:meta open on %s", sn), nil
+	defer cl.Close()
+	sc := cl.Scan(hbase.Scan{Table: "hbase:meta", Caching: 1})
+	defer sc.Close()
+	row, err := sc.Next(ctx)
+	if err != nil {
+		return "", fmt.Errorf("hbase:meta on %s: scan: %w", sn, err)
+	}
+	return fmt.Sprintf("hbase:meta open on %s, first row %q", sn, row.Row()), nil
 }
