@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -370,5 +371,65 @@ func TestScanVersionsAndTimeRange(t *testing.T) {
 	}
 	if n := count(Scan{MaxVersions: AllVersions, TimeRange: TimeRange{From: 20, To: 40}}); n != 2 {
 		t.Errorf("time range [20,40): %d cells, want 2", n)
+	}
+}
+
+// TestTooLargeCellFailsOnlyItself: a cell over the server's hbase.server.keyvalue.maxsize (10 MiB by
+// default) is refused permanently; the rest of the batch lands. SKIP_WAL, asked for by name, is
+// accepted.
+func TestTooLargeCellFailsOnlyItself(t *testing.T) {
+	c := testClient(t)
+	table := testTable(t, c, "bigcell", fam("f"), nil)
+	ctx := testContext(t)
+	big := make([]byte, 11<<20)
+	small := put1(table, "small", "q", 1, "v")
+	small.Durability = SkipWAL
+	ms := []*Mutation{put1(table, "a", "q", 1, "v"), NewPut(table, []byte("big")).Add("f", []byte("q"), 1, big), small}
+	err := c.Apply(ctx, ms)
+	var be *BatchError
+	if !errors.As(err, &be) || be.Failed != 1 || be.Errs[1] == nil || IsRetriable(be.Errs[1]) {
+		t.Fatalf("apply: %v, want only the big cell to fail, permanently", err)
+	}
+	for _, row := range []string{"a", "small"} {
+		res, err := c.Get(ctx, Get{Table: table, Row: []byte(row)})
+		if err != nil || len(res.Cells) != 1 {
+			t.Fatalf("row %s: %v %+v", row, err, res)
+		}
+	}
+	t.Logf("big cell refused with: %v", be.Errs[1])
+}
+
+// TestSmallCapsManyRequests forces many small Multi requests (10 actions, at most 2 in flight per
+// server and 1 per region) over a 16-region table: concurrent Apply calls share the bounds without
+// deadlock, and every action lands exactly once.
+func TestSmallCapsManyRequests(t *testing.T) {
+	c := testClient(t, WithBatchLimits(10, 4<<20), WithMaxInFlight(2, 1))
+	table := testTable(t, c, "smallcaps", fam("f"), splitKeys16())
+	ctx := testContext(t)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ms []*Mutation
+			for i := range 400 {
+				ms = append(ms, put1(table, fmt.Sprintf("%x-%d-%04d", i%16, g, i), "q", 1, "v"))
+			}
+			if err := c.Apply(ctx, ms); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := countRows(t, c, Scan{Table: table}); n != 1600 {
+		t.Fatalf("%d rows, want 1600", n)
+	}
+	if sent := c.actionsSent.Load(); sent != 1600 {
+		t.Fatalf("%d actions sent for 1600 mutations", sent)
 	}
 }

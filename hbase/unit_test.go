@@ -1,0 +1,124 @@
+package hbase
+
+import (
+	"bytes"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+func TestPrefixEnd(t *testing.T) {
+	for _, tc := range []struct{ in, want []byte }{
+		{[]byte("ab1|"), []byte("ab1}")},
+		{[]byte("ab1"), []byte("ab2")},
+		{[]byte{'a', 0xff}, []byte("b")},
+		{[]byte{0xff, 0xff}, nil},
+	} {
+		if got := prefixEnd(tc.in); !bytes.Equal(got, tc.want) {
+			t.Errorf("prefixEnd(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	for class, want := range map[string]ErrorKind{
+		"org.apache.hadoop.hbase.NotServingRegionException":                   KindRelocate,
+		"org.apache.hadoop.hbase.exceptions.RegionMovedException":             KindRelocate,
+		"org.apache.hadoop.hbase.CallQueueTooBigException":                    KindBackoff,
+		"org.apache.hadoop.hbase.ipc.ServerNotRunningYetException":            KindReconnect,
+		"org.apache.hadoop.hbase.regionserver.NoSuchColumnFamilyException":    KindPermanent,
+		"org.apache.hadoop.hbase.TableNotFoundException":                      KindPermanent,
+		"org.apache.hadoop.hbase.DoNotRetryIOException":                       KindPermanent,
+		"org.apache.hadoop.hbase.SomethingNewException":                       KindBackoff,
+		"org.apache.hadoop.hbase.regionserver.RegionServerStoppedException":   KindReconnect,
+		"org.apache.hadoop.hbase.exceptions.FailedSanityCheckException":       KindPermanent,
+		"org.apache.hadoop.hbase.quotas.RpcThrottlingException":               KindBackoff,
+		"org.apache.hadoop.hbase.exceptions.UnknownProtocolException":         KindPermanent,
+		"org.apache.hadoop.hbase.regionserver.RegionServerAbortedException":   KindReconnect,
+		"org.apache.hadoop.hbase.PleaseHoldException":                         KindBackoff,
+		"org.apache.hadoop.hbase.ipc.CallTimeoutException":                    KindBackoff,
+		"org.apache.hadoop.hbase.regionserver.WrongRegionException":           KindRelocate,
+		"org.apache.hadoop.hbase.exceptions.RegionOpeningException":           KindBackoff,
+		"org.apache.hadoop.hbase.client.RetriesExhaustedWithDetailsException": KindBackoff,
+		"org.apache.hadoop.hbase.UnknownScannerException":                     KindBackoff,
+		"org.apache.hadoop.hbase.exceptions.OutOfOrderScannerNextException":   KindBackoff,
+		"org.apache.hadoop.hbase.NamespaceNotFoundException":                  KindPermanent,
+		"org.apache.hadoop.hbase.TableExistsException":                        KindPermanent,
+		"org.apache.hadoop.hbase.MasterNotRunningException":                   KindBackoff,
+		"org.apache.hadoop.hbase.RegionTooBusyException":                      KindBackoff,
+		"org.apache.hadoop.hbase.ipc.FatalConnectionException":                KindPermanent,
+		"org.apache.hadoop.hbase.quotas.SpaceLimitingException":               KindBackoff,
+		"org.apache.hadoop.hbase.security.AccessDeniedException":              KindPermanent,
+		"org.apache.hadoop.hbase.client.DoNotRetryRegionException":            KindBackoff,
+		"java.io.IOException": KindBackoff,
+		"org.apache.hadoop.hbase.regionserver.NoSuchColumnFamilyExceptionXXX": KindBackoff,
+	} {
+		if got := classify(class, "", false); got != want {
+			t.Errorf("classify(%s) = %v, want %v", class, got, want)
+		}
+	}
+	if classify("java.io.IOException", "x: Cannot append; log is closed", false) != KindRelocate {
+		t.Error("closed WAL is not classified as relocate")
+	}
+	if classify("org.apache.hadoop.hbase.SomethingNewException", "", true) != KindPermanent {
+		t.Error("do_not_retry is not permanent")
+	}
+}
+
+// TestMultiRequestEncoding checks what the server relies on: the MutationProto carries row, type,
+// durability only when asked for, and associated_cell_count; cells go to the cell block in order.
+func TestMultiRequestEncoding(t *testing.T) {
+	ms := []*Mutation{
+		NewPut("t", []byte("r1")).Add("f", []byte("a"), 5, []byte("v")),
+		NewPut("t", []byte("r2")).Add("f", []byte("a"), 6, nil).Add("f", []byte("b"), 7, []byte("w")),
+	}
+	ms[1].Durability = SkipWAL
+	req := &multiRequest{regions: []regionActions{{r: &region{name: []byte("t,,1.x.")}, idx: []int{0, 1}}}}
+	b, cells := appendMultiRequest(nil, nil, ms, req)
+	var durabilities, counts []uint64
+	err := eachField(b, func(num protowire.Number, _ protowire.Type, _ uint64, ra []byte) error {
+		return eachField(ra, func(num protowire.Number, _ protowire.Type, _ uint64, action []byte) error {
+			if num != 3 {
+				return nil
+			}
+			return eachField(action, func(num protowire.Number, _ protowire.Type, _ uint64, mp []byte) error {
+				if num != 2 {
+					return nil
+				}
+				d := uint64(0)
+				err := eachField(mp, func(num protowire.Number, _ protowire.Type, v uint64, _ []byte) error {
+					switch num {
+					case 6:
+						d = v
+					case 8:
+						counts = append(counts, v)
+					}
+					return nil
+				})
+				durabilities = append(durabilities, d)
+				return err
+			})
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(counts) != 2 || counts[0] != 1 || counts[1] != 2 || durabilities[0] != 0 || durabilities[1] != uint64(SkipWAL) {
+		t.Fatalf("cell counts %v durabilities %v", counts, durabilities)
+	}
+	cr := cellReader{b: cells}
+	var ts []int64
+	for len(cr.b) > 0 {
+		c, err := cr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts = append(ts, c.Timestamp)
+		if c.Value == nil || c.Type != CellPut {
+			t.Fatalf("cell %+v", c)
+		}
+	}
+	if len(ts) != 3 || ts[0] != 5 || ts[1] != 6 || ts[2] != 7 {
+		t.Fatalf("cell block timestamps %v, want 5 6 7", ts)
+	}
+}
