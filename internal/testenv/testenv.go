@@ -10,6 +10,8 @@ package testenv
 import (
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,4 +63,48 @@ func find(t testing.TB, what, env, def string) string {
 	}
 	t.Skip(msg)
 	return ""
+}
+
+// EnvDisruptive enables tests that stop and restart the shared services. testenv/run-tests.sh runs
+// them on their own, after every other test, because they would break tests running beside them.
+const EnvDisruptive = "ABACUS_DISRUPTIVE"
+
+// Disruptive skips the test unless disruptive tests were asked for. Such tests are named
+// TestDisruptive* so the test command can run them apart.
+func Disruptive(t testing.TB) {
+	t.Helper()
+	if os.Getenv(EnvDisruptive) != "1" {
+		t.Skip("stops shared services: runs only with " + EnvDisruptive + "=1, as testenv/run-tests.sh does after the other tests")
+	}
+}
+
+// StopService stops "kafka" or "hbase" through testenv/services.sh.
+func StopService(t testing.TB, name string) { t.Helper(); services(t, "stop", name) }
+
+// StartService starts "kafka" or "hbase" through testenv/services.sh and waits until it answers.
+func StartService(t testing.TB, name string) { t.Helper(); services(t, "start", name) }
+
+func services(t testing.TB, verb, name string) {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "testenv", "services.sh")); err == nil {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("testenv/services.sh not found above the test's directory")
+		}
+		dir = parent
+	}
+	cmd := exec.Command(filepath.Join(dir, "testenv", "services.sh"), verb)
+	cmd.Env = append(os.Environ(), "SERVICES="+name)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv/services.sh %s %s: %v\n%s", verb, name, err, out)
+	}
+	t.Logf("testenv/services.sh %s %s:\n%s", verb, name, out)
 }
