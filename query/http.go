@@ -1,0 +1,332 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/sinks"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// APIPrefix is the versioned path of the HTTP API.
+const APIPrefix = "/api/v1"
+
+// Topology is what the HTTP API serves of one topology: its aggregate sets and where they are.
+type Topology struct {
+	Name   string
+	Sets   []SetInfo
+	Reader *Reader
+}
+
+// SetInfo describes an aggregate set for clients choosing what to chart.
+type SetInfo struct {
+	Name       string   `json:"name"`
+	Window     string   `json:"window"` // e.g. "tumbling 1m0s"
+	Aggregates []string `json:"aggregates"`
+}
+
+// Server serves the HTTP API, health, readiness and metrics. Mount it with Handler.
+type Server struct {
+	Topologies []Topology
+	// Registry is served on /metrics; the query metrics are registered on it by Handler.
+	Registry *prometheus.Registry
+	// Ready reports whether the server can answer queries; nil checks nothing.
+	Ready  func(ctx context.Context) error
+	Logger *slog.Logger
+	// Now is the clock for relative times ("-1h"); time.Now when nil.
+	Now func() time.Time
+}
+
+// Handler returns the API's routes. Extra routes (the dashboard) can be added to the returned mux.
+func (s *Server) Handler() *http.ServeMux {
+	if s.Logger == nil {
+		s.Logger = slog.Default()
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	if s.Registry == nil {
+		s.Registry = prometheus.NewRegistry()
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "query",
+		Name: "requests_total", Help: "API requests by endpoint and status code."}, []string{"endpoint", "code"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "query",
+		Name: "request_seconds", Help: "API request latency by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"})
+	_ = s.Registry.Register(requests)
+	_ = s.Registry.Register(latency)
+	mux := http.NewServeMux()
+	handle := func(path, endpoint string, h func(w http.ResponseWriter, r *http.Request) (int, any)) {
+		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
+			t0 := time.Now()
+			code, body := h(w, r)
+			writeJSON(w, code, body)
+			requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
+			latency.WithLabelValues(endpoint).Observe(time.Since(t0).Seconds())
+		})
+	}
+	handle(APIPrefix+"/topologies", "topologies", s.topologies)
+	handle(APIPrefix+"/windows", "windows", s.windows)
+	handle(APIPrefix+"/entities", "entities", s.entities)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if s.Ready != nil {
+			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+			defer cancel()
+			if err := s.Ready(ctx); err != nil {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+				return
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+type apiError struct {
+	Error     string `json:"error"`
+	Parameter string `json:"parameter,omitempty"`
+}
+
+func badParam(name, format string, args ...any) (int, any) {
+	return http.StatusBadRequest, apiError{Error: "parameter " + name + ": " + fmt.Sprintf(format, args...), Parameter: name}
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func (s *Server) topologies(_ http.ResponseWriter, _ *http.Request) (int, any) {
+	type topo struct {
+		Name string    `json:"name"`
+		Sets []SetInfo `json:"sets"`
+	}
+	out := struct {
+		Topologies []topo `json:"topologies"`
+	}{Topologies: []topo{}}
+	for _, t := range s.Topologies {
+		out.Topologies = append(out.Topologies, topo{t.Name, t.Sets})
+	}
+	return http.StatusOK, out
+}
+
+// pick finds the topology and set a request names; topology may be left out when there is one.
+func (s *Server) pick(r *http.Request) (*Topology, *SetInfo, int, any) {
+	q := r.URL.Query()
+	name := q.Get("topology")
+	var t *Topology
+	switch {
+	case name == "" && len(s.Topologies) == 1:
+		t = &s.Topologies[0]
+	case name == "":
+		code, body := badParam("topology", "required: %d topologies are served", len(s.Topologies))
+		return nil, nil, code, body
+	default:
+		for i := range s.Topologies {
+			if s.Topologies[i].Name == name {
+				t = &s.Topologies[i]
+			}
+		}
+		if t == nil {
+			code, body := badParam("topology", "no topology %q", name)
+			return nil, nil, code, body
+		}
+	}
+	set := q.Get("set")
+	if set == "" {
+		code, body := badParam("set", "required")
+		return nil, nil, code, body
+	}
+	for i := range t.Sets {
+		if t.Sets[i].Name == set {
+			return t, &t.Sets[i], 0, nil
+		}
+	}
+	code, body := badParam("set", "topology %q has no aggregate set %q", t.Name, set)
+	return nil, nil, code, body
+}
+
+// windowJSON is a window as the API returns it. Values are numbers, or for quantiles an object of
+// quantile to value, or for user-defined aggregations base64 bytes.
+type windowJSON struct {
+	Start     int64          `json:"start"` // ms since the epoch
+	End       int64          `json:"end"`
+	StartTime string         `json:"start_time"`
+	Final     bool           `json:"final"`
+	Live      bool           `json:"live"`
+	Revision  uint64         `json:"revision"`
+	Values    map[string]any `json:"values"`
+}
+
+func toJSON(w Window) windowJSON {
+	out := windowJSON{Start: w.Start.UnixMilli(), End: w.End.UnixMilli(), StartTime: w.Start.UTC().Format(time.RFC3339),
+		Final: w.Final, Live: w.Live, Revision: w.Revision, Values: map[string]any{}}
+	for name, v := range w.Values {
+		out.Values[name] = jsonValue(v)
+	}
+	return out
+}
+
+func jsonValue(v totals.Value) any {
+	switch v.Kind {
+	case totals.KindInt:
+		return v.Int
+	case totals.KindFloat:
+		if math.IsNaN(v.Float) || math.IsInf(v.Float, 0) {
+			return nil // JSON has no NaN or infinities
+		}
+		return v.Float
+	case totals.KindQuantiles:
+		m := map[string]any{}
+		for _, q := range v.Quantiles {
+			var val any = q.Value
+			if math.IsNaN(q.Value) || math.IsInf(q.Value, 0) {
+				val = nil
+			}
+			m[strconv.FormatFloat(q.Q, 'f', -1, 64)] = val
+		}
+		return m
+	}
+	return v.Bytes
+}
+
+func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
+	t, set, code, body := s.pick(r)
+	if t == nil {
+		return code, body
+	}
+	q := r.URL.Query()
+	var entities []string
+	for _, e := range q["entity"] {
+		for _, part := range strings.Split(e, ",") {
+			if part != "" {
+				entities = append(entities, part)
+			}
+		}
+	}
+	if len(entities) == 0 {
+		return badParam("entity", "required (repeat it or separate entities with commas)")
+	}
+	if len(entities) > 100 {
+		return badParam("entity", "%d entities asked for, at most 100", len(entities))
+	}
+	var o Options
+	var err error
+	if o.From, err = s.parseTime(q.Get("from")); err != nil {
+		return badParam("from", "%v", err)
+	}
+	if o.To, err = s.parseTime(q.Get("to")); err != nil {
+		return badParam("to", "%v", err)
+	}
+	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
+		return badParam("to", "must be after from")
+	}
+	if v := q.Get("limit"); v != "" {
+		if o.Limit, err = strconv.Atoi(v); err != nil || o.Limit < 1 || o.Limit > 100_000 {
+			return badParam("limit", "want a whole number from 1 to 100000, got %q", v)
+		}
+	}
+	switch q.Get("order") {
+	case "", "newest":
+	case "oldest":
+		o.OldestFirst = true
+	default:
+		return badParam("order", "want newest or oldest, got %q", q.Get("order"))
+	}
+	switch q.Get("live") {
+	case "", "true", "1":
+	case "false", "0":
+		o.NoLive = true
+	default:
+		return badParam("live", "want true or false, got %q", q.Get("live"))
+	}
+	res, err := t.Reader.Many(r.Context(), set.Name, entities, o)
+	if err != nil {
+		if errors.Is(err, ErrInvalid) {
+			return http.StatusBadRequest, apiError{Error: err.Error()}
+		}
+		s.Logger.Error("windows query failed", "set", set.Name, "err", err)
+		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+	}
+	out := struct {
+		Topology string                  `json:"topology"`
+		Set      string                  `json:"set"`
+		Entities map[string][]windowJSON `json:"entities"`
+	}{t.Name, set.Name, map[string][]windowJSON{}}
+	for e, ws := range res {
+		js := make([]windowJSON, 0, len(ws))
+		for _, w := range ws {
+			js = append(js, toJSON(w))
+		}
+		out.Entities[e] = js
+	}
+	return http.StatusOK, out
+}
+
+// entities lists entities that have windows in a set, scanning at most maxRows rows: meant for
+// pickers on small and medium tables, not for enumerating a large one.
+func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
+	t, set, code, body := s.pick(r)
+	if t == nil {
+		return code, body
+	}
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		var err error
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 10_000 {
+			return badParam("limit", "want a whole number from 1 to 10000, got %q", v)
+		}
+	}
+	const maxRows = 200_000
+	seen := map[string]bool{}
+	var list []string
+	rows := 0
+	rd := t.Reader
+	err := rd.Store.Scan(r.Context(), sinks.ScanSpec{Table: rd.Table, Family: rd.Family}, func(row []byte, _ []sinks.Cell) bool {
+		rows++
+		e, st, _, err := sinks.ParseAggregateRow(row)
+		if err == nil && st == set.Name && !seen[e] {
+			seen[e] = true
+			list = append(list, e)
+		}
+		return len(list) < limit && rows < maxRows
+	})
+	if err != nil {
+		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+	}
+	sort.Strings(list)
+	return http.StatusOK, map[string]any{"entities": list, "truncated": len(list) >= limit || rows >= maxRows}
+}
+
+// parseTime reads RFC 3339, milliseconds since the epoch, or a duration relative to now ("-6h").
+func (s *Server) parseTime(v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(ms), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil {
+		return s.Now().Add(d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is not RFC 3339, milliseconds since the epoch, or a duration like -6h", v)
+}

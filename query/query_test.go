@@ -1,0 +1,244 @@
+package query
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/sinks/cellstore"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+const minute = int64(60_000)
+
+// seed writes windows 0..9 of minute windows for entities ab1 and ab12 through the aggregates
+// encoder, as the sink does; window i of ab1 has count i and is final except the last.
+func seed(t *testing.T, st sinks.Store, table string, buckets int) {
+	t.Helper()
+	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
+	var cells []sinks.Cell
+	for _, e := range []string{"ab1", "ab12"} {
+		for i := range int64(10) {
+			r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: i * minute, End: (i + 1) * minute,
+				Final: i < 9, Revision: uint64(i + 1), Values: []totals.Value{
+					{Name: "count", Kind: totals.KindInt, Int: i},
+					{Name: "max", Kind: totals.KindFloat, Float: float64(i) / 2},
+					{Name: "p", Kind: totals.KindQuantiles, Quantiles: []totals.Quantile{{Q: 0.5, Value: float64(i)}, {Q: 0.99, Value: float64(i) * 2}}},
+				}}
+			if e == "ab12" {
+				r.Values[0].Int = 1000 + i
+			}
+			var err error
+			cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells)
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	failed, err := st.Write(context.Background(), cells)
+	if err != nil || len(failed) > 0 {
+		t.Fatalf("seed: %v %v", failed, err)
+	}
+}
+
+type store interface {
+	sinks.Store
+	sinks.Reader
+}
+
+// stores gives each test the embedded cell store and, when it runs, the real HBase.
+func stores(t *testing.T) map[string]func(t *testing.T) (store, string) {
+	return map[string]func(t *testing.T) (store, string){
+		"cellstore": func(t *testing.T) (store, string) {
+			s, err := cellstore.Open("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			if err := s.CreateTable("agg", map[string]int{"d": 1}); err != nil {
+				t.Fatal(err)
+			}
+			return s, "agg"
+		},
+		"hbase": func(t *testing.T) (store, string) {
+			quorum := testenv.HBaseZooKeeper(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c, err := hbase.NewClient(ctx, quorum)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			table := fmt.Sprintf("querytest_%d", time.Now().UnixNano())
+			if err := sinks.EnsureTable(ctx, c.Admin(), sinks.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = c.Admin().DisableTable(ctx, table)
+				_ = c.Admin().DeleteTable(ctx, table)
+			})
+			st, err := sinks.NewHBaseStore(c, sinks.HBaseStoreConfig{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st, table
+		},
+	}
+}
+
+func starts(ws []Window) string {
+	var b strings.Builder
+	for _, w := range ws {
+		fmt.Fprintf(&b, "%d,", w.Start.UnixMilli()/minute)
+	}
+	return b.String()
+}
+
+type fakeLive map[string][]Window
+
+func (f fakeLive) OpenWindows(_ context.Context, set, entity string) ([]Window, error) {
+	return f[set+"/"+entity], nil
+}
+
+func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			st, table := open(t)
+			seed(t, st, table, 4)
+			r := &Reader{Store: st, Table: table, Family: "d", SaltBuckets: 4}
+			ctx := context.Background()
+			cases := []struct {
+				o    Options
+				want string
+			}{
+				{Options{}, "9,8,7,6,5,4,3,2,1,0,"},
+				{Options{OldestFirst: true}, "0,1,2,3,4,5,6,7,8,9,"},
+				{Options{From: time.UnixMilli(3 * minute), To: time.UnixMilli(6 * minute)}, "5,4,3,"},
+				{Options{From: time.UnixMilli(3 * minute), To: time.UnixMilli(6 * minute), OldestFirst: true}, "3,4,5,"},
+				{Options{From: time.UnixMilli(3*minute + 1)}, "9,8,7,6,5,4,"},
+				{Options{To: time.UnixMilli(2 * minute)}, "1,0,"},
+				{Options{Limit: 3}, "9,8,7,"},
+				{Options{Limit: 2, OldestFirst: true}, "0,1,"},
+			}
+			for _, c := range cases {
+				ws, err := r.Windows(ctx, "minute", "ab1", c.o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := starts(ws); got != c.want {
+					t.Fatalf("%+v: windows %s, want %s", c.o, got, c.want)
+				}
+				for _, w := range ws {
+					i := w.Start.UnixMilli() / minute
+					if w.Entity != "ab1" || w.Values["count"].Int != i || w.Values["max"].Float != float64(i)/2 ||
+						w.End.UnixMilli() != (i+1)*minute || w.Final != (i < 9) || w.Revision != uint64(i+1) {
+						t.Fatalf("window %d read back as %+v", i, w)
+					}
+				}
+			}
+			// A live window newer than the stored, and one not stored yet.
+			r.Live = fakeLive{"minute/ab1": {
+				{Entity: "ab1", Set: "minute", Start: time.UnixMilli(9 * minute), End: time.UnixMilli(10 * minute), Revision: 50,
+					Values: map[string]totals.Value{"count": {Name: "count", Kind: totals.KindInt, Int: 77}}},
+				{Entity: "ab1", Set: "minute", Start: time.UnixMilli(10 * minute), End: time.UnixMilli(11 * minute), Revision: 1,
+					Values: map[string]totals.Value{"count": {Name: "count", Kind: totals.KindInt, Int: 1}}},
+			}}
+			ws, err := r.Windows(ctx, "minute", "ab1", Options{Limit: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if starts(ws) != "10,9,8," || !ws[0].Live || !ws[1].Live || ws[1].Values["count"].Int != 77 || ws[2].Live {
+				t.Fatalf("with live windows: %s %+v", starts(ws), ws)
+			}
+			if _, err := r.Windows(ctx, "minute", "ab1", Options{From: time.UnixMilli(5), To: time.UnixMilli(5)}); err == nil {
+				t.Fatal("empty range accepted")
+			}
+		})
+	}
+}
+
+func TestHTTPAPI(t *testing.T) {
+	st, table := stores(t)["cellstore"](t)
+	seed(t, st, table, 4)
+	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
+		Reader: &Reader{Store: st, Table: table, Family: "d", SaltBuckets: 4}}}}
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	get := func(path string) (int, map[string]any) {
+		resp, err := http.Get(ts.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil && resp.StatusCode != 200 {
+			t.Fatalf("%s: %d with undecodable body", path, resp.StatusCode)
+		}
+		return resp.StatusCode, body
+	}
+	code, body := get("/api/v1/windows?set=minute&entity=ab1,ab12&limit=2")
+	if code != 200 {
+		t.Fatalf("windows: %d %v", code, body)
+	}
+	ents := body["entities"].(map[string]any)
+	ab12 := ents["ab12"].([]any)
+	if len(ab12) != 2 || ab12[0].(map[string]any)["values"].(map[string]any)["count"].(float64) != 1009 {
+		t.Fatalf("ab12 windows %v", ab12)
+	}
+	p := ents["ab1"].([]any)[0].(map[string]any)["values"].(map[string]any)["p"].(map[string]any)
+	if p["0.99"].(float64) != 18 {
+		t.Fatalf("quantiles of ab1's newest window: %v", p)
+	}
+	for path, param := range map[string]string{
+		"/api/v1/windows?entity=ab1":                         "set",
+		"/api/v1/windows?set=nope&entity=ab1":                "set",
+		"/api/v1/windows?set=minute":                         "entity",
+		"/api/v1/windows?set=minute&entity=a&from=yesterday": "from",
+		"/api/v1/windows?set=minute&entity=a&to=1&from=2":    "to",
+		"/api/v1/windows?set=minute&entity=a&limit=0":        "limit",
+		"/api/v1/windows?set=minute&entity=a&order=sideways": "order",
+		"/api/v1/windows?set=minute&entity=a&live=perhaps":   "live",
+		"/api/v1/windows?topology=x&set=minute&entity=a":     "topology",
+		"/api/v1/entities?set=minute&limit=many":             "limit",
+	} {
+		code, body := get(path)
+		if code != 400 || body["parameter"] != param || !strings.Contains(body["error"].(string), param) {
+			t.Fatalf("%s: %d %v, want 400 naming %s", path, code, body, param)
+		}
+	}
+	code, body = get("/api/v1/entities?set=minute")
+	if code != 200 || fmt.Sprint(body["entities"]) != "[ab1 ab12]" {
+		t.Fatalf("entities: %d %v", code, body)
+	}
+	if code, _ := get("/api/v1/topologies"); code != 200 {
+		t.Fatal("topologies failed")
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, _ := get(path); code != 200 {
+			t.Fatalf("%s: %d", path, code)
+		}
+	}
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var sb strings.Builder
+	buf := make([]byte, 1<<16)
+	n, _ := resp.Body.Read(buf)
+	sb.Write(buf[:n])
+	if !strings.Contains(sb.String(), "abacus_query_requests_total") {
+		t.Fatalf("metrics do not count requests:\n%s", sb.String())
+	}
+}
