@@ -234,15 +234,35 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 	servers := map[string]*serverGroup{}
 	var retry []int
 	var retryMu sync.Mutex
+	// A table whose lookup failed in this round is not looked up again for its other keys until
+	// the next round: a missing table or a region in transition would otherwise cost one hbase:meta
+	// RPC per mutation.
+	lookupFailed := map[string]error{}
 	for _, i := range todo {
 		m := ms[i]
-		r, err := c.locate(ctx, m.Table, m.Row)
-		if err != nil {
-			errs[i] = err
-			if IsRetriable(err) {
-				retry = append(retry, i)
+		r := c.regions.lookup(m.Table, m.Row)
+		if r == nil && m.Table != metaTableName {
+			err := lookupFailed[m.Table]
+			if err == nil {
+				r, err = c.locate(ctx, m.Table, m.Row)
 			}
-			continue
+			if err != nil {
+				lookupFailed[m.Table] = err
+				errs[i] = err
+				if IsRetriable(err) {
+					retry = append(retry, i)
+				}
+				continue
+			}
+		} else if r == nil {
+			var err error
+			if r, err = c.locate(ctx, m.Table, m.Row); err != nil {
+				errs[i] = err
+				if IsRetriable(err) {
+					retry = append(retry, i)
+				}
+				continue
+			}
 		}
 		sg := servers[r.addr]
 		if sg == nil {

@@ -332,57 +332,46 @@ func (c *Client) locateBefore(ctx context.Context, table string, start []byte) (
 	return c.lookupMeta(ctx, table, metaRow, func(r *region) bool { return bytes.Equal(r.end, start) })
 }
 
-// lookupMeta runs a one-row reversed scan of hbase:meta from metaRow and caches the region found,
-// retrying while the region is in transition.
+// lookupMeta runs a one-row reversed scan of hbase:meta from metaRow and caches the region found.
+// It makes one attempt: every caller (Apply's rounds, Get's and the scanner's retry loops) already
+// retries with backoff, and retrying here too would multiply the waits, once per uncached key.
 func (c *Client) lookupMeta(ctx context.Context, table string, metaRow []byte, ok func(*region) bool) (*region, error) {
-	stop := []byte(table + ",,")
-	var last error
-	for round := range c.cfg.MaxRounds {
-		if round > 0 {
-			if err := c.backoff(ctx, round-1); err != nil {
-				return nil, &Error{Op: "locate region of " + table, Kind: KindBackoff, Err: errors.Join(err, last)}
-			}
-		}
-		addr, err := c.metaServer(ctx, round > 0)
-		if err != nil {
-			last = err
-			continue
-		}
-		p := getBuf()
-		*p = appendScanRequest(*p, metaRegionName, &Scan{
-			StartRow: metaRow, StopRow: stop, Reversed: true, Columns: []Column{{Family: "info"}},
-		}, scanParams{includeStop: true, rows: 1, close: true})
-		resp, cb, err := c.rpc(ctx, serviceClient, addr, "Scan", p, nil)
-		if err != nil {
-			last = err
-			if IsRetriable(err) {
-				continue
-			}
-			return nil, err
-		}
-		sr, err := parseScanResponse(resp, cb)
-		if err != nil {
-			return nil, &Error{Op: "locate region of " + table, Server: addr, Kind: KindPermanent, Err: err}
-		}
-		if len(sr.results) == 0 {
-			return nil, tableNotFound(table)
-		}
-		r, err := regionFromMeta(&sr.results[0])
-		if err != nil {
-			return nil, &Error{Op: "locate region of " + table, Server: addr, Kind: KindPermanent, Err: err}
-		}
-		if r.table != table {
-			return nil, tableNotFound(table)
-		}
-		if r.addr == "" || !ok(r) {
-			last = &Error{Op: "locate region of " + table, Kind: KindBackoff,
-				Message: fmt.Sprintf("region %q in transition", r.name)}
-			continue
-		}
-		c.regions.add(r)
-		return r, nil
+	op := "locate region of " + table
+	addr, err := c.metaServer(ctx, false)
+	if err != nil {
+		return nil, err
 	}
-	return nil, last
+	p := getBuf()
+	*p = appendScanRequest(*p, metaRegionName, &Scan{
+		StartRow: metaRow, StopRow: []byte(table + ",,"), Reversed: true, Columns: []Column{{Family: "info"}},
+	}, scanParams{includeStop: true, rows: 1, close: true})
+	resp, cb, err := c.rpc(ctx, serviceClient, addr, "Scan", p, nil)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Kind == KindRelocate {
+			c.invalidate(&region{table: metaTableName}) // hbase:meta moved: ask ZooKeeper again
+		}
+		return nil, err
+	}
+	sr, err := parseScanResponse(resp, cb)
+	if err != nil {
+		return nil, &Error{Op: op, Server: addr, Kind: KindPermanent, Err: err}
+	}
+	if len(sr.results) == 0 {
+		return nil, tableNotFound(table)
+	}
+	r, err := regionFromMeta(&sr.results[0])
+	if err != nil {
+		return nil, &Error{Op: op, Server: addr, Kind: KindPermanent, Err: err}
+	}
+	if r.table != table {
+		return nil, tableNotFound(table)
+	}
+	if r.addr == "" || !ok(r) {
+		return nil, &Error{Op: op, Kind: KindBackoff, Message: fmt.Sprintf("region %q in transition", r.name)}
+	}
+	c.regions.add(r)
+	return r, nil
 }
 
 func tableNotFound(table string) *Error {
