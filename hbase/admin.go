@@ -22,17 +22,17 @@ func (c *Client) Admin() *Admin { return &Admin{c: c} }
 // VERSIONS "1", TTL "86400" (seconds), BLOOMFILTER "ROW", COMPRESSION "NONE" or "SNAPPY" where the
 // server has the codec. Values are strings, as HBase stores them.
 type FamilySpec struct {
-	Name       string
-	Attributes map[string]string
+	Name       string            // family name
+	Attributes map[string]string // e.g. VERSIONS, TTL, BLOOMFILTER, COMPRESSION; none means defaults
 }
 
 // TableSpec describes a table: its name ("table" or "ns:table"), families, table attributes, and
 // for CreateTable the split keys that pre-split it into len(SplitKeys)+1 regions.
 type TableSpec struct {
-	Name       string
-	Families   []FamilySpec
-	Attributes map[string]string
-	SplitKeys  [][]byte
+	Name       string            // "table" or "ns:table"
+	Families   []FamilySpec      // at least one
+	Attributes map[string]string // table attributes, e.g. DURABILITY; none means defaults
+	SplitKeys  [][]byte          // region boundaries, any order (they are sorted); CreateTable only
 }
 
 // CreateTable creates a table and waits until its procedure finished (regions assigned).

@@ -78,4 +78,5 @@ func (l ZooKeeperLocator) Master(ctx context.Context) (ServerName, error) {
 
 type discardLogger struct{}
 
+// Printf drops go-zookeeper's log lines; failures reach callers as errors.
 func (discardLogger) Printf(string, ...any) {}

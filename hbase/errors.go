@@ -22,6 +22,7 @@ const (
 	KindReconnect
 )
 
+// String names the kind, as errors print it.
 func (k ErrorKind) String() string {
 	switch k {
 	case KindPermanent:
@@ -39,14 +40,15 @@ func (k ErrorKind) String() string {
 // Error is an error reported by HBase or met on the way to it. Kind says whether it is worth
 // retrying; Class is the Java exception class the server named, when it named one.
 type Error struct {
-	Op      string // what failed, e.g. "multi", "get", "locate region"
-	Server  string // host:port the request went to, when known
-	Class   string // Java exception class, e.g. org.apache.hadoop.hbase.NotServingRegionException
-	Message string // the server's message (first line of its stack trace) or a local description
-	Kind    ErrorKind
-	Err     error // underlying cause (network error, context error), if any
+	Op      string    // what failed, e.g. "multi", "get", "locate region"
+	Server  string    // host:port the request went to, when known
+	Class   string    // Java exception class, e.g. org.apache.hadoop.hbase.NotServingRegionException
+	Message string    // the server's message (first line of its stack trace) or a local description
+	Kind    ErrorKind // what to do about it; Retriable() is Kind != KindPermanent
+	Err     error     // underlying cause (network error, context error), if any
 }
 
+// Error says what failed, where, the server's exception, and the kind.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("hbase: ")

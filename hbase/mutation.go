@@ -40,9 +40,9 @@ type mutCell struct {
 // Mutation is a Put or a Delete of one row. Build one with NewPut or NewDelete and add cells; a
 // Mutation is not safe for concurrent modification, but may be applied again (e.g. after a failure).
 type Mutation struct {
-	Table      string
-	Row        []byte
-	Durability Durability
+	Table      string     // "table" or "ns:table"
+	Row        []byte     // row key, 1..32767 bytes
+	Durability Durability // zero: the table's durability
 	isDelete   bool
 	cells      []mutCell
 	err        error // the first invalid cell added, reported by Apply
@@ -144,10 +144,11 @@ func (m *Mutation) size() int {
 // BatchError reports the mutations of an Apply that did not land. Errs has one entry per mutation
 // given to Apply, nil for those that were written.
 type BatchError struct {
-	Errs   []error
-	Failed int
+	Errs   []error // one per mutation, in Apply's order; nil when it landed
+	Failed int     // number of non-nil Errs
 }
 
+// Error counts the failures and shows the first.
 func (e *BatchError) Error() string {
 	var first error
 	for _, err := range e.Errs {
@@ -541,11 +542,11 @@ func parseNameBytesPair(b []byte, op, server string) *Error {
 
 // Get describes a single-row read.
 type Get struct {
-	Table       string
-	Row         []byte
-	Columns     []Column
-	TimeRange   TimeRange
-	MaxVersions int // 0 means 1, AllVersions means all
+	Table       string    // "table" or "ns:table"
+	Row         []byte    // row key
+	Columns     []Column  // families or columns to read; none means all
+	TimeRange   TimeRange // versions to consider; zero means all time
+	MaxVersions int       // 0 means 1, AllVersions means all
 }
 
 // Get reads one row. A row with no (matching) cells gives a Result with no cells.

@@ -14,17 +14,17 @@ import (
 
 // Scan describes a range read. The zero value of each field means "no restriction" or the default.
 type Scan struct {
-	Table string
+	Table string // "table" or "ns:table"
 	// StartRow is inclusive, StopRow exclusive. For a Reversed scan StartRow is the upper end (still
 	// inclusive) and StopRow the lower (still exclusive). Empty means unbounded.
 	StartRow, StopRow []byte
 	// Prefix, when set, replaces StartRow and StopRow by the exact range of rows starting with it.
 	// A prefix matches bytes, so "ab1" also matches "ab12": end it with a separator ("ab1|").
 	Prefix      []byte
-	Reversed    bool
-	Columns     []Column
-	TimeRange   TimeRange
-	MaxVersions int // versions per column; 0 means 1, AllVersions means all
+	Reversed    bool      // newest row key first: from StartRow down to StopRow
+	Columns     []Column  // families or columns to read; none means all
+	TimeRange   TimeRange // versions to consider; zero means all time
+	MaxVersions int       // versions per column; 0 means 1, AllVersions means all
 	// Caching is the number of rows fetched per RPC; 0 means 1,000.
 	Caching int
 	// MaxResultSize bounds the bytes fetched per RPC; 0 means 2 MiB.

@@ -7,8 +7,8 @@ import (
 
 // TableName is a namespace-qualified table name. The default namespace is "default".
 type TableName struct {
-	Namespace string
-	Qualifier string
+	Namespace string // "default" for tables named without a namespace
+	Qualifier string // the table's name within its namespace
 }
 
 // ParseTableName splits "ns:table"; a name without a colon is in the "default" namespace.
@@ -45,14 +45,14 @@ type Cell struct {
 	Row       []byte
 	Family    []byte
 	Qualifier []byte
-	Timestamp int64
-	Type      CellType
-	Value     []byte
+	Timestamp int64    // milliseconds by HBase convention; what the writer stated
+	Type      CellType // CellPut, or a delete marker in raw reads
+	Value     []byte   // empty for delete markers
 }
 
 // Result holds the cells of one row.
 type Result struct {
-	Cells []Cell
+	Cells []Cell // sorted as the server sorts them: family, qualifier, newest version first
 }
 
 // Row returns the row key, or nil for an empty result.
@@ -79,12 +79,12 @@ func (r *Result) Value(family, qualifier string) ([]byte, bool) {
 // Column selects a family, or one qualifier of a family when Qualifier is not nil.
 type Column struct {
 	Family    string
-	Qualifier []byte
+	Qualifier []byte // nil selects the whole family
 }
 
 // TimeRange selects cells with From <= timestamp < To. The zero value means all time.
 type TimeRange struct {
-	From int64
+	From int64 // inclusive
 	To   int64 // exclusive; 0 means no upper bound
 }
 

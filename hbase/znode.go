@@ -14,12 +14,13 @@ import (
 type ServerName struct {
 	Host      string
 	Port      uint32
-	StartCode uint64
+	StartCode uint64 // start time of the process: a restarted server has a new one
 }
 
 // Addr is the host:port to dial.
 func (s ServerName) Addr() string { return net.JoinHostPort(s.Host, strconv.Itoa(int(s.Port))) }
 
+// String gives host:port,startcode.
 func (s ServerName) String() string {
 	return fmt.Sprintf("%s,%d", s.Addr(), s.StartCode)
 }
