@@ -19,6 +19,10 @@ type Config struct {
 	Bootstrap []string
 	// User is the effective user the ConnectionHeader names; $USER, else "abacus".
 	User string
+	// RPCTimeout bounds one RPC when the context allows longer (or has no deadline), so that a
+	// server that stopped answering without closing the connection cannot hang a caller; 60 s,
+	// like the Java client's hbase.rpc.timeout. The server is told the same deadline.
+	RPCTimeout time.Duration
 	// DialTimeout bounds one TCP connect; 5 s.
 	DialTimeout time.Duration
 	// MaxBatchActions caps the actions in one Multi request; 2,048.
@@ -49,6 +53,9 @@ func (c *Config) EnsureDefaults() {
 		if c.User == "" {
 			c.User = "abacus"
 		}
+	}
+	if c.RPCTimeout <= 0 {
+		c.RPCTimeout = 60 * time.Second
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second
@@ -109,6 +116,9 @@ func WithMaxInFlight(perServer, perRegion int) Option {
 func WithRetries(rounds int, backoffMin, backoffMax time.Duration) Option {
 	return func(c *Config) { c.MaxRounds, c.BackoffMin, c.BackoffMax = rounds, backoffMin, backoffMax }
 }
+
+// WithRPCTimeout bounds each RPC (see Config.RPCTimeout).
+func WithRPCTimeout(d time.Duration) Option { return func(c *Config) { c.RPCTimeout = d } }
 
 // WithDialTimeout bounds one TCP connect.
 func WithDialTimeout(d time.Duration) Option { return func(c *Config) { c.DialTimeout = d } }
@@ -260,6 +270,12 @@ func (c *Client) sem(key string, n int) chan struct{} {
 // rpc sends one request to addr's ClientService (or another service) and handles reconnect-class
 // failures by dropping the connection.
 func (c *Client) rpc(ctx context.Context, service, addr, method string, param, cells *[]byte) ([]byte, []byte, error) {
+	parent := ctx
+	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > c.cfg.RPCTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.RPCTimeout)
+		defer cancel()
+	}
 	cn, err := c.conn(ctx, service, addr)
 	if err != nil {
 		putBuf(param)
@@ -267,6 +283,10 @@ func (c *Client) rpc(ctx context.Context, service, addr, method string, param, c
 		return nil, nil, err
 	}
 	resp, cb, err := cn.call(ctx, method, param, cells)
+	if err != nil && parent.Err() == nil && ctx.Err() != nil {
+		err = &Error{Op: method, Server: addr, Kind: KindBackoff,
+			Message: fmt.Sprintf("no answer within %v", c.cfg.RPCTimeout), Err: err}
+	}
 	if err != nil {
 		if e, ok := err.(*Error); ok && e.Kind == KindReconnect {
 			c.dropConn(addr)

@@ -1,0 +1,87 @@
+package hbase
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// silentServer accepts connections and reads whatever comes, answering nothing; when hangUp is
+// set it closes each connection after the first bytes instead. It counts accepted connections.
+func silentServer(t *testing.T, hangUp bool) (addr string, accepted *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted = new(atomic.Int32)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer nc.Close()
+				if hangUp {
+					buf := make([]byte, 1)
+					_, _ = nc.Read(buf)
+					return
+				}
+				_, _ = io.Copy(io.Discard, nc)
+			}()
+		}
+	}()
+	return ln.Addr().String(), accepted
+}
+
+func bareClient(opts ...Option) *Client {
+	c := &Client{conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
+	for _, o := range opts {
+		o(&c.cfg)
+	}
+	c.cfg.EnsureDefaults()
+	return c
+}
+
+// TestRPCTimeoutOnSilentServer: a server that never answers cannot hang a call past RPCTimeout, and
+// the error is retriable.
+func TestRPCTimeoutOnSilentServer(t *testing.T) {
+	addr, _ := silentServer(t, false)
+	c := bareClient(WithRPCTimeout(100 * time.Millisecond))
+	defer c.Close()
+	_, _, err := c.rpc(context.Background(), serviceClient, addr, "Get", getBuf(), nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindBackoff || !strings.Contains(e.Message, "no answer") {
+		t.Fatalf("call to a silent server: %v, want a retriable timeout", err)
+	}
+}
+
+// TestReconnectAfterHangUp: a connection the server closes fails its call as KindReconnect; the
+// next call dials a new connection.
+func TestReconnectAfterHangUp(t *testing.T) {
+	addr, accepted := silentServer(t, true)
+	c := bareClient(WithRPCTimeout(5 * time.Second))
+	defer c.Close()
+	for i := 1; i <= 2; i++ {
+		_, _, err := c.rpc(context.Background(), serviceClient, addr, "Get", getBuf(), nil)
+		var e *Error
+		if !errors.As(err, &e) || e.Kind != KindReconnect {
+			t.Fatalf("call %d on a hung-up connection: %v, want KindReconnect", i, err)
+		}
+		if got := accepted.Load(); got != int32(i) {
+			t.Fatalf("after call %d: %d connections accepted, want %d", i, got, i)
+		}
+	}
+	c.Close()
+	if n := connGoroutines(); n != 0 {
+		t.Fatalf("%d connection goroutines left after Close", n)
+	}
+}
