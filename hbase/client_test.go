@@ -433,3 +433,41 @@ func TestSmallCapsManyRequests(t *testing.T) {
 		t.Fatalf("%d actions sent for 1600 mutations", sent)
 	}
 }
+
+// TestMissingTableFailsOnlyItsActions: in one batch, mutations to a table that does not exist fail
+// permanently with TableNotFoundException and are not sent; the others land.
+func TestMissingTableFailsOnlyItsActions(t *testing.T) {
+	c := testClient(t)
+	table := testTable(t, c, "tablemix", fam("f"), nil)
+	ctx := testContext(t)
+	missing := fmt.Sprintf("hbtest_missing_%d", time.Now().UnixNano())
+	var ms []*Mutation
+	for i := range 10 {
+		tb := table
+		if i%2 == 1 {
+			tb = missing
+		}
+		ms = append(ms, put1(tb, fmt.Sprintf("r%d", i), "q", 1, "v"))
+	}
+	sent := c.actionsSent.Load()
+	err := c.Apply(ctx, ms)
+	var be *BatchError
+	if !errors.As(err, &be) || be.Failed != 5 {
+		t.Fatalf("apply: %v, want 5 failures", err)
+	}
+	for i, e := range be.Errs {
+		var he *Error
+		if i%2 == 1 && (!errors.As(e, &he) || he.Retriable() || !strings.HasSuffix(he.Class, "TableNotFoundException")) {
+			t.Errorf("mutation %d to the missing table: %v", i, e)
+		}
+		if i%2 == 0 && e != nil {
+			t.Errorf("mutation %d to %s: %v", i, table, e)
+		}
+	}
+	if got := c.actionsSent.Load() - sent; got != 5 {
+		t.Fatalf("%d actions sent, want the 5 to the existing table", got)
+	}
+	if n := countRows(t, c, Scan{Table: table}); n != 5 {
+		t.Fatalf("%d rows landed, want 5", n)
+	}
+}
