@@ -22,7 +22,7 @@ func TestAdminCreateDescribeListDelete(t *testing.T) {
 	spec := TableSpec{
 		Name: name,
 		Families: []FamilySpec{
-			{Name: "a", Attributes: map[string]string{"VERSIONS": "3", "TTL": "86400", "BLOOMFILTER": "ROWCOL", "COMPRESSION": "NONE"}},
+			{Name: "a", Attributes: map[string]string{"VERSIONS": "3", "TTL": "86400", "BLOOMFILTER": "ROWCOL", "COMPRESSION": "GZ"}},
 			{Name: "b"},
 		},
 		SplitKeys: [][]byte{[]byte("k"), []byte("t")},
@@ -35,6 +35,11 @@ func TestAdminCreateDescribeListDelete(t *testing.T) {
 	if !errors.As(err, &he) || he.Retriable() || !strings.HasSuffix(he.Class, "TableExistsException") {
 		t.Errorf("second create: %v, want permanent TableExistsException", err)
 	}
+	// A codec the server does not know fails the create permanently (sanity check).
+	bad := TableSpec{Name: name + "_badcodec", Families: []FamilySpec{{Name: "a", Attributes: map[string]string{"COMPRESSION": "NOSUCHCODEC"}}}}
+	if err := adm.CreateTable(ctx, bad); err == nil || IsRetriable(err) {
+		t.Errorf("create with an unknown codec: %v, want a permanent error", err)
+	}
 	got, err := adm.DescribeTable(ctx, name)
 	if err != nil {
 		t.Fatalf("describe: %v", err)
@@ -43,7 +48,7 @@ func TestAdminCreateDescribeListDelete(t *testing.T) {
 		t.Fatalf("described %+v", got)
 	}
 	a := got.Families[0]
-	for k, v := range map[string]string{"VERSIONS": "3", "TTL": "86400", "BLOOMFILTER": "ROWCOL", "COMPRESSION": "NONE"} {
+	for k, v := range map[string]string{"VERSIONS": "3", "TTL": "86400", "BLOOMFILTER": "ROWCOL", "COMPRESSION": "GZ"} {
 		if a.Attributes[k] != v {
 			t.Errorf("family a %s = %q, want %q (all: %v)", k, a.Attributes[k], v, a.Attributes)
 		}
