@@ -314,8 +314,11 @@ func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
 	return http.StatusOK, map[string]any{"entities": list, "truncated": len(list) >= limit || rows >= maxRows}
 }
 
-// parseTime reads RFC 3339, milliseconds since the epoch, or a duration relative to now ("-6h").
-func (s *Server) parseTime(v string) (time.Time, error) {
+func (s *Server) parseTime(v string) (time.Time, error) { return ParseTime(v, s.Now()) }
+
+// ParseTime reads RFC 3339, milliseconds since the epoch, or a duration relative to now ("-6h");
+// "" is the zero time.
+func ParseTime(v string, now time.Time) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
@@ -326,7 +329,7 @@ func (s *Server) parseTime(v string) (time.Time, error) {
 		return t, nil
 	}
 	if d, err := time.ParseDuration(v); err == nil {
-		return s.Now().Add(d), nil
+		return now.Add(d), nil
 	}
 	return time.Time{}, fmt.Errorf("%q is not RFC 3339, milliseconds since the epoch, or a duration like -6h", v)
 }

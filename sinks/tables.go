@@ -69,6 +69,18 @@ func EnsureTable(ctx context.Context, admin *hbase.Admin, l TableLayout) error {
 	return checkTable(spec, l)
 }
 
+// VerifyTable checks that the table exists and was made for this layout, creating nothing.
+func VerifyTable(ctx context.Context, admin *hbase.Admin, l TableLayout) error {
+	if err := l.ensureDefaults(); err != nil {
+		return err
+	}
+	spec, err := admin.DescribeTable(ctx, l.Name)
+	if err != nil {
+		return fmt.Errorf("sinks: describe table %s: %w", l.Name, err)
+	}
+	return checkTable(spec, l)
+}
+
 func createTable(ctx context.Context, admin *hbase.Admin, l TableLayout) error {
 	attrs := map[string]string{
 		"VERSIONS":    strconv.Itoa(l.Versions),

@@ -1,0 +1,392 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/twmb/franz-go/pkg/kadm"
+)
+
+// admin creates or verifies what a deployment needs: source, totals and dead-letter topics, and
+// the sink tables.
+func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "create" && args[0] != "verify") {
+		return usagef("want admin create or admin verify")
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("admin "+verb, flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	partitions := fs.Int("partitions", 12, "partitions of source topics that admin create makes")
+	if err := parse(fs, args[1:], stderr); err != nil {
+		return err
+	}
+	if *partitions < 1 {
+		return usagef("-partitions must be at least 1, got %d", *partitions)
+	}
+	cfg, topo, err := p.load(&c)
+	if err != nil {
+		return err
+	}
+	log, err := logger(c.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	d, err := open(ctx, cfg, topo, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	step := func(what string, f func() error) error {
+		t0 := time.Now()
+		fmt.Fprintf(stdout, "%s ... ", what)
+		if err := f(); err != nil {
+			fmt.Fprintln(stdout, "failed")
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		fmt.Fprintf(stdout, "ok (%s)\n", time.Since(t0).Round(time.Millisecond))
+		return nil
+	}
+	adm := kadm.NewClient(d.kafka)
+	for _, s := range topo.Sources {
+		if verb == "create" {
+			err = step(fmt.Sprintf("source topic %s (%d partitions)", s.Topic, *partitions), func() error {
+				return createTopics(ctx, d.kafka, map[string]int32{s.Topic: int32(*partitions)})
+			})
+		} else {
+			err = step("source topic "+s.Topic, func() error { return topicExists(ctx, adm, s.Topic) })
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if verb == "create" {
+		if err := step("totals and dead-letter topics", func() error { return d.ensureTopics(ctx) }); err != nil {
+			return err
+		}
+	} else {
+		for _, t := range []string{topo.TotalsTopic, topo.DeadLetter} {
+			if err := step("topic "+t, func() error { return topicExists(ctx, adm, t) }); err != nil {
+				return err
+			}
+		}
+	}
+	for _, t := range []SinkTable{cfg.Sinks.Aggregates, cfg.Sinks.Facts} {
+		if t.Disabled {
+			continue
+		}
+		what := fmt.Sprintf("table %s (family %s, %d salt buckets)", t.Table, t.Family, t.SaltBuckets)
+		err := step(what, func() error {
+			switch {
+			case d.cells != nil && verb == "create":
+				return d.cells.CreateTable(t.Table, map[string]int{t.Family: t.Versions})
+			case d.cells != nil:
+				if _, ok := d.cells.Families(t.Table); !ok {
+					return fmt.Errorf("no such table")
+				}
+				return nil
+			case verb == "create":
+				return sinks.EnsureTable(ctx, d.hb.Admin(), d.layout(t))
+			default:
+				return sinks.VerifyTable(ctx, d.hb.Admin(), d.layout(t))
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if cfg.Sinks.Offsets == "hbase" && verb == "create" {
+		return step("offsets table "+cfg.Sinks.OffsetsTable, func() error {
+			return sinks.EnsureOffsetsTable(ctx, d.hb.Admin(), cfg.Sinks.OffsetsTable)
+		})
+	}
+	return nil
+}
+
+func topicExists(ctx context.Context, adm *kadm.Client, topic string) error {
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return err
+	}
+	if t, ok := td[topic]; !ok || t.Err != nil {
+		return fmt.Errorf("topic %s does not exist", topic)
+	}
+	return nil
+}
+
+// query prints the windows of entities of an aggregate set.
+func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("query", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	set := fs.String("set", "", "aggregate set (required)")
+	entity := fs.String("entity", "", "entity, or several separated by commas (required)")
+	from := fs.String("from", "", "first window start: RFC 3339, ms since the epoch, or relative like -6h")
+	to := fs.String("to", "", "end of the window starts (exclusive), as -from")
+	limit := fs.Int("limit", 20, "most windows per entity (0: all)")
+	oldest := fs.Bool("oldest-first", false, "oldest window first")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if *set == "" || *entity == "" {
+		return usagef("-set and -entity are required")
+	}
+	if *limit < 0 {
+		return usagef("-limit must not be negative")
+	}
+	cfg, topo, err := p.load(&c)
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, s := range topo.Sets {
+		found = found || s.Name == *set
+	}
+	if !found {
+		var names []string
+		for _, s := range topo.Sets {
+			names = append(names, s.Name)
+		}
+		return usagef("-set %q: topology %s has %s", *set, topo.Name, strings.Join(names, ", "))
+	}
+	o := query.Options{Limit: *limit, OldestFirst: *oldest}
+	if o.From, err = parseTime(*from); err != nil {
+		return usagef("-from: %v", err)
+	}
+	if o.To, err = parseTime(*to); err != nil {
+		return usagef("-to: %v", err)
+	}
+	log, err := logger(c.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	d, err := open(ctx, cfg, topo, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	r := d.queryServer().Topologies[0].Reader
+	res, err := r.Many(ctx, *set, splitList(*entity), o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, res)
+	}
+	return printTable(stdout, topo.Sets, *set, res)
+}
+
+func parseTime(v string) (time.Time, error) { return query.ParseTime(v, time.Now()) }
+
+type windowOut struct {
+	Entity   string         `json:"entity"`
+	Start    time.Time      `json:"start"`
+	End      time.Time      `json:"end"`
+	Final    bool           `json:"final"`
+	Revision uint64         `json:"revision"`
+	Values   map[string]any `json:"values"`
+}
+
+func printJSON(w io.Writer, res map[string][]query.Window) error {
+	var out []windowOut
+	for _, e := range sortedKeys(res) {
+		for _, win := range res[e] {
+			o := windowOut{Entity: e, Start: win.Start.UTC(), End: win.End.UTC(), Final: win.Final, Revision: win.Revision, Values: map[string]any{}}
+			for n, v := range win.Values {
+				if len(v.Quantiles) > 0 {
+					qs := map[string]float64{}
+					for _, q := range v.Quantiles {
+						qs[fmt.Sprint(q.Q)] = q.Value
+					}
+					o.Values[n] = qs
+				} else if x := query.Number(v); !math.IsNaN(x) {
+					o.Values[n] = x
+				} else {
+					o.Values[n] = v.Bytes
+				}
+			}
+			out = append(out, o)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func printTable(w io.Writer, sets []*topology.SetDef, set string, res map[string][]query.Window) error {
+	var aggs []string
+	for _, s := range sets {
+		if s.Name == set {
+			for _, a := range s.Aggs {
+				aggs = append(aggs, a.Name)
+			}
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "entity\twindow start (UTC)\tfinal\t%s\t\n", strings.Join(aggs, "\t"))
+	n := 0
+	for _, e := range sortedKeys(res) {
+		for _, win := range res[e] {
+			n++
+			final := "yes"
+			if !win.Final {
+				final = "no"
+			}
+			cols := make([]string, len(aggs))
+			for i, a := range aggs {
+				cols[i] = formatValue(win.Values[a])
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t\n", e, win.Start.UTC().Format("2006-01-02 15:04:05"), final, strings.Join(cols, "\t"))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintln(w, "(no windows)")
+	}
+	return nil
+}
+
+func formatValue(v totals.Value) string {
+	if len(v.Quantiles) > 0 {
+		var parts []string
+		for _, q := range v.Quantiles {
+			parts = append(parts, fmt.Sprintf("p%g=%.4g", q.Q*100, q.Value))
+		}
+		return strings.Join(parts, " ")
+	}
+	if v.Kind == 0 {
+		return "-"
+	}
+	x := query.Number(v)
+	if math.IsNaN(x) {
+		return fmt.Sprintf("%d bytes", len(v.Bytes))
+	}
+	return fmt.Sprintf("%.6g", x)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// offsets shows a sink group's offsets and lag, follows the lag of a replay, or rewinds the group.
+func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || !contains([]string{"show", "lag", "rewind"}, args[0]) {
+		return usagef("want offsets show, offsets lag or offsets rewind")
+	}
+	verb := args[0]
+	fs := flag.NewFlagSet("offsets "+verb, flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	sink := fs.String("sink", "", "aggregates or facts (required)")
+	follow := fs.Bool("follow", false, "lag: print the lag every second until it reaches zero (progress of a replay)")
+	toOffset := fs.Int64("to-offset", -1, "rewind: offset to rewind every partition to")
+	toTime := fs.String("to-time", "", "rewind: time to rewind to (RFC 3339, ms, or relative like -2h)")
+	if err := parse(fs, args[1:], stderr); err != nil {
+		return err
+	}
+	if *sink != "aggregates" && *sink != "facts" {
+		return usagef("-sink must be aggregates or facts, got %q", *sink)
+	}
+	if verb == "rewind" && (*toOffset < 0) == (*toTime == "") {
+		return usagef("rewind needs exactly one of -to-offset and -to-time")
+	}
+	var at time.Time
+	if *toTime != "" {
+		var err error
+		if at, err = parseTime(*toTime); err != nil {
+			return usagef("-to-time: %v", err)
+		}
+	}
+	cfg, topo, err := p.load(&c)
+	if err != nil {
+		return err
+	}
+	log, err := logger(c.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	d, err := open(ctx, cfg, topo, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	group, topics := cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic}
+	if *sink == "facts" {
+		group, topics = cfg.Sinks.Facts.Group, nil
+		for _, s := range topo.Sources {
+			topics = append(topics, s.Topic)
+		}
+	}
+	adm := sinks.OffsetsAdmin{Kafka: kadm.NewClient(d.kafka)}
+	if cfg.Sinks.Offsets == "hbase" {
+		adm.HBase = sinks.NewHBaseOffsets(d.hb, cfg.Sinks.OffsetsTable)
+	}
+	switch verb {
+	case "rewind":
+		if *toTime != "" {
+			err = adm.RewindToTime(ctx, group, topics, at)
+		} else {
+			err = adm.RewindTo(ctx, group, topics, *toOffset)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "group %s rewound; its sink rewrites from there on its next start\n", group)
+		fallthrough
+	case "show":
+		lags, err := adm.Show(ctx, group, topics...)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "topic\tpartition\tcommitted\tend\tlag\t")
+		for _, l := range lags {
+			committed := "-"
+			if l.Committed >= 0 {
+				committed = fmt.Sprint(l.Committed)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t\n", l.Topic, l.Partition, committed, l.End, l.Lag)
+		}
+		return tw.Flush()
+	default: // lag
+		for {
+			lags, err := adm.Show(ctx, group, topics...)
+			if err != nil {
+				return err
+			}
+			var total int64
+			for _, l := range lags {
+				total += l.Lag
+			}
+			fmt.Fprintf(stdout, "%s group %s lag %d\n", time.Now().Format(time.TimeOnly), group, total)
+			if !*follow || total == 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"hash/fnv"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+)
+
+// demo runs a whole deployment in one process: by default with kfake as the broker and the
+// embedded cell store as HBase, so nothing needs installing; with -kafka and -hbase against real
+// servers.
+func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	kafka := fs.String("kafka", "", "real Kafka brokers (default: an in-process broker)")
+	hbaseZK := fs.String("hbase", "", "real HBase ZooKeeper quorum (default: the embedded cell store)")
+	listen := fs.String("listen", "127.0.0.1:8080", "address of the query API and dashboard")
+	data := fs.String("data", "", "folder for the demo's state and cells (default: a temporary folder, removed at exit)")
+	topoName := fs.String("topology", "", "topology to run (default: the only one, or the first)")
+	run := fs.Duration("for", 0, "stop after this long (default: until Ctrl-C)")
+	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	log, err := logger(*logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	topos, names, err := p.topologies()
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		return errors.New("this binary has no topology")
+	}
+	name := *topoName
+	if name == "" {
+		name = p.firstTopology(topos)
+	}
+	topo, ok := topos[name]
+	if !ok {
+		return usagef("-topology %q: this binary has %v", name, names)
+	}
+	if *run > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *run)
+		defer cancel()
+	}
+	dir := *data
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "abacus-demo-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+
+	brokers := splitList(*kafka)
+	if len(brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+		if err != nil {
+			return fmt.Errorf("in-process broker: %w", err)
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+	}
+	cfg := &Config{Topology: name, Kafka: KafkaConfig{Brokers: brokers}, Query: QueryConfig{Listen: *listen}}
+	if *hbaseZK != "" {
+		cfg.HBase.ZooKeeper = *hbaseZK
+	} else {
+		cfg.HBase.Embedded = filepath.Join(dir, "cells")
+	}
+	cfg.Processor.StoragePath = filepath.Join(dir, "state")
+	// Short idle timeout and flushes: the demo's streams are small and people watch them.
+	cfg.Processor.IdleTimeout = Duration(15 * time.Second)
+	cfg.Sinks.FlushInterval = Duration(500 * time.Millisecond)
+	if len(splitList(*kafka)) > 0 {
+		// Against real servers, keep the demo's groups apart from earlier runs'.
+		suffix := fmt.Sprintf("-demo-%d", time.Now().Unix())
+		cfg.Processor.Group = name + suffix
+		cfg.Sinks.Aggregates.Group = name + "-aggregates" + suffix
+		cfg.Sinks.Facts.Group = name + "-facts" + suffix
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(names); err != nil {
+		return err
+	}
+	d, err := open(ctx, cfg, topo, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	if err := d.ensureTables(ctx); err != nil {
+		return err
+	}
+	if err := createTopics(ctx, d.kafka, p.DemoTopics); err != nil {
+		return err
+	}
+	if err := d.ensureTopics(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "abacus demo: topology %q, broker %v, %s\n", name, brokers, storeName(cfg))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		return d.run(gctx, AllRoles, nil, func(url string) {
+			fmt.Fprintf(stdout, "dashboard: %s\nAPI:       %sapi/v1/topologies\nPress Ctrl-C to stop.\n", url, url)
+		})
+	})
+	if p.DemoGenerator != nil {
+		g.Go(func() error {
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(GokaPartitioner()))
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			return p.DemoGenerator(gctx, cl)
+		})
+	}
+	err = g.Wait()
+	if ctx.Err() != nil {
+		fmt.Fprintln(stdout, "abacus demo: stopped")
+		return nil
+	}
+	return err
+}
+
+// firstTopology is the topology the demo runs by default: the first one the program lists.
+func (p Program) firstTopology(topos map[string]*topology.Topology) string {
+	if len(p.Topologies) > 0 {
+		if t, err := p.Topologies[0](); err == nil {
+			return t.Name
+		}
+	}
+	for n := range topos {
+		return n
+	}
+	return ""
+}
+
+func storeName(cfg *Config) string {
+	if cfg.HBase.ZooKeeper != "" {
+		return "HBase at " + cfg.HBase.ZooKeeper
+	}
+	return "embedded cell store in " + cfg.HBase.Embedded
+}
+
+// createTopics creates topics that do not exist yet.
+func createTopics(ctx context.Context, cl *kgo.Client, topics map[string]int32) error {
+	adm := kadm.NewClient(cl)
+	for t, parts := range topics {
+		if _, err := adm.CreateTopic(ctx, parts, 1, nil, t); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+// GokaPartitioner places keys on partitions as goka (sarama) does. Producers of source topics must
+// use it, so that an event lands on the partition whose processor owns its entity.
+func GokaPartitioner() kgo.Partitioner {
+	return kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(func(b []byte) uint32 {
+		h := fnv.New32a()
+		h.Write(b)
+		return h.Sum32()
+	}))
+}

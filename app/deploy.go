@@ -1,0 +1,356 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/sinks/cellstore"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/windows"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+)
+
+// store is what the sinks write to and the queries read from.
+type store interface {
+	sinks.Store
+	sinks.Reader
+}
+
+// deployment holds the connections one topology's parts share.
+type deployment struct {
+	cfg  *Config
+	topo *topology.Topology
+	log  *slog.Logger
+	reg  *prometheus.Registry
+
+	hb    *hbase.Client    // real HBase, or nil
+	cells *cellstore.Store // embedded store, or nil
+	st    store
+	kafka *kgo.Client // admin use only
+}
+
+func parseDurability(s string) (hbase.Durability, error) {
+	switch s {
+	case "", "table_default":
+		return hbase.DurabilityTableDefault, nil
+	case "sync_wal":
+		return hbase.SyncWAL, nil
+	case "fsync_wal":
+		return hbase.FsyncWAL, nil
+	case "async_wal":
+		return hbase.AsyncWAL, nil
+	case "skip_wal":
+		return hbase.SkipWAL, nil
+	}
+	return 0, fmt.Errorf("%q is not table_default, sync_wal, fsync_wal, async_wal or skip_wal", s)
+}
+
+// open connects to Kafka and to HBase or the embedded store.
+func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger) (*deployment, error) {
+	d := &deployment{cfg: cfg, topo: topo, log: log, reg: prometheus.NewRegistry()}
+	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+	if err != nil {
+		return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
+	}
+	d.kafka = kc
+	if cfg.HBase.Embedded != "" {
+		cs, err := cellstore.Open(cfg.HBase.Embedded)
+		if err != nil {
+			d.close()
+			return nil, err
+		}
+		d.cells, d.st = cs, cs
+		return d, nil
+	}
+	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	hc, err := hbase.NewClient(hctx, cfg.HBase.ZooKeeper)
+	if err != nil {
+		d.close()
+		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)
+	}
+	d.hb = hc
+	dur, _ := parseDurability(cfg.Sinks.Durability)
+	hs, err := sinks.NewHBaseStore(hc, sinks.HBaseStoreConfig{Durability: dur, ForceSkipWAL: cfg.Sinks.ForceSkipWAL})
+	if err != nil {
+		d.close()
+		return nil, err
+	}
+	d.st = hs
+	return d, nil
+}
+
+func (d *deployment) close() {
+	if d.kafka != nil {
+		d.kafka.Close()
+	}
+	if d.hb != nil {
+		d.hb.Close()
+	}
+	if d.cells != nil {
+		d.cells.Close()
+	}
+}
+
+func (d *deployment) layout(t SinkTable) sinks.TableLayout {
+	return sinks.TableLayout{Name: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, Versions: t.Versions,
+		TTL: time.Duration(t.TTL), BloomFilter: t.BloomFilter, Compression: t.Compression}
+}
+
+// ensureTables creates the sink tables (and offsets table) or checks that they match the config.
+func (d *deployment) ensureTables(ctx context.Context) error {
+	for _, t := range []SinkTable{d.cfg.Sinks.Aggregates, d.cfg.Sinks.Facts} {
+		if t.Disabled {
+			continue
+		}
+		if d.cells != nil {
+			if err := d.cells.CreateTable(t.Table, map[string]int{t.Family: t.Versions}); err != nil {
+				return err
+			}
+			continue
+		}
+		d.log.Info("ensuring table", "table", t.Table, "salt_buckets", t.SaltBuckets)
+		if err := sinks.EnsureTable(ctx, d.hb.Admin(), d.layout(t)); err != nil {
+			return err
+		}
+	}
+	if d.cfg.Sinks.Offsets == "hbase" {
+		return sinks.EnsureOffsetsTable(ctx, d.hb.Admin(), d.cfg.Sinks.OffsetsTable)
+	}
+	return nil
+}
+
+// ensureTopics checks that the source topics exist and creates the totals and dead-letter topics
+// the sinks read and write, with the sources' partition count, if the processor has not yet.
+func (d *deployment) ensureTopics(ctx context.Context) error {
+	adm := kadm.NewClient(d.kafka)
+	var srcs []string
+	for _, s := range d.topo.Sources {
+		srcs = append(srcs, s.Topic)
+	}
+	details, err := adm.ListTopics(ctx, srcs...)
+	if err != nil {
+		return fmt.Errorf("list source topics %v: %w", srcs, err)
+	}
+	parts := 0
+	for _, s := range srcs {
+		td, ok := details[s]
+		if !ok || td.Err != nil {
+			return fmt.Errorf("source topic %s does not exist: create it (abacus admin create-topics --partitions N) or produce to it first", s)
+		}
+		parts = max(parts, len(td.Partitions))
+	}
+	for _, t := range []string{d.topo.TotalsTopic, d.topo.DeadLetter} {
+		_, err := adm.CreateTopic(ctx, int32(parts), int16(d.cfg.Processor.Replication), nil, t)
+		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+			return fmt.Errorf("create topic %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors.Processor, error) {
+	pc := processors.Config{
+		Brokers:     d.cfg.Kafka.Brokers,
+		Group:       d.cfg.Processor.Group,
+		StoragePath: d.cfg.Processor.StoragePath,
+		IdleTimeout: time.Duration(d.cfg.Processor.IdleTimeout),
+		Replication: d.cfg.Processor.Replication,
+		Registerer:  d.reg,
+		Logger:      d.log.With("part", "processor"),
+	}
+	if clientOpts != nil {
+		clientOpts(&pc)
+	}
+	return processors.New(d.topo, pc)
+}
+
+func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sinks.Config, error) {
+	cfg := sinks.Config{
+		Brokers:         d.cfg.Kafka.Brokers,
+		Group:           t.Group,
+		Topics:          topics,
+		DeadLetterTopic: d.topo.DeadLetter,
+		MaxBatchRecords: d.cfg.Sinks.BatchRecords,
+		MaxBatchBytes:   d.cfg.Sinks.BatchBytes,
+		FlushInterval:   time.Duration(d.cfg.Sinks.FlushInterval),
+		Logger:          d.log.With("part", name),
+		Metrics:         sinks.NewMetrics(d.reg, name),
+	}
+	if d.cfg.Sinks.Offsets == "hbase" {
+		cfg.Offsets = sinks.NewHBaseOffsets(d.hb, d.cfg.Sinks.OffsetsTable)
+	}
+	return cfg, nil
+}
+
+func (d *deployment) aggregatesSink() (*sinks.FlushThenCommit, error) {
+	t := d.cfg.Sinks.Aggregates
+	cfg, err := d.sinkConfig(t, []string{d.topo.TotalsTopic}, "aggregates")
+	if err != nil {
+		return nil, err
+	}
+	return sinks.NewFlushThenCommit(cfg, &sinks.AggregatesEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets}, d.st)
+}
+
+func (d *deployment) factsSink() (*sinks.FlushThenCommit, error) {
+	t := d.cfg.Sinks.Facts
+	bySource := map[string]*topology.SourceDef{}
+	var topics []string
+	for _, s := range d.topo.Sources {
+		bySource[s.Topic] = s
+		topics = append(topics, s.Topic)
+	}
+	cfg, err := d.sinkConfig(t, topics, "facts")
+	if err != nil {
+		return nil, err
+	}
+	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew,
+		Extract: func(rec *kgo.Record) (sinks.Fact, error) {
+			src := bySource[rec.Topic]
+			if src == nil {
+				return sinks.Fact{}, fmt.Errorf("no source for topic %s", rec.Topic)
+			}
+			ev, err := src.Decode(rec.Value)
+			if err != nil {
+				return sinks.Fact{}, err
+			}
+			f := sinks.Fact{Entity: src.Entity(ev), EventTime: src.EventTime(ev)}
+			if src.Type != nil {
+				f.Type = src.Type(ev)
+			}
+			return f, nil
+		}}
+	return sinks.NewFlushThenCommit(cfg, enc, d.st)
+}
+
+// sets describes the topology's aggregate sets for the query API.
+func (d *deployment) sets() []query.SetInfo {
+	var out []query.SetInfo
+	for _, s := range d.topo.Sets {
+		info := query.SetInfo{Name: s.Name, Window: describeWindow(s.Window)}
+		for _, a := range s.Aggs {
+			info.Aggregates = append(info.Aggregates, a.Name)
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+func (d *deployment) queryServer() *query.Server {
+	t := d.cfg.Sinks.Aggregates
+	return &query.Server{
+		Topologies: []query.Topology{{Name: d.topo.Name, Sets: d.sets(),
+			Reader: &query.Reader{Store: d.st, Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets}}},
+		Registry: d.reg,
+		Logger:   d.log.With("part", "query"),
+		Ready: func(ctx context.Context) error {
+			return d.st.Scan(ctx, sinks.ScanSpec{Table: t.Table, Limit: 1}, func([]byte, []sinks.Cell) bool { return false })
+		},
+	}
+}
+
+// serve runs the HTTP API (and dashboard) on the configured address until ctx ends; ready is
+// called with the URL once it listens.
+func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
+	srv := d.queryServer()
+	mux := srv.Handler()
+	mountDashboard(mux)
+	ln, err := net.Listen("tcp", d.cfg.Query.Listen)
+	if err != nil {
+		return fmt.Errorf("query.listen %s: %w", d.cfg.Query.Listen, err)
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if ready != nil {
+		ready("http://" + ln.Addr().String() + "/")
+	}
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Roles a process can run.
+const (
+	RoleProcessor  = "processor"
+	RoleAggregates = "aggregates-sink"
+	RoleFacts      = "facts-sink"
+	RoleQuery      = "query"
+)
+
+// AllRoles is every role, for a single-process deployment.
+var AllRoles = []string{RoleProcessor, RoleAggregates, RoleFacts, RoleQuery}
+
+// run runs the given roles until ctx ends or one fails.
+func (d *deployment) run(ctx context.Context, roles []string, procOpts func(*processors.Config), ready func(url string)) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, role := range roles {
+		switch role {
+		case RoleProcessor:
+			p, err := d.processor(procOpts)
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return p.Run(ctx) })
+		case RoleAggregates, RoleFacts:
+			if (role == RoleAggregates && d.cfg.Sinks.Aggregates.Disabled) || (role == RoleFacts && d.cfg.Sinks.Facts.Disabled) {
+				continue
+			}
+			mk := d.aggregatesSink
+			if role == RoleFacts {
+				mk = d.factsSink
+			}
+			s, err := mk()
+			if err != nil {
+				return err
+			}
+			g.Go(func() error { return s.Run(ctx) })
+		case RoleQuery:
+			g.Go(func() error { return d.serve(ctx, ready) })
+		default:
+			return fmt.Errorf("unknown role %q: want %s", role, strings.Join(AllRoles, ", "))
+		}
+	}
+	return g.Wait()
+}
+
+func describeWindow(s windows.Spec) string {
+	ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
+	switch s.Kind() {
+	case windows.KindTumbling:
+		return "tumbling " + ms(s.Size())
+	case windows.KindHopping:
+		return "hopping " + ms(s.Size()) + " every " + ms(s.Advance())
+	case windows.KindSession:
+		return "session, gap " + ms(s.Gap())
+	}
+	return "unknown"
+}
+
+// mountDashboard serves the dashboard page at /.
+func mountDashboard(mux *http.ServeMux) {
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, query.APIPrefix+"/topologies", http.StatusFound)
+	})
+}

@@ -1,0 +1,295 @@
+// Package app is the abacus command: the subcommands that run, administer and query topologies,
+// for the abacus binary and for users' own binaries built around their topologies (Main).
+//
+// It wires the other packages together and holds no stream-processing logic of its own.
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Version is the abacus version, set at build time with -ldflags "-X ...app.Version=v1.2.3".
+var Version = "dev"
+
+// Program is what a binary built around topologies runs.
+type Program struct {
+	// Topologies are the topologies the binary can run, each built by its function.
+	Topologies []func() (*topology.Topology, error)
+	// DemoGenerator, when set, produces sample events for `demo` until ctx ends, through a client
+	// that partitions keys as goka does.
+	DemoGenerator func(ctx context.Context, cl *kgo.Client) error
+	// DemoTopics lists the source topics the demo creates, with their partition counts.
+	DemoTopics map[string]int32
+}
+
+// Main runs the command line of p and exits.
+func Main(p Program) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := p.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError is a mistake in the command line: exit code 2 and the command's usage.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+
+const usage = `abacus: windowed pre-aggregation of Kafka streams into HBase
+
+Usage:
+  abacus demo     [flags]           run everything in one process, with no servers (or against real ones)
+  abacus run      -config FILE      run processor groups, sinks and the query server of a topology
+  abacus serve    -config FILE      run the query API and dashboard only
+  abacus admin    create|verify -config FILE   create or check topics and tables
+  abacus query    -config FILE -set S -entity E   print aggregates as a table or JSON
+  abacus offsets  show|lag|rewind -config FILE -sink aggregates|facts
+  abacus version
+
+Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
+ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY.
+`
+
+// Run runs one command line and returns the exit code: 0 on success, 1 on failure, 2 on a usage
+// mistake.
+func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"demo":    p.demo,
+		"run":     p.runCmd,
+		"serve":   p.serve,
+		"admin":   p.admin,
+		"query":   p.query,
+		"offsets": p.offsets,
+		"version": func(_ context.Context, _ []string, out, _ io.Writer) error {
+			fmt.Fprintf(out, "abacus %s %s\n", Version, buildInfo())
+			return nil
+		},
+	}
+	cmd, ok := cmds[args[0]]
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	if !ok {
+		fmt.Fprintf(stderr, "abacus: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	err := cmd(ctx, args[1:], stdout, stderr)
+	var ue usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "abacus %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "abacus %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func buildInfo() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	var rev string
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			rev = s.Value
+		}
+	}
+	out := bi.GoVersion
+	if rev != "" {
+		out += " " + rev
+	}
+	return out
+}
+
+// topologies builds every topology of p, by name.
+func (p Program) topologies() (map[string]*topology.Topology, []string, error) {
+	out := map[string]*topology.Topology{}
+	var names []string
+	for _, f := range p.Topologies {
+		t, err := f()
+		if err != nil {
+			return nil, nil, err
+		}
+		out[t.Name] = t
+		names = append(names, t.Name)
+	}
+	sort.Strings(names)
+	return out, names, nil
+}
+
+// common holds the flags every config-driven command shares.
+type common struct {
+	config   string
+	kafka    string
+	hbase    string
+	listen   string
+	topology string
+	logLevel string
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.config, "config", "", "YAML config file (see examples/devices/abacus.yaml)")
+	fs.StringVar(&c.kafka, "kafka", "", "Kafka brokers, comma separated (overrides kafka.brokers)")
+	fs.StringVar(&c.hbase, "hbase", "", "HBase ZooKeeper quorum (overrides hbase.zookeeper)")
+	fs.StringVar(&c.listen, "listen", "", "address of the query API and dashboard (overrides query.listen)")
+	fs.StringVar(&c.topology, "topology", "", "topology to run (overrides topology)")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+}
+
+func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}
+
+// load reads the config file, then the environment, then the flags, and validates the result.
+func (p Program) load(c *common) (*Config, *topology.Topology, error) {
+	cfg := &Config{}
+	if c.config != "" {
+		var err error
+		if cfg, err = LoadConfig(c.config); err != nil {
+			return nil, nil, err
+		}
+	}
+	cfg.ApplyEnv(os.Getenv)
+	if c.kafka != "" {
+		cfg.Kafka.Brokers = splitList(c.kafka)
+	}
+	if c.hbase != "" {
+		cfg.HBase.ZooKeeper, cfg.HBase.Embedded = c.hbase, ""
+	}
+	if c.listen != "" {
+		cfg.Query.Listen = c.listen
+	}
+	if c.topology != "" {
+		cfg.Topology = c.topology
+	}
+	topos, names, err := p.topologies()
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Topology == "" && len(names) == 1 {
+		cfg.Topology = names[0]
+	}
+	cfg.EnsureDefaults()
+	if err := cfg.Validate(names); err != nil {
+		src := "config"
+		if c.config != "" {
+			src = c.config
+		}
+		return nil, nil, fmt.Errorf("%s is not valid:\n  %s", src, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+	}
+	return cfg, topos[cfg.Topology], nil
+}
+
+func logger(level string, w io.Writer) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("-log-level %q is not debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	roles := fs.String("roles", "all", "comma-separated roles to run: "+strings.Join(AllRoles, ", ")+", or all")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if c.config == "" {
+		return usagef("-config is required")
+	}
+	var rs []string
+	if *roles == "all" {
+		rs = AllRoles
+	} else {
+		for _, r := range splitList(*roles) {
+			if !contains(AllRoles, r) {
+				return usagef("-roles: unknown role %q: want %s or all", r, strings.Join(AllRoles, ", "))
+			}
+			rs = append(rs, r)
+		}
+	}
+	return p.runRoles(ctx, &c, rs, stdout, stderr)
+}
+
+func (p Program) serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if c.config == "" && c.hbase == "" {
+		return usagef("-config (or -hbase) is required")
+	}
+	return p.runRoles(ctx, &c, []string{RoleQuery}, stdout, stderr)
+}
+
+func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
+	cfg, topo, err := p.load(c)
+	if err != nil {
+		return err
+	}
+	log, err := logger(c.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	d, err := open(ctx, cfg, topo, log)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) || contains(roles, RoleQuery) {
+		if err := d.ensureTables(ctx); err != nil {
+			return err
+		}
+	}
+	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) {
+		if err := d.ensureTopics(ctx); err != nil {
+			return err
+		}
+	}
+	err = d.run(ctx, roles, nil, func(url string) { fmt.Fprintf(stdout, "query API and dashboard: %s\n", url) })
+	if ctx.Err() != nil {
+		return nil // stopped by a signal: a clean stop
+	}
+	return err
+}
