@@ -42,7 +42,7 @@ func Topology() (*topology.Topology, error) {
 		func(r Reading) string { return r.Device },
 		func(r Reading) time.Time { return time.UnixMilli(r.Time) }).
 		EventType(func(r Reading) string { return r.Kind })
-	src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(10 * time.Second).
+	src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
 		Emit(topology.EarlyEvery(5*time.Second)).
 		Count("count").Mean("mean_temp", "Temp").Max("max_temp", "Temp").
 		Quantiles("temp_quantiles", "Temp", 0.5, 0.95, 0.99).Distinct("sensors", "Sensor")
@@ -50,7 +50,7 @@ func Topology() (*topology.Topology, error) {
 		Emit(topology.EarlyEvery(10*time.Second)).
 		Count("count").Max("max_humidity", "Humidity")
 	src.Aggregate("alarms-10m", windows.Hopping(10*time.Minute, time.Minute)).Grace(30 * time.Second).
-		Types("alarm").Emit(topology.EarlyEvery(10*time.Second)).
+		Types("alarm").Emit(topology.EarlyEvery(10 * time.Second)).
 		Count("alarms")
 	return b.Build()
 }
