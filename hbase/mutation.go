@@ -45,15 +45,22 @@ type Mutation struct {
 	Durability Durability // zero: the table's durability
 	isDelete   bool
 	cells      []mutCell
-	err        error // the first invalid cell added, reported by Apply
+	inline     [1]mutCell // backs cells for the common one-cell mutation: one allocation, not two
+	err        error      // the first invalid cell added, reported by Apply
 }
 
 // NewPut starts a Put of row in table ("table" or "ns:table").
-func NewPut(table string, row []byte) *Mutation { return &Mutation{Table: table, Row: row} }
+func NewPut(table string, row []byte) *Mutation {
+	m := &Mutation{Table: table, Row: row}
+	m.cells = m.inline[:0]
+	return m
+}
 
 // NewDelete starts a Delete of row in table.
 func NewDelete(table string, row []byte) *Mutation {
-	return &Mutation{Table: table, Row: row, isDelete: true}
+	m := &Mutation{Table: table, Row: row, isDelete: true}
+	m.cells = m.inline[:0]
+	return m
 }
 
 func (m *Mutation) check(what string, ts int64) bool {

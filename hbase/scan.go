@@ -141,20 +141,26 @@ func parseScanResponse(b, cellBlock []byte) (scanResponse, error) {
 	}
 	cr := cellReader{b: cellBlock}
 	if len(perResult) > 0 {
+		total := 0
+		for _, n := range perResult {
+			total += int(n)
+			if total > len(cr.b)/12+1 {
+				return sr, fmt.Errorf("hbase: scan response: %d cells announced, %d bytes of cell block", total, len(cr.b))
+			}
+		}
+		// One backing array for every row's cells: one allocation per response, not per row.
+		all := make([]Cell, 0, total)
 		sr.results = make([]Result, 0, len(perResult))
 		for _, n := range perResult {
-			if int(n) > len(cr.b)/12+1 {
-				return sr, fmt.Errorf("hbase: scan response: %d cells announced, %d bytes of cell block", n, len(cr.b))
-			}
-			res := Result{Cells: make([]Cell, 0, n)}
+			start := len(all)
 			for range n {
 				cell, err := cr.next()
 				if err != nil {
 					return sr, fmt.Errorf("hbase: scan response: %w", err)
 				}
-				res.Cells = append(res.Cells, cell)
+				all = append(all, cell)
 			}
-			sr.results = append(sr.results, res)
+			sr.results = append(sr.results, Result{Cells: all[start:len(all):len(all)]})
 		}
 		return sr, nil
 	}
