@@ -290,3 +290,20 @@ func TestDeadlineBoundsApply(t *testing.T) {
 		t.Fatalf("apply with a dead context: %v, want one retriable failure", err)
 	}
 }
+
+// TestScanMeta reads hbase:meta forward and reversed: the catalog is located through ZooKeeper, not
+// through itself.
+func TestScanMeta(t *testing.T) {
+	c := testClient(t)
+	testTable(t, c, "scanmeta", fam("f"), [][]byte{[]byte("m")})
+	fwd := scanRows(t, c, Scan{Table: "hbase:meta", Columns: []Column{{Family: "info", Qualifier: []byte("regioninfo")}}})
+	rev := scanRows(t, c, Scan{Table: "hbase:meta", Reversed: true, Columns: []Column{{Family: "info", Qualifier: []byte("regioninfo")}}})
+	if len(fwd) < 3 || len(fwd) != len(rev) {
+		t.Fatalf("hbase:meta: %d rows forward, %d reversed", len(fwd), len(rev))
+	}
+	for i := range fwd {
+		if fwd[i] != rev[len(rev)-1-i] {
+			t.Fatalf("reversed meta scan is not the forward scan backwards at %d: %q vs %q", i, fwd[i], rev[len(rev)-1-i])
+		}
+	}
+}

@@ -419,6 +419,9 @@ func regionFromMeta(res *Result) (*region, error) {
 // locateLast returns the last region of table (the one with an empty end key), where a reversed
 // scan without a start row begins.
 func (c *Client) locateLast(ctx context.Context, table string) (*region, error) {
+	if table == metaTableName {
+		return c.locate(ctx, table, nil) // one region: first and last
+	}
 	if r := c.regions.lookupBefore(table, nil); r != nil {
 		return r, nil
 	}
