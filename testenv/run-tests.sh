@@ -7,6 +7,20 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 services=testenv/services.sh
 
+# The dashboard's browser test (query.TestDashboardInChromium) drives Debian's headless Chromium,
+# and fails under this script when it is missing; CI starts from a fresh machine, so install it.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "[run-tests] /usr/bin/chromium missing: apt-get update -qq && apt-get install -y -qq chromium"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    echo "[run-tests] /usr/bin/chromium missing: sudo apt-get update -qq && sudo apt-get install -y -qq chromium"
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+  else
+    echo "[run-tests] /usr/bin/chromium missing and neither root nor sudo: the dashboard's browser test will fail (install Debian's chromium package)"
+  fi
+fi
+
 started=0
 cleanup() { if [ "$started" = 1 ]; then "$services" stop || true; fi; }
 trap cleanup EXIT INT TERM
