@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -98,10 +99,15 @@ func (d *Duration) UnmarshalYAML(b []byte) error {
 }
 
 // LoadConfig reads a YAML file; unknown fields are errors, so a typo never goes unnoticed.
+// ${NAME} is replaced by the environment variable NAME (an unset one is an error), so one file
+// can serve several environments; a $ not followed by { is left alone.
 func LoadConfig(path string) (*Config, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
+	}
+	if b, err = expandEnv(b, os.LookupEnv); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	var c Config
 	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
@@ -274,4 +280,25 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+func expandEnv(b []byte, lookup func(string) (string, bool)) ([]byte, error) {
+	var out []byte
+	for {
+		i := bytes.Index(b, []byte("${"))
+		if i < 0 {
+			return append(out, b...), nil
+		}
+		j := bytes.IndexByte(b[i:], '}')
+		if j < 0 {
+			return nil, fmt.Errorf("unterminated ${ at byte %d", len(out)+i)
+		}
+		name := string(b[i+2 : i+j])
+		v, ok := lookup(name)
+		if !ok {
+			return nil, fmt.Errorf("${%s}: environment variable %s is not set", name, name)
+		}
+		out = append(append(out, b[:i]...), v...)
+		b = b[i+j+1:]
+	}
 }

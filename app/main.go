@@ -230,8 +230,17 @@ func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	var c common
 	c.register(fs)
 	roles := fs.String("roles", "all", "comma-separated roles to run: "+strings.Join(AllRoles, ", ")+", or all")
+	runFor := fs.Duration("for", 0, "stop cleanly after this long (default: until SIGINT or SIGTERM)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
+	}
+	if *runFor < 0 {
+		return usagef("-for must not be negative")
+	}
+	if *runFor > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *runFor)
+		defer cancel()
 	}
 	if c.config == "" {
 		return usagef("-config is required")
