@@ -276,7 +276,8 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 func connGoroutines() int {
 	buf := make([]byte, 1<<20)
 	n := runtime.Stack(buf, true)
-	return strings.Count(string(buf[:n]), "hbase.(*conn).readLoop") + strings.Count(string(buf[:n]), "hbase.(*conn).writeLoop")
+	s := string(buf[:n])
+	return strings.Count(s, "hbase.(*conn).readLoop") + strings.Count(s, "hbase.(*conn).writeLoop") + strings.Count(s, "go-zookeeper/zk.")
 }
 
 // TestDeadlineBoundsApply: an expired context fails every action as retriable, sending nothing.

@@ -33,7 +33,24 @@ func (l ZooKeeperLocator) read(ctx context.Context, node string) ([]byte, error)
 	if err != nil {
 		return nil, fmt.Errorf("hbase: connect zookeeper %s: %w", l.Quorum, err)
 	}
-	defer conn.Close()
+	defer func() {
+		conn.Close()
+		// Close does not wait for the session's goroutines. The library closes the event channel
+		// once they are done: drain it, so no ZooKeeper goroutine outlives this call (bounded, in
+		// case a future version keeps it open).
+		t := time.NewTimer(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case _, ok := <-events:
+				if !ok {
+					return
+				}
+			case <-t.C:
+				return
+			}
+		}
+	}()
 	// Wait for the session so that a dead quorum fails by the context rather than after retries.
 	for {
 		select {
