@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestAdminCreateDescribeListDelete creates a table with family attributes and split keys, reads the
@@ -16,9 +18,7 @@ func TestAdminCreateDescribeListDelete(t *testing.T) {
 	c := testClient(t)
 	ctx := testContext(t)
 	adm := c.Admin()
-	name := "hbtest_admin_" + strings.ReplaceAll(t.Name(), "/", "_")
-	_ = adm.DisableTable(ctx, name) // leftovers of an interrupted run
-	_ = adm.DeleteTable(ctx, name)
+	name := fmt.Sprintf("hbtest_admin_%d", time.Now().UnixNano())
 	spec := TableSpec{
 		Name: name,
 		Families: []FamilySpec{
