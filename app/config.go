@@ -282,23 +282,33 @@ func contains(list []string, s string) bool {
 	return false
 }
 
+// expandEnv replaces ${NAME} outside comment lines.
 func expandEnv(b []byte, lookup func(string) (string, bool)) ([]byte, error) {
+	lines := bytes.SplitAfter(b, []byte("\n"))
 	var out []byte
-	for {
-		i := bytes.Index(b, []byte("${"))
-		if i < 0 {
-			return append(out, b...), nil
+	for n, line := range lines {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] == '#' {
+			out = append(out, line...)
+			continue
 		}
-		j := bytes.IndexByte(b[i:], '}')
-		if j < 0 {
-			return nil, fmt.Errorf("unterminated ${ at byte %d", len(out)+i)
+		for {
+			i := bytes.Index(line, []byte("${"))
+			if i < 0 {
+				out = append(out, line...)
+				break
+			}
+			j := bytes.IndexByte(line[i:], '}')
+			if j < 0 {
+				return nil, fmt.Errorf("line %d: unterminated ${", n+1)
+			}
+			name := string(line[i+2 : i+j])
+			v, ok := lookup(name)
+			if !ok {
+				return nil, fmt.Errorf("line %d: ${%s}: environment variable %s is not set", n+1, name, name)
+			}
+			out = append(append(out, line[:i]...), v...)
+			line = line[i+j+1:]
 		}
-		name := string(b[i+2 : i+j])
-		v, ok := lookup(name)
-		if !ok {
-			return nil, fmt.Errorf("${%s}: environment variable %s is not set", name, name)
-		}
-		out = append(append(out, b[:i]...), v...)
-		b = b[i+j+1:]
 	}
+	return out, nil
 }
