@@ -249,22 +249,13 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 	for _, i := range todo {
 		m := ms[i]
 		r := c.regions.lookup(m.Table, m.Row)
-		if r == nil && m.Table != metaTableName {
+		if r == nil {
 			err := lookupFailed[m.Table]
 			if err == nil {
 				r, err = c.locate(ctx, m.Table, m.Row)
 			}
 			if err != nil {
 				lookupFailed[m.Table] = err
-				errs[i] = err
-				if IsRetriable(err) {
-					retry = append(retry, i)
-				}
-				continue
-			}
-		} else if r == nil {
-			var err error
-			if r, err = c.locate(ctx, m.Table, m.Row); err != nil {
 				errs[i] = err
 				if IsRetriable(err) {
 					retry = append(retry, i)
@@ -285,8 +276,8 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 		}
 		ra.idx = append(ra.idx, i)
 	}
-	// Cut each server's actions into requests under the action and byte caps. A request spreads over
-	// the server's regions so that each request keeps every region busy.
+	// Cut each server's actions into requests under the action and byte caps, packing regions in
+	// sorted order: one request carries actions for as many regions as fit.
 	var wg sync.WaitGroup
 	for addr, sg := range servers {
 		sort.Strings(sg.order) // a fixed region order lets requests take region slots without deadlock
