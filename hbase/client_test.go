@@ -43,6 +43,22 @@ func TestRoundTripExplicitTimestamp(t *testing.T) {
 			t.Errorf("unexpected cell %s/%s:%s@%d=%q", cell.Row, cell.Family, cell.Qualifier, cell.Timestamp, cell.Value)
 		}
 	}
+	// Column selection: one qualifier, then a whole family.
+	res, err = c.Get(ctx, Get{Table: table, Row: []byte("row1"), Columns: []Column{{Family: "f", Qualifier: []byte("b")}}})
+	if err != nil || len(res.Cells) != 1 || string(res.Cells[0].Qualifier) != "b" {
+		t.Fatalf("get f:b: %v %+v", err, res)
+	}
+	res, err = c.Get(ctx, Get{Table: table, Row: []byte("row1"), Columns: []Column{{Family: "f", Qualifier: []byte("a")}, {Family: "f", Qualifier: []byte("empty")}}})
+	if err != nil || len(res.Cells) != 2 {
+		t.Fatalf("get f:a,f:empty: %v %+v", err, res)
+	}
+	res, err = c.Get(ctx, Get{Table: table, Row: []byte("nosuchrow")})
+	if err != nil || len(res.Cells) != 0 {
+		t.Fatalf("get of a missing row: %v %+v, want an empty result", err, res)
+	}
+	if _, err := c.Get(ctx, Get{Table: table, Row: []byte("row1"), Columns: []Column{{Family: "nope"}}}); err == nil || IsRetriable(err) {
+		t.Fatalf("get of a missing family: %v, want a permanent error", err)
+	}
 }
 
 func put1(table, row, qual string, ts int64, v string) *Mutation {
