@@ -382,6 +382,12 @@ func TestScanVersionsAndTimeRange(t *testing.T) {
 	if n := count(Scan{MaxVersions: AllVersions}); n != 4 {
 		t.Errorf("all versions: %d cells, want 4", n)
 	}
+	if n := count(Scan{Columns: []Column{{Family: "f", Qualifier: []byte("q")}}, MaxVersions: AllVersions}); n != 4 {
+		t.Errorf("column f:q, all versions: %d cells, want 4", n)
+	}
+	if n := count(Scan{Columns: []Column{{Family: "f", Qualifier: []byte("other")}}}); n != 0 {
+		t.Errorf("column f:other: %d cells, want 0", n)
+	}
 	if n := count(Scan{MaxVersions: 3}); n != 3 {
 		t.Errorf("3 versions: %d cells, want 3", n)
 	}
