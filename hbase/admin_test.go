@@ -308,3 +308,33 @@ func TestScanMeta(t *testing.T) {
 		}
 	}
 }
+
+// TestRetryResendsOnlyFailedActions: in a batch over two regions where the cache holds a stale
+// location for one of them, only that region's actions are sent a second time.
+func TestRetryResendsOnlyFailedActions(t *testing.T) {
+	c := testClient(t)
+	table := testTable(t, c, "retryonly", fam("f"), [][]byte{[]byte("m")})
+	ctx := testContext(t)
+	var ms []*Mutation
+	for _, row := range []string{"a1", "a2", "a3", "x1", "x2"} {
+		ms = append(ms, put1(table, row, "q", 1, row))
+	}
+	if err := c.Apply(ctx, ms); err != nil { // fills the cache with both regions
+		t.Fatal(err)
+	}
+	real := c.regions.lookup(table, []byte("x"))
+	stale := *real
+	stale.name = []byte(table + ",m,1.00000000000000000000000000000000.")
+	c.regions.add(&stale)
+	sent := c.actionsSent.Load()
+	if err := c.Apply(ctx, ms); err != nil {
+		t.Fatalf("apply with one stale region: %v", err)
+	}
+	// 5 actions in the first round, then only the 2 of the stale region again.
+	if got := c.actionsSent.Load() - sent; got != 7 {
+		t.Fatalf("%d actions sent, want 7 (5 + 2 resent)", got)
+	}
+	if r := c.regions.lookup(table, []byte("x")); r == nil || string(r.name) != string(real.name) {
+		t.Fatalf("cache after relocation: %+v, want %q", r, real.name)
+	}
+}
