@@ -104,6 +104,7 @@ func (a *Admin) EnableTable(ctx context.Context, name string) error {
 func (a *Admin) DeleteTable(ctx context.Context, name string) error {
 	err := a.tableProcedure(ctx, "delete table", "DeleteTable", name)
 	a.c.regions.dropTable(ParseTableName(name).String())
+	a.c.forgetSems("r:" + ParseTableName(name).String() + ",")
 	return err
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -27,6 +28,20 @@ func (c *Client) invalidate(r *region) {
 		return
 	}
 	c.regions.invalidate(r)
+	c.forgetSems("r:" + string(r.name))
+}
+
+// forgetSems drops the in-flight semaphores whose key starts with prefix (a region that moved,
+// split or was deleted), so the map does not grow with region churn. Requests holding a slot keep
+// their reference and release into the old semaphore.
+func (c *Client) forgetSems(prefix string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.sems {
+		if strings.HasPrefix(k, prefix) {
+			delete(c.sems, k)
+		}
+	}
 }
 
 // region is a cached region location.
