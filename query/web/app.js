@@ -73,7 +73,8 @@
     if (view.topology) q.set('topology', view.topology);
     if (view.set) q.set('set', view.set);
     if (view.aggregate) q.set('agg', view.aggregate);
-    if (view.quantile && currentKind() === 'quantiles') q.set('q', view.quantile);
+    // Before the first answer the aggregate's kind is unknown: keep the quantile the URL asked for.
+    if (view.quantile && (!lastBody || kindOf(lastBody) === 'quantiles')) q.set('q', view.quantile);
     for (const e of view.entities) q.append('entity', e);
     if (view.range === 'custom') {
       if (view.from) q.set('from', view.from);
@@ -482,6 +483,9 @@
       updateStatus();
     });
     $('error-close').addEventListener('click', clearError);
+    $('reset-zoom').addEventListener('click', () => {
+      if (chart) chart.setScale('x', { min: fullRange[0], max: fullRange[1] });
+    });
     document.addEventListener('visibilitychange', () => {
       if (!document.hidden && view.live) load();
     });
@@ -581,17 +585,19 @@
     return lastBody ? kindOf(lastBody) : (view.quantile ? 'quantiles' : 'number');
   }
 
-  function showEmpty(text) {
+  // showEmpty replaces the chart with a message; the table is cleared unless the caller filled it.
+  function showEmpty(text, keepTable) {
     $('empty').textContent = text;
     $('empty').hidden = false;
     $('chart').hidden = true;
+    $('zoom-hint').hidden = true;
     $('chart').dataset.pointsDrawn = '0';
     if (chart) {
       chart.destroy();
       chart = null;
       chartKey = '';
     }
-    renderTable([], []);
+    if (!keepTable) renderTable([]);
     renderTitle('number');
     $('chart-foot').textContent = '';
   }
@@ -621,6 +627,7 @@
     if (kind === 'bytes') {
       showEmpty('“' + view.aggregate + '” holds bytes (a user-defined aggregation), which cannot be charted. Choose another aggregate.');
       writePlotted(null);
+      writeURL();
       return;
     }
 
@@ -640,8 +647,10 @@
     renderTable(perEntity, body);
     if (!total) {
       const what = view.range === 'custom' ? 'in this time range' : 'in the last ' + view.range;
-      showEmpty('No windows with “' + view.aggregate + '” for ' + (view.entities.length === 1 ? 'this entity' : 'these entities') + ' ' + what + '. Widen the time range, or check the entity names.');
+      showEmpty('No windows with “' + view.aggregate + '” for ' + (view.entities.length === 1 ? 'this entity' : 'these entities') + ' ' + what + '. Widen the time range, or check the entity names.', true);
+      renderTitle(kind);
       writePlotted(perEntity);
+      writeURL();
       return;
     }
 
@@ -668,16 +677,19 @@
 
     $('empty').hidden = true;
     $('chart').hidden = false;
+    $('zoom-hint').hidden = false;
     const key = JSON.stringify([view.entities, view.utc]);
     if (!chart || chartKey !== key) {
       if (chart) chart.destroy();
       chart = new uPlot(chartOptions(), data, $('chart'));
       chartKey = key;
     } else {
+      const keep = zoom; // setData rescales x to the full range, which clears zoom in the setScale hook
       chart.setData(data);
+      if (keep) chart.setScale('x', { min: keep[0], max: keep[1] });
     }
-    if (zoom) chart.setScale('x', { min: zoom[0], max: zoom[1] });
     writePlotted(perEntity, chart);
+    writeURL();
   }
 
   function chartSize() {
@@ -691,10 +703,12 @@
     return Object.assign(chartSize(), {
       ms: 1, // x values are the API's window starts, in milliseconds
       tzDate: tz,
-      cursor: { points: { size: 8 }, drag: { x: true, y: false } },
+      cursor: { points: { size: 8 } }, // uPlot's default drag zooms along x
       legend: { live: true },
       scales: {
-        x: { time: true, range: () => fullRange },
+        // uPlot ranges x both when it fits the data (then min and max are the first and last x) and
+        // when the user zooms: only the first shows the whole chosen time range.
+        x: { time: true, range: (u, min, max) => (isDataExtent(u, min, max) ? fullRange : [min, max]) },
         y: { range: (u, min, max) => yRange(min, max) },
       },
       axes: [
@@ -717,6 +731,7 @@
           if (key !== 'x') return;
           const { min, max } = u.scales.x;
           zoom = Math.abs(min - fullRange[0]) < 1 && Math.abs(max - fullRange[1]) < 1 ? null : [min, max];
+          $('reset-zoom').hidden = !zoom;
         }],
       },
     });
@@ -737,6 +752,11 @@
       prevDay = dd;
       return label;
     });
+  }
+
+  function isDataExtent(u, min, max) {
+    const xs = u.data[0];
+    return !xs || !xs.length || (min === xs[0] && max === xs[xs.length - 1]);
   }
 
   function yRange(min, max) {
