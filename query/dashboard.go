@@ -37,7 +37,7 @@ type webAsset struct {
 var webAssets = sync.OnceValue(func() map[string]webAsset {
 	assets := map[string]webAsset{}
 	err := fs.WalkDir(webFiles, "web", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || strings.HasSuffix(p, ".sh") {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".sh") || strings.HasSuffix(p, ".md") { // notes for developers
 			return err
 		}
 		body, err := webFiles.ReadFile(p)

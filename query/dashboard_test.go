@@ -124,7 +124,7 @@ func TestDashboardAssets(t *testing.T) {
 			t.Fatalf("GET %s with its ETag: %d, want 304", path, resp.StatusCode)
 		}
 	}
-	for _, path := range []string{"/vendor/update-uplot.sh", "/nope.js", "/../dashboard.go"} {
+	for _, path := range []string{"/vendor/update-uplot.sh", "/README.md", "/nope.js", "/../dashboard.go"} {
 		if resp, _ := get(path); resp.StatusCode != http.StatusNotFound {
 			t.Fatalf("GET %s: %d, want 404", path, resp.StatusCode)
 		}
@@ -188,6 +188,7 @@ var (
 	drawnRe     = regexp.MustCompile(`id="chart" data-points-drawn="(\d+)"`)
 	errorRe     = regexp.MustCompile(`(?s)<div class="alert" id="error" role="alert"( hidden="")?>(.*?)<button`)
 	stripTagsRe = regexp.MustCompile(`<[^>]*>`)
+	tbodyRe     = regexp.MustCompile(`(?s)<table id="latest">.*?<tbody>(.*?)</tbody>`)
 )
 
 // page is what the test reads from the DOM that Chromium dumps after the page settled.
@@ -195,6 +196,8 @@ type page struct {
 	state, errText string
 	plotted        *plotted
 	drawn          int
+	rows           int    // rows of the latest values table
+	firstRow       string // its first row's HTML
 }
 
 func loadPage(t *testing.T, pageURL string) page {
@@ -216,6 +219,13 @@ func loadPage(t *testing.T, pageURL string) page {
 	}
 	if m := drawnRe.FindStringSubmatch(dom); m != nil {
 		fmt.Sscan(m[1], &p.drawn)
+	}
+	if m := tbodyRe.FindStringSubmatch(dom); m != nil {
+		rows := strings.Split(m[1], "<tr>")[1:]
+		p.rows = len(rows)
+		if len(rows) > 0 {
+			p.firstRow = rows[0]
+		}
 	}
 	return p
 }
@@ -322,6 +332,10 @@ func TestDashboardInChromium(t *testing.T) {
 	if p.drawn != total {
 		t.Fatalf("chart drew %d points in view, want %d", p.drawn, total)
 	}
+	// The table of latest values: a row per entity, store-berlin's newest window live.
+	if p.rows != len(dashboardEntities) || !strings.Contains(p.firstRow, "store-berlin") || !strings.Contains(p.firstRow, `badge live`) {
+		t.Fatalf("latest values table: %d rows, first %q", p.rows, p.firstRow)
+	}
 
 	// A quantile of one entity, chosen through the URL.
 	p = loadPage(t, ts.URL+"/?agg=p&q=0.99&entity=store-lisbon&range=6h&live=0")
@@ -372,10 +386,10 @@ func checkScreenshot(t *testing.T, file string) {
 	b := img.Bounds()
 	for y := b.Min.Y; y < b.Max.Y; y++ {
 		for x := b.Min.X; x < b.Max.X; x++ {
-			r, g, bl := rgb(img, x, y)
+			r, g, bl := pixelRGB(img, x, y)
 			colours[uint32(r)<<16|uint32(g)<<8|uint32(bl)] = true
 			for i, c := range series {
-				if abs(r-c[0]) <= 12 && abs(g-c[1]) <= 12 && abs(bl-c[2]) <= 12 {
+				if absInt(r-c[0]) <= 12 && absInt(g-c[1]) <= 12 && absInt(bl-c[2]) <= 12 {
 					near[i]++
 				}
 			}
@@ -391,12 +405,12 @@ func checkScreenshot(t *testing.T, file string) {
 	}
 }
 
-func rgb(img image.Image, x, y int) (int, int, int) {
+func pixelRGB(img image.Image, x, y int) (int, int, int) {
 	r, g, b, _ := img.At(x, y).RGBA()
 	return int(r >> 8), int(g >> 8), int(b >> 8)
 }
 
-func abs(v int) int {
+func absInt(v int) int {
 	if v < 0 {
 		return -v
 	}

@@ -539,6 +539,10 @@
     } catch (e) {
       if (e.name === 'AbortError' || seq !== loadSeq) return;
       showError('Could not load the windows.', e);
+      // A chart already drawn stays (older data beats none, and the status says Error); with none,
+      // say why the card is empty.
+      if (!chart) showEmpty('Nothing to chart: the windows could not be loaded (see the message above).');
+      renderTitle(currentKind());
       setState('error');
       schedule(); // keep trying while live: the server may come back
       return;
