@@ -692,6 +692,10 @@
       chart.setData(data);
       if (keep) chart.setScale('x', { min: keep[0], max: keep[1] });
     }
+    // The canvas says nothing to a screen reader: name what it shows (the table below has the numbers).
+    $('chart').setAttribute('role', 'img');
+    $('chart').setAttribute('aria-label', $('chart-title').textContent + ' per window for ' + view.entities.join(', ') +
+      ', ' + total + ' points; the latest values are in the table below.');
     writePlotted(perEntity, chart);
     writeURL();
   }
