@@ -53,6 +53,15 @@ func TestDemo(t *testing.T) {
 			case <-time.After(2 * time.Minute):
 				t.Fatal("demo did not print its URL")
 			}
+			resp, err := http.Get(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			page, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Type"), "text/html") || !strings.Contains(string(page), "uplot") {
+				t.Fatalf("dashboard at %s: %d %s %.200s", base, resp.StatusCode, resp.Header.Get("Content-Type"), page)
+			}
 			deadline := time.Now().Add(time.Minute)
 			for {
 				n, err := countWindows(base + "api/v1/windows?set=minute&entity=device-000,device-001,device-002&limit=5")

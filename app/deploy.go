@@ -349,8 +349,4 @@ func describeWindow(s windows.Spec) string {
 }
 
 // mountDashboard serves the dashboard page at /.
-func mountDashboard(mux *http.ServeMux) {
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, query.APIPrefix+"/topologies", http.StatusFound)
-	})
-}
+func mountDashboard(mux *http.ServeMux) { mux.Handle("GET /", query.Dashboard()) }

@@ -125,6 +125,11 @@ type FlushThenCommit struct {
 	writeCtx     context.Context
 	cancelWrites context.CancelFunc
 	abandoned    bool
+
+	// wakeMu guards pollCancel, which a finished write calls so that the loop takes its result at
+	// once instead of at the end of its poll timeout (paused partitions make polls wait it out).
+	wakeMu     sync.Mutex
+	pollCancel context.CancelFunc
 }
 
 type writeResult struct {
@@ -195,6 +200,12 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 	defer s.cancelWrites()
 	for {
 		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
+		s.wakeMu.Lock()
+		s.pollCancel = cancel
+		s.wakeMu.Unlock()
+		if len(s.done) > 0 {
+			cancel() // a write finished before this poll could be woken
+		}
 		fetches := s.cl.PollRecords(pollCtx, s.cfg.MaxBatchRecords)
 		cancel()
 		if ctx.Err() != nil {
@@ -295,6 +306,11 @@ func (s *FlushThenCommit) dispatch() {
 	go func() {
 		err := s.write(ctx, b)
 		s.done <- writeResult{b, err}
+		s.wakeMu.Lock()
+		if s.pollCancel != nil {
+			s.pollCancel()
+		}
+		s.wakeMu.Unlock()
 	}()
 }
 

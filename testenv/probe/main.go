@@ -77,5 +77,11 @@ func probeHBase(ctx context.Context, quorum string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("hbase:meta on %s: scan: %w", sn, err)
 	}
-	return fmt.Sprintf("hbase:meta open on %s, first row %q", sn, row.Row()), nil
+	// The master must have finished starting (after an unclean stop it replays crashed servers'
+	// WALs first): until then it answers PleaseHoldException and tests could not create tables.
+	tables, err := cl.Admin().ListTables(ctx, "")
+	if err != nil {
+		return "", fmt.Errorf("hbase master: list tables: %w", err)
+	}
+	return fmt.Sprintf("hbase:meta open on %s, first row %q; master answers (%d tables)", sn, row.Row(), len(tables)), nil
 }
