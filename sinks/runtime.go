@@ -126,6 +126,10 @@ type FlushThenCommit struct {
 	cancelWrites context.CancelFunc
 	abandoned    bool
 
+	// flushNow is set when a write lands: the records gathered meanwhile go out at once (group
+	// commit), rather than waiting to fill a batch or for the interval.
+	flushNow bool
+
 	// wakeMu guards pollCancel, which a finished write calls so that the loop takes its result at
 	// once instead of at the end of its poll timeout (paused partitions make polls wait it out).
 	wakeMu     sync.Mutex
@@ -286,7 +290,7 @@ func (s *FlushThenCommit) step() {
 		return
 	}
 	full := b.records >= s.cfg.MaxBatchRecords || b.bytes >= s.cfg.MaxBatchBytes
-	due := full || time.Since(b.started) >= s.cfg.FlushInterval
+	due := full || s.flushNow || time.Since(b.started) >= s.cfg.FlushInterval
 	if due && s.inflight == nil {
 		s.dispatch()
 		s.resume()
@@ -300,6 +304,7 @@ func (s *FlushThenCommit) step() {
 func (s *FlushThenCommit) dispatch() {
 	b := s.building
 	s.building = nil
+	s.flushNow = false
 	b.coalesce()
 	s.inflight = b
 	ctx := s.writeCtx
@@ -317,6 +322,7 @@ func (s *FlushThenCommit) dispatch() {
 // finish commits a written batch's offsets for the partitions still owned. Called with mu held.
 func (s *FlushThenCommit) finish(r writeResult) {
 	s.inflight = nil
+	s.flushNow = true
 	if r.err != nil || s.abandoned {
 		// Only a cancelled write context stops a write, and then nothing more is committed: the
 		// records are read again by whoever owns their partitions next.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -130,7 +131,7 @@ func BenchmarkFactsSink(b *testing.B) {
 		}}
 		reg := sinksMetrics()
 		s, err := sinks.NewFlushThenCommit(sinks.Config{Brokers: brokers, Group: "bench-" + table, Topics: []string{t},
-			DeadLetterTopic: t + "-dlq", Metrics: reg.m}, enc, st)
+			DeadLetterTopic: t + "-dlq", Metrics: reg.m, Logger: slog.New(slog.DiscardHandler)}, enc, st)
 		if err != nil {
 			b.Fatal(err)
 		}
