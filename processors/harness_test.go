@@ -327,7 +327,7 @@ func readTotals(ctx context.Context, t testing.TB, brokers []string, topic strin
 	for !done(log) {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			t.Fatalf("waiting for totals on %s: %v (read %d records, %d final windows)", topic, ctx.Err(), log.count, len(log.finals))
+			t.Fatalf("waiting for totals on %s: %v (read %d records, %d final windows)%s", topic, ctx.Err(), log.count, len(log.finals), describeMissing(log))
 		}
 		fs.EachError(func(topic string, p int32, err error) {
 			if !errors.Is(err, context.Canceled) {
@@ -353,6 +353,30 @@ func readTotals(ctx context.Context, t testing.TB, brokers []string, topic strin
 		})
 	}
 	return log
+}
+
+// describeMissing, when set by a test, explains what a timed-out wait still misses.
+var describeMissing = func(*totalsLog) string { return "" }
+
+// missing lists up to ten windows the oracle closed that have no final total yet.
+func (o *oracle) missing(l *totalsLog) string {
+	s := ""
+	n := 0
+	for k, w := range o.final {
+		if len(l.finals[k]) == 0 {
+			n++
+			if n <= 6 {
+				s += fmt.Sprintf("\n  missing %v end %d events %d newest %+v", k, w.end, len(w.vals), l.newest[k])
+				for ok, recs := range l.finals {
+					if ok.entity == k.entity && ok.set == k.set && ok.start > k.start-20_000 && ok.start < k.start+20_000 {
+						_, expected := o.final[ok]
+						s += fmt.Sprintf("\n     engine has %v end %d n=%d expected=%v", ok, recs[0].End, recs[0].Revision, expected)
+					}
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("; %d windows missing:%s", n, s)
 }
 
 // hasAllFinals reports whether every window the oracle closed has a final total.

@@ -33,6 +33,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,7 +74,13 @@ type Config struct {
 	// with the wall clock to close its windows (default 1 minute).
 	IdleTimeout time.Duration
 	// TickInterval is how often every partition is sent a tick (default IdleTimeout/4).
-	TickInterval time.Duration
+	// FinalRetention is how long (wall clock) a window is kept after its final total was emitted
+	// (default 1 minute). goka writes the local table at once but Kafka acknowledges emitted
+	// totals later; if the process dies in between, the close message is replayed and must find
+	// the window to emit its final total again. It must exceed the producer's worst-case time to
+	// acknowledge or fail a message.
+	FinalRetention time.Duration
+	TickInterval   time.Duration
 	// LoopRetention is the retention of the loop topic, which carries re-keyed events and close
 	// messages: it must exceed any outage (default 7 days).
 	LoopRetention time.Duration
@@ -87,6 +94,9 @@ type Config struct {
 	// Now is the wall clock, used only for the future-skew check, idle timeout and early firings
 	// (default time.Now). Event time never comes from it.
 	Now func() time.Time
+	// Sarama, if set, adjusts every sarama config the processor builds (timeouts, TLS, SASL). It
+	// runs after abacus's settings, so it can override them; keep Offsets.Initial at OffsetOldest.
+	Sarama func(*sarama.Config)
 	// GokaOptions are appended to the processor options (e.g. a storage builder).
 	GokaOptions []goka.ProcessorOption
 }
@@ -107,6 +117,9 @@ func (c *Config) EnsureDefaults(topo *topology.Topology) {
 	}
 	if c.TickInterval == 0 {
 		c.TickInterval = max(c.IdleTimeout/4, 10*time.Millisecond)
+	}
+	if c.FinalRetention == 0 {
+		c.FinalRetention = time.Minute
 	}
 	if c.LoopRetention == 0 {
 		c.LoopRetention = 7 * 24 * time.Hour
@@ -181,6 +194,9 @@ func (p *Processor) saramaConfig(clientID string) *sarama.Config {
 	if clientID != "" {
 		c.ClientID = clientID
 	}
+	if p.cfg.Sarama != nil {
+		p.cfg.Sarama(c)
+	}
 	return c
 }
 
@@ -228,6 +244,9 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 	tm.Close()
 
+	if err := p.checkCleanShutdown(); err != nil {
+		return err
+	}
 	graph := p.graph()
 	opts := []goka.ProcessorOption{
 		goka.WithTopicManagerBuilder(tmb),
@@ -270,7 +289,38 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("processor %s: %w", p.group, err)
 	}
+	if err := os.WriteFile(p.cleanMarker(), []byte(time.Now().UTC().Format(time.RFC3339)), 0o644); err != nil {
+		return fmt.Errorf("processor %s: mark clean shutdown: %w", p.group, err)
+	}
 	return nil
+}
+
+func (p *Processor) cleanMarker() string {
+	return filepath.Join(p.cfg.StoragePath, "abacus-clean-shutdown")
+}
+
+// checkCleanShutdown discards the local tables unless the last run ended cleanly. goka writes its
+// local table at once and Kafka later: after a crash the local table holds writes the changelog
+// never got, and on start goka lays the changelog's acknowledged writes over it, so some entities
+// come back older than others. The partition stream time rebuilt from such a mix is ahead of
+// where the replay resumes, and replayed events would be judged late. The changelog alone is a
+// prefix of the partition's writes, hence consistent: recover from it.
+func (p *Processor) checkCleanShutdown() error {
+	if _, err := os.Stat(p.cfg.StoragePath); errors.Is(err, os.ErrNotExist) {
+		return os.MkdirAll(p.cfg.StoragePath, 0o755)
+	}
+	if _, err := os.Stat(p.cleanMarker()); err == nil {
+		if err := os.Remove(p.cleanMarker()); err != nil {
+			return fmt.Errorf("processor %s: clear clean-shutdown mark: %w", p.group, err)
+		}
+		return nil
+	}
+	p.log.Warn("last run did not end cleanly: discarding local tables, recovering state from the changelog",
+		"storage", p.cfg.StoragePath)
+	if err := os.RemoveAll(p.cfg.StoragePath); err != nil {
+		return fmt.Errorf("processor %s: discard local tables: %w", p.group, err)
+	}
+	return os.MkdirAll(p.cfg.StoragePath, 0o755)
 }
 
 // tick sends every partition a tick each TickInterval until ctx is done. Ticks go to every
@@ -372,8 +422,9 @@ type partition struct {
 	label      string
 	streamTime int64
 	lastInput  time.Time
-	windows    int // windows held in this partition's state
+	windows    int // open (not final) windows in this partition's state
 	due        dueHeap
+	retained   []retainedEntry  // entities holding final windows, in wall-clock order
 	next       map[string]int64 // entity -> its close time in due (the live heap entry)
 	pending    map[string]bool  // entities with a close message in flight
 }
@@ -407,13 +458,17 @@ func (p *Processor) partition(id int32) (*partition, error) {
 			return nil, fmt.Errorf("partition %d: key %q: %w", id, it.Key(), err)
 		}
 		pt.streamTime = max(pt.streamTime, e.StreamTime)
-		pt.windows += len(e.Windows)
+		pt.windows += openWindows(e)
 		p.schedule(pt, string(it.Key()), e)
+		if at, ok := finalSince(e); ok {
+			pt.retained = append(pt.retained, retainedEntry{at: at.Add(p.cfg.FinalRetention), entity: string(it.Key())})
+		}
 		n++
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("partition %d: iterate table: %w", id, err)
 	}
+	slices.SortFunc(pt.retained, func(a, b retainedEntry) int { return a.at.Compare(b.at) })
 	p.m.windowsOpen.WithLabelValues(pt.label).Set(float64(pt.windows))
 	p.log.Debug("partition rebuilt", "partition", id, "entities", n, "windows", pt.windows, "stream_time", pt.streamTime)
 	p.mu.Lock()
@@ -558,11 +613,17 @@ func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceD
 		e = &state.Entity{}
 	}
 	if e.Applied(topic, part, offset) {
+		// A replay: the local table has this event, but what was sent to Kafka when it was
+		// applied (the changelog write, totals) may have died with the process, and this
+		// record's offset is about to be committed. Write the state again, so the changelog holds
+		// it before the commit, and re-send the current totals (absolute, so resending is safe).
 		p.m.duplicates.WithLabelValues(pt.label).Inc()
+		ctx.SetValue(e)
+		p.reemitUpdates(ctx, e, src, t)
 		return
 	}
 	pt.streamTime = max(pt.streamTime, t)
-	before := len(e.Windows)
+	before := openWindows(e)
 	typ := src.Type(ev)
 	changed := false
 	for _, si := range src.Sets {
@@ -596,7 +657,7 @@ func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceD
 	e.Advance(topic, part, offset)
 	e.StreamTime = pt.streamTime
 	ctx.SetValue(e)
-	p.windowsDelta(pt, len(e.Windows)-before)
+	p.windowsDelta(pt, openWindows(e)-before)
 	p.schedule(pt, ctx.Key(), e)
 	p.m.streamTimeLag.WithLabelValues(pt.label).Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
 	p.closeDue(ctx, pt)
@@ -619,6 +680,9 @@ func (p *Processor) addFixed(ctx goka.Context, pt *partition, e *state.Entity, s
 			continue
 		}
 		i := e.Find(set.Index, w.Start)
+		if i >= 0 && e.Windows[i].Final {
+			continue // closed at a stream time this partition no longer remembers (idle advance)
+		}
 		accs, err := p.accumulators(set, e, i)
 		if err != nil {
 			return false, err
@@ -645,7 +709,7 @@ func (p *Processor) addSession(ctx goka.Context, pt *partition, e *state.Entity,
 	for i, w := range e.Windows {
 		// A session that stream time has closed (its close message may still be in flight) is
 		// final: a new event must not reopen it, whether or not the close has been handled yet.
-		if w.Set == set.Index && !(windows.Window{Start: w.Start, End: w.End}).Closed(set.Grace, pt.streamTime) {
+		if w.Set == set.Index && !w.Final && !(windows.Window{Start: w.Start, End: w.End}).Closed(set.Grace, pt.streamTime) {
 			idx = append(idx, i)
 			open = append(open, windows.Window{Start: w.Start, End: w.End})
 		}
@@ -742,12 +806,15 @@ func (p *Processor) emit(ctx goka.Context, set *topology.SetDef, w *state.Window
 		v.Name = set.Aggs[k].Name
 		r.Values[k] = v
 	}
-	w.Emitted = w.Revision
 	ctx.Emit(goka.Stream(p.topo.TotalsTopic), ctx.Key(), r.Encode())
 	p.m.emitted.WithLabelValues(set.Name, strconv.FormatBool(final)).Inc()
 }
 
-// onClose emits and prunes the entity's windows that are closed at stream time wm.
+// onClose emits the final totals of the entity's windows that are closed at the partition's stream
+// time (wm is the stream time when the close was sent, for logs only) and
+// keeps them, marked final, for FinalRetention; it drops final windows older than that. A close
+// message that the entity has already applied (a replay after a crash) re-emits every final
+// window it still holds, because the totals emitted the first time may have been lost.
 func (p *Processor) onClose(ctx goka.Context, pt *partition, wm int64) {
 	delete(pt.pending, ctx.Key())
 	e, err := p.value(ctx)
@@ -758,34 +825,111 @@ func (p *Processor) onClose(ctx goka.Context, pt *partition, wm int64) {
 	if e == nil {
 		return
 	}
-	wm = max(wm, pt.streamTime)
-	pt.streamTime = wm
+	loop, part, off := string(ctx.Topic()), ctx.Partition(), ctx.Offset()
+	replay := e.Applied(loop, part, off)
+	now := p.cfg.Now()
+	// The partition's stream time decides, not the one the message carries: after a crash, close
+	// messages from the lost run are replayed while the partition's stream time has been rebuilt
+	// from an older state, and closing at their later time would drop events that are still
+	// on time in the replay.
+	_ = wm
+	wm = pt.streamTime
 	kept := e.Windows[:0]
-	closed := 0
+	closed, pruned := 0, 0
 	for _, w := range e.Windows {
 		set := p.topo.Sets[w.Set]
-		ww := windows.Window{Start: w.Start, End: w.End}
-		if !ww.Closed(set.Grace, wm) {
-			kept = append(kept, w)
+		switch {
+		case w.Final && replay:
+			if err := p.emitFinal(ctx, set, &w); err != nil {
+				p.fail(ctx, err)
+				return
+			}
+		case w.Final && now.Sub(time.UnixMilli(w.LastEmit)) >= p.cfg.FinalRetention:
+			pruned++
 			continue
+		case w.Final:
+		case (windows.Window{Start: w.Start, End: w.End}).Closed(set.Grace, wm):
+			w.Final, w.LastEmit = true, now.UnixMilli()
+			if err := p.emitFinal(ctx, set, &w); err != nil {
+				p.fail(ctx, err)
+				return
+			}
+			closed++
 		}
-		accs, err := p.accumulators(set, &state.Entity{Windows: []state.Window{w}}, 0)
-		if err != nil {
-			p.fail(ctx, fmt.Errorf("close %q window %d: %w", set.Name, w.Start, err))
-			return
-		}
-		p.emit(ctx, set, &w, accs, true)
-		closed++
-	}
-	if closed == 0 {
-		p.schedule(pt, ctx.Key(), e)
-		return
+		kept = append(kept, w)
 	}
 	e.Windows = kept
-	e.StreamTime = max(e.StreamTime, wm)
-	ctx.SetValue(e)
-	p.windowsDelta(pt, -closed)
+	// A replay writes the state again: the local table may be ahead of the changelog.
+	if closed > 0 || pruned > 0 || replay {
+		e.Advance(loop, part, off)
+		e.StreamTime = max(e.StreamTime, wm)
+		ctx.SetValue(e)
+		p.windowsDelta(pt, -closed)
+	}
+	if closed > 0 {
+		pt.retained = append(pt.retained, retainedEntry{at: now.Add(p.cfg.FinalRetention), entity: ctx.Key()})
+	}
 	p.schedule(pt, ctx.Key(), e)
+}
+
+func (p *Processor) emitFinal(ctx goka.Context, set *topology.SetDef, w *state.Window) error {
+	accs, err := p.accumulators(set, &state.Entity{Windows: []state.Window{*w}}, 0)
+	if err != nil {
+		return fmt.Errorf("close %q window %d: %w", set.Name, w.Start, err)
+	}
+	p.emit(ctx, set, w, accs, true)
+	return nil
+}
+
+// reemitUpdates re-sends the current totals of the open windows that a replayed event belongs to,
+// for sets that emit every update.
+func (p *Processor) reemitUpdates(ctx goka.Context, e *state.Entity, src *topology.SourceDef, t int64) {
+	for _, si := range src.Sets {
+		set := p.topo.Sets[si]
+		if set.Emit.Mode != topology.EmitEveryUpdate {
+			continue
+		}
+		for i := range e.Windows {
+			w := &e.Windows[i]
+			if w.Set != si || w.Final || t < w.Start || t >= w.End {
+				continue
+			}
+			accs, err := p.accumulators(set, e, i)
+			if err != nil {
+				p.fail(ctx, fmt.Errorf("entity %q set %q: %w", ctx.Key(), set.Name, err))
+				return
+			}
+			p.emit(ctx, set, w, accs, false)
+		}
+	}
+}
+
+// openWindows counts the windows that are not final.
+func openWindows(e *state.Entity) int {
+	n := 0
+	for _, w := range e.Windows {
+		if !w.Final {
+			n++
+		}
+	}
+	return n
+}
+
+// finalSince returns the latest final emission time among the entity's final windows.
+func finalSince(e *state.Entity) (time.Time, bool) {
+	var last int64
+	found := false
+	for _, w := range e.Windows {
+		if w.Final {
+			last, found = max(last, w.LastEmit), true
+		}
+	}
+	return time.UnixMilli(last), found
+}
+
+type retainedEntry struct {
+	at     time.Time
+	entity string
 }
 
 // onTick advances an idle partition's stream time with the wall clock, up to the last close time
@@ -806,6 +950,14 @@ func (p *Processor) onTick(ctx goka.Context, pt *partition) {
 		p.m.streamTimeLag.WithLabelValues(pt.label).Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
 	}
 	p.closeDue(ctx, pt)
+	// Entities whose final windows have outlived FinalRetention get a close message, which
+	// drops them.
+	n := 0
+	for n < len(pt.retained) && !pt.retained[n].at.After(now) {
+		ctx.Loopback(pt.retained[n].entity, (&loopMsg{kind: loopClose, time: pt.streamTime}).encode())
+		n++
+	}
+	pt.retained = pt.retained[n:]
 }
 
 func (p *Processor) late(ctx goka.Context, raw []byte, set *topology.SetDef, topic string, part int32, offset int64) {
