@@ -306,8 +306,15 @@ func (p *Processor) cleanMarker() string {
 // where the replay resumes, and replayed events would be judged late. The changelog alone is a
 // prefix of the partition's writes, hence consistent: recover from it.
 func (p *Processor) checkCleanShutdown() error {
-	if _, err := os.Stat(p.cfg.StoragePath); errors.Is(err, os.ErrNotExist) {
+	entries, err := os.ReadDir(p.cfg.StoragePath)
+	if errors.Is(err, os.ErrNotExist) {
 		return os.MkdirAll(p.cfg.StoragePath, 0o755)
+	}
+	if err != nil {
+		return fmt.Errorf("processor %s: read storage folder: %w", p.group, err)
+	}
+	if len(entries) == 0 {
+		return nil // a fresh folder
 	}
 	if _, err := os.Stat(p.cleanMarker()); err == nil {
 		if err := os.Remove(p.cleanMarker()); err != nil {
