@@ -51,7 +51,7 @@ func TestCrashChild(t *testing.T) {
 	if err := json.Unmarshal([]byte(spec), &c); err != nil {
 		t.Fatal(err)
 	}
-	topo := scenarioTopology(t, c.Name, c.Input)
+	topo := scenarioTopology(t, c.Name, c.Input, false)
 	cfg := crashConfig(c)
 	cfg.Logger = testLogger(t)
 	p, err := processors.New(topo, cfg)

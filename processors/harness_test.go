@@ -46,12 +46,17 @@ var (
 	sessGrace   = int64(5_000)
 )
 
-func scenarioTopology(t testing.TB, name, input string) *topology.Topology {
+// scenarioTopology declares the scenario's sets; with repartition the source's record keys are
+// not the entity and events are re-keyed through the loop topic.
+func scenarioTopology(t testing.TB, name, input string, repartition bool) *topology.Topology {
 	t.Helper()
 	b := topology.New(name).LateTopic(name + "-late")
 	src := topology.NewSource(b, input, topology.JSON[reading](),
 		func(r reading) string { return r.Dev },
 		func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	if repartition {
+		src.Repartition()
+	}
 	src.Aggregate(setTumble, tumbleSpec).Grace(time.Duration(tumbleGrace)*time.Millisecond).
 		Count("n").Sum("sum", "v").Min("min", "V").Max("max", "v").Mean("mean", "v").Last("last", "v")
 	src.Aggregate(setHop, hopSpec).Grace(0).Emit(topology.EveryUpdate()).
@@ -194,7 +199,7 @@ func (o *oracle) feed(in input) {
 		o.future++
 		return
 	}
-	p := partitionOf(in.key, o.nparts)
+	p := partitionOf(r.Dev, o.nparts) // the entity's partition, where its state lives
 	st := max(o.streamTime[p], r.TS)
 	o.streamTime[p] = st
 	open := o.open[p]
