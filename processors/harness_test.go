@@ -315,9 +315,10 @@ func (o *oracle) expected(k winKey) map[string]float64 {
 
 // totalsLog reads the totals topic and keeps, per window, the newest record and every final one.
 type totalsLog struct {
-	newest map[winKey]*totals.Record
-	finals map[winKey][]*totals.Record
-	count  int
+	newest  map[winKey]*totals.Record
+	finals  map[winKey][]*totals.Record
+	ordered []*totals.Record // in the order read (per partition: the order written)
+	count   int
 }
 
 func readTotals(ctx context.Context, t testing.TB, brokers []string, topic string, done func(*totalsLog) bool) *totalsLog {
@@ -348,6 +349,7 @@ func readTotals(ctx context.Context, t testing.TB, brokers []string, topic strin
 				t.Fatalf("totals record keyed %q carries entity %q", rec.Key, r.Entity)
 			}
 			log.count++
+			log.ordered = append(log.ordered, r)
 			k := winKey{r.Set, r.Entity, r.Start}
 			if cur := log.newest[k]; cur == nil || r.Newer(cur) {
 				log.newest[k] = r
