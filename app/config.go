@@ -79,6 +79,9 @@ type SinkTable struct {
 // QueryConfig configures the HTTP API and dashboard.
 type QueryConfig struct {
 	Listen string `yaml:"listen"` // default 127.0.0.1:8080; env ABACUS_LISTEN
+	// NoLive leaves out still-open windows. By default the query server follows the processor
+	// group's table (a goka view, kept in memory) to show their running totals.
+	NoLive bool `yaml:"no_live"`
 }
 
 // Duration is a time.Duration written as "90s" or "1h30m" in YAML.

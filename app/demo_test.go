@@ -63,14 +63,16 @@ func TestDemo(t *testing.T) {
 				t.Fatalf("dashboard at %s: %d %s %.200s", base, resp.StatusCode, resp.Header.Get("Content-Type"), page)
 			}
 			deadline := time.Now().Add(time.Minute)
+			sawLive := false
 			for {
-				n, err := countWindows(base + "api/v1/windows?set=minute&entity=device-000,device-001,device-002&limit=5")
-				if err == nil && n > 0 {
+				n, live, err := countWindows(base + "api/v1/windows?set=minute&entity=device-000,device-001,device-002&limit=5")
+				sawLive = sawLive || live > 0
+				if err == nil && n > 0 && sawLive {
 					t.Logf("%s: %d windows with counts after %s", mode, n, time.Minute-time.Until(deadline))
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("no aggregates within a minute (last error %v)", err)
+					t.Fatalf("no aggregates (or no live window) within a minute: %d windows, live seen %v, last error %v", n, sawLive, err)
 				}
 				time.Sleep(time.Second)
 			}
@@ -82,27 +84,32 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-func countWindows(url string) (int, error) {
+// countWindows returns how many windows have a positive count, and how many of them are live
+// (read from the processor's open windows).
+func countWindows(url string) (n, live int, err error) {
 	resp, err := http.Get(url)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	var body struct {
 		Entities map[string][]struct {
+			Live   bool           `json:"live"`
 			Values map[string]any `json:"values"`
 		} `json:"entities"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	n := 0
 	for _, ws := range body.Entities {
 		for _, w := range ws {
 			if c, ok := w.Values["count"].(float64); ok && c > 0 {
 				n++
+				if w.Live {
+					live++
+				}
 			}
 		}
 	}
-	return n, nil
+	return n, live, nil
 }

@@ -8,10 +8,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/processors/liveview"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/sinks/cellstore"
@@ -269,6 +271,11 @@ func (d *deployment) queryServer() *query.Server {
 // called with the URL once it listens.
 func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 	srv := d.queryServer()
+	if !d.cfg.Query.NoLive {
+		live := &lazyLive{}
+		srv.Topologies[0].Reader.Live = live
+		go d.followLive(ctx, live)
+	}
 	mux := srv.Handler()
 	mountDashboard(mux)
 	ln, err := net.Listen("tcp", d.cfg.Query.Listen)
@@ -350,3 +357,35 @@ func describeWindow(s windows.Spec) string {
 
 // mountDashboard serves the dashboard page at /.
 func mountDashboard(mux *http.ServeMux) { mux.Handle("GET /", query.Dashboard()) }
+
+// lazyLive serves open windows once the live view exists: the group table it reads appears only
+// when the processor group first runs.
+type lazyLive struct{ v atomic.Pointer[liveview.View] }
+
+func (l *lazyLive) OpenWindows(ctx context.Context, set, entity string) ([]query.Window, error) {
+	v := l.v.Load()
+	if v == nil {
+		return nil, nil
+	}
+	return v.OpenWindows(ctx, set, entity)
+}
+
+// followLive starts the live view as soon as the group table exists, and keeps it running.
+func (d *deployment) followLive(ctx context.Context, live *lazyLive) {
+	for ctx.Err() == nil {
+		v, err := liveview.New(d.topo, liveview.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group})
+		if err == nil {
+			live.v.Store(v)
+			err = v.Run(ctx)
+			live.v.Store(nil)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d.log.Debug("live view not running yet; open windows are not shown", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
