@@ -50,7 +50,10 @@ var (
 // not the entity and events are re-keyed through the loop topic.
 func scenarioTopology(t testing.TB, name, input string, repartition bool) *topology.Topology {
 	t.Helper()
-	b := topology.New(name).LateTopic(name + "-late")
+	b := topology.New(name)
+	if !repartition {
+		b.LateTopic(name + "-late") // the repartition scenario drops late events instead
+	}
 	src := topology.NewSource(b, input, topology.JSON[reading](),
 		func(r reading) string { return r.Dev },
 		func(r reading) time.Time { return time.UnixMilli(r.TS) })

@@ -102,13 +102,17 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	for _, n := range o.late {
 		lateWant += n
 	}
+	lateMetric := "abacus_processor_late_routed_total"
+	if topo.LateTopic == "" {
+		lateMetric = "abacus_processor_late_dropped_total"
+	}
 	for _, c := range []struct {
 		metric string
 		want   int
 	}{
 		{"abacus_processor_events_in_total", len(insA)},
 		{"abacus_processor_dead_lettered_total", o.future + o.bad},
-		{"abacus_processor_late_routed_total", lateWant},
+		{lateMetric, lateWant},
 		{"abacus_processor_duplicates_skipped_total", 0},
 	} {
 		if got := counter(t, reg, c.metric); got != float64(c.want) {
