@@ -36,19 +36,12 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	if *partitions < 1 {
 		return usagef("-partitions must be at least 1, got %d", *partitions)
 	}
-	cfg, topo, err := p.load(&c)
-	if err != nil {
-		return err
-	}
-	log, err := logger(c.logLevel, stderr)
-	if err != nil {
-		return err
-	}
-	d, err := open(ctx, cfg, topo, log)
+	d, err := p.connect(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
 	defer d.close()
+	cfg, topo := d.cfg, d.topo
 	step := func(what string, f func() error) error {
 		t0 := time.Now()
 		fmt.Fprintf(stdout, "%s ... ", what)
@@ -317,19 +310,12 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 			return usagef("-to-time: %v", err)
 		}
 	}
-	cfg, topo, err := p.load(&c)
-	if err != nil {
-		return err
-	}
-	log, err := logger(c.logLevel, stderr)
-	if err != nil {
-		return err
-	}
-	d, err := open(ctx, cfg, topo, log)
+	d, err := p.connect(ctx, &c, stderr)
 	if err != nil {
 		return err
 	}
 	defer d.close()
+	cfg, topo := d.cfg, d.topo
 	group, topics := cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic}
 	if *sink == "facts" {
 		group, topics = cfg.Sinks.Facts.Group, nil

@@ -272,16 +272,21 @@ func (p Program) serve(ctx context.Context, args []string, stdout, stderr io.Wri
 	return p.runRoles(ctx, &c, []string{RoleQuery}, stdout, stderr)
 }
 
-func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
+// connect loads the configuration as load does and opens the deployment's connections.
+func (p Program) connect(ctx context.Context, c *common, stderr io.Writer) (*deployment, error) {
 	cfg, topo, err := p.load(c)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	log, err := logger(c.logLevel, stderr)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	d, err := open(ctx, cfg, topo, log)
+	return open(ctx, cfg, topo, log)
+}
+
+func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
+	d, err := p.connect(ctx, c, stderr)
 	if err != nil {
 		return err
 	}

@@ -201,11 +201,11 @@ func (h *HBaseOffsets) Stored(ctx context.Context, group string) ([]StoredOffset
 			return nil, fmt.Errorf("sinks: list offsets of group %s in %s: %w", group, h.table, err)
 		}
 		row := r.Row()
-		_, rest, err := readComponent(row)
+		_, rest, err := ReadComponent(row)
 		if err != nil {
 			return nil, err
 		}
-		topic, rest, err := readComponent(rest)
+		topic, rest, err := ReadComponent(rest)
 		if err != nil || len(rest) != 4 {
 			return nil, fmt.Errorf("sinks: malformed offsets row %x", row)
 		}

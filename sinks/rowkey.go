@@ -50,8 +50,9 @@ func AppendComponent(dst []byte, s string) []byte {
 	return append(dst, 0, 1)
 }
 
-// readComponent reads one escaped, terminated component from b.
-func readComponent(b []byte) (string, []byte, error) {
+// ReadComponent reads one component written by AppendComponent from the front of b and returns
+// it with the rest of b.
+func ReadComponent(b []byte) (string, []byte, error) {
 	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); i++ {
 		if b[i] != 0 {
@@ -103,10 +104,10 @@ func ParseAggregateRow(row []byte) (entity, set string, windowStart int64, err e
 		return "", "", 0, fmt.Errorf("sinks: aggregate row of %d bytes is too short", len(row))
 	}
 	rest := row[1:]
-	if entity, rest, err = readComponent(rest); err != nil {
+	if entity, rest, err = ReadComponent(rest); err != nil {
 		return "", "", 0, err
 	}
-	if set, rest, err = readComponent(rest); err != nil {
+	if set, rest, err = ReadComponent(rest); err != nil {
 		return "", "", 0, err
 	}
 	if len(rest) != 8 {
@@ -120,7 +121,7 @@ func ParseFactRow(row []byte) (entity string, eventTime int64, err error) {
 	if len(row) < 1+2+8 {
 		return "", 0, fmt.Errorf("sinks: fact row of %d bytes is too short", len(row))
 	}
-	entity, rest, err := readComponent(row[1:])
+	entity, rest, err := ReadComponent(row[1:])
 	if err != nil {
 		return "", 0, err
 	}

@@ -125,7 +125,7 @@ func (s *Store) loadSchemas() error {
 		fams := map[string]int{}
 		b := it.Value()
 		for len(b) > 0 {
-			f, rest, err := readComponent(b)
+			f, rest, err := sinks.ReadComponent(b)
 			if err != nil || len(rest) < 4 {
 				return fmt.Errorf("cellstore: schema of table %q is corrupt", table)
 			}
@@ -162,7 +162,7 @@ func parseCellKey(k []byte) (sinks.Cell, error) {
 		err   error
 	)
 	for i := range parts {
-		if parts[i], rest, err = readComponent(rest); err != nil {
+		if parts[i], rest, err = sinks.ReadComponent(rest); err != nil {
 			return c, err
 		}
 	}
@@ -172,26 +172,6 @@ func parseCellKey(k []byte) (sinks.Cell, error) {
 	c.Table, c.Row, c.Family, c.Qualifier = parts[0], []byte(parts[1]), []byte(parts[2]), []byte(parts[3])
 	c.Timestamp = int64(math.MaxUint64 - binary.BigEndian.Uint64(rest))
 	return c, nil
-}
-
-func readComponent(b []byte) (string, []byte, error) {
-	out := make([]byte, 0, len(b))
-	for i := 0; i+1 < len(b); i++ {
-		if b[i] != 0 {
-			out = append(out, b[i])
-			continue
-		}
-		switch b[i+1] {
-		case 0xFF:
-			out = append(out, 0)
-			i++
-		case 1:
-			return string(out), b[i+2:], nil
-		default:
-			return "", nil, errors.New("cellstore: bad escape in key")
-		}
-	}
-	return "", nil, errors.New("cellstore: unterminated key component")
 }
 
 // ErrNoSuchTable and ErrNoSuchFamily are the permanent failures HBase reports as TableNotFound and
