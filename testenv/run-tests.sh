@@ -38,8 +38,10 @@ export ABACUS_REQUIRE_SERVICES=1
 
 echo "[run-tests] go vet ./..."
 go vet ./...
-# Tests that stop and restart the shared services (TestDisruptive*) run alone, after the others.
-echo "[run-tests] go test ./... (all but the disruptive tests)"
-go test -count=1 -timeout 45m -skip '^TestDisruptive' "$@" ./...
-echo "[run-tests] go test ./... (disruptive tests: services are stopped and restarted, one package at a time)"
+# Tests that stop and restart the shared services (TestDisruptive*) run alone, one package at a
+# time, before the others: a run must not have other tests beside them, and ending with the main
+# run leaves its results as the last word.
+echo "[run-tests] go test ./... (disruptive tests: services are stopped and restarted)"
 ABACUS_DISRUPTIVE=1 go test -count=1 -timeout 30m -p 1 -run '^TestDisruptive' "$@" ./...
+echo "[run-tests] go test ./... (everything else)"
+go test -count=1 -timeout 45m -skip '^TestDisruptive' "$@" ./...
