@@ -494,6 +494,24 @@ func counter(t testing.TB, reg *prometheus.Registry, name string) float64 {
 	return total
 }
 
+// gauge returns the sum of a gauge family in reg.
+func gauge(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				total += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return total
+}
+
 // resetOffsets rewinds the (stopped) group to the start of topic, so the processor re-reads every
 // record: the replay that a crash between changelog write and commit causes, for every record.
 func resetOffsets(ctx context.Context, t testing.TB, brokers []string, group, topic string, nparts int) {

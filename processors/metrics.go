@@ -14,6 +14,7 @@ type metrics struct {
 	lateRouted    *prometheus.CounterVec // set
 	deadLettered  *prometheus.CounterVec // reason
 	windowsOpen   *prometheus.GaugeVec   // partition
+	windowsHeld   *prometheus.GaugeVec   // partition
 	emitted       *prometheus.CounterVec // set, final
 	streamTimeLag *prometheus.GaugeVec   // partition
 }
@@ -43,7 +44,11 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 		}, []string{"reason"}),
 		windowsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "abacus", Subsystem: "processor", Name: "windows_open", ConstLabels: cl,
-			Help: "Windows held in state (open, or closed and not yet emitted), per partition.",
+			Help: "Windows whose final total has not been emitted yet, per partition.",
+		}, []string{"partition"}),
+		windowsHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "abacus", Subsystem: "processor", Name: "windows_held", ConstLabels: cl,
+			Help: "Windows in the partition's table: open ones plus closed ones kept for FinalRetention.",
 		}, []string{"partition"}),
 		emitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "abacus", Subsystem: "processor", Name: "windows_emitted_total", ConstLabels: cl,
@@ -55,7 +60,7 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 		}, []string{"partition"}),
 	}
 	for _, c := range []prometheus.Collector{m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
-		m.deadLettered, m.windowsOpen, m.emitted, m.streamTimeLag} {
+		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -11,15 +11,33 @@
 // goka calls back only for keys that receive messages, so an entity whose events stop would never
 // see its windows close. Each partition keeps, in memory, the next close time of every entity that
 // has windows (a min-heap), rebuilt from the partition's local table at the first callback after
-// an assignment. When the partition's stream time (the largest accepted event time seen) reaches
-// an entity's next close, the processor sends that entity a close message through the loop topic;
-// the entity's own callback then emits the final totals and prunes the windows. A window's content
-// is fixed by stream time, at the moment it logically closes (later events are late), not by when
-// the close message is handled, so the totals do not depend on timing.
+// an assignment. Whatever callback advances the partition's stream time (the largest accepted
+// event time seen) past an entity's next close reads that entity's state from the local table and
+// emits the final totals of its closed windows; no message and no write per close. A window's
+// content is fixed by stream time at the moment it closes (later events are late), so the totals
+// do not depend on timing.
+//
+// A closed window stays in the table for Config.FinalRetention after its final total was
+// emitted, then goes at the entity's next write, or through a close message sent to it through
+// the loop topic when it has no more events. Until then a crash cannot lose the final total: the
+// rebuilt partition finds the window closed and emits it again (an identical record).
 //
 // A periodic tick, sent to every partition through the loop topic, lets a partition that received
 // no event for Config.IdleTimeout advance its stream time to the wall clock (never beyond the last
 // close time it waits for), so idle partitions and idle streams still emit their final totals.
+//
+// # Replays
+//
+// Every entity keeps, per source partition, the highest offset it applied; a replayed record is
+// skipped, its state written again (the local table may be ahead of the changelog) and, for sets
+// that emit every update, its windows' current totals re-sent. After a run that did not end
+// cleanly the local tables are discarded and rebuilt from the changelog, the one copy that is a
+// consistent prefix of the partition's history; the stream time rebuilt from it is then exactly
+// the one the replay resumes from, so replayed events are judged late or on time as before.
+//
+// Exactness after a crash assumes that Kafka acknowledges one producer's writes in order, which
+// holds on one broker; on several brokers a totals record and a changelog write of the same
+// callback can be acknowledged out of order (goka marks offsets per message).
 package processors
 
 import (
@@ -33,7 +51,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -74,11 +91,11 @@ type Config struct {
 	// with the wall clock to close its windows (default 1 minute).
 	IdleTimeout time.Duration
 	// TickInterval is how often every partition is sent a tick (default IdleTimeout/4).
-	// FinalRetention is how long (wall clock) a window is kept after its final total was emitted
-	// (default 1 minute). goka writes the local table at once but Kafka acknowledges emitted
-	// totals later; if the process dies in between, the close message is replayed and must find
-	// the window to emit its final total again. It must exceed the producer's worst-case time to
-	// acknowledge or fail a message.
+	// FinalRetention is how long (wall clock) a closed window stays in the table after its final
+	// total was emitted (default 1 minute). goka writes the local table at once but Kafka
+	// acknowledges emitted totals later; if the process dies in between, the rebuilt partition
+	// must find the window to emit its final total again. It must exceed the producer's
+	// worst-case time to acknowledge or fail a message.
 	FinalRetention time.Duration
 	TickInterval   time.Duration
 	// LoopRetention is the retention of the loop topic, which carries re-keyed events and close
@@ -416,6 +433,7 @@ func (p *Processor) rebalanced(a goka.Assignment) {
 	for id := range p.parts {
 		label := strconv.Itoa(int(id))
 		p.m.windowsOpen.DeleteLabelValues(label)
+		p.m.windowsHeld.DeleteLabelValues(label)
 		p.m.streamTimeLag.DeleteLabelValues(label)
 	}
 	p.parts = map[int32]*partition{}
@@ -427,13 +445,27 @@ func (p *Processor) rebalanced(a goka.Assignment) {
 type partition struct {
 	id         int32
 	label      string
+	st         storage.Storage // the partition's local table, read to emit other entities' finals
 	streamTime int64
 	lastInput  time.Time
-	windows    int // open (not final) windows in this partition's state
-	due        dueHeap
-	retained   []retainedEntry  // entities holding final windows, in wall-clock order
-	next       map[string]int64 // entity -> its close time in due (the live heap entry)
-	pending    map[string]bool  // entities with a close message in flight
+	windows    int              // windows whose final total this process has not emitted
+	held       int              // windows in the table
+	due        dueHeap          // entities by the close time of their next window to emit
+	next       map[string]int64 // entity -> its live entry in due
+	// emitted remembers, per entity, the final emissions this process made and has not pruned:
+	// windows closing at or before upTo were emitted at wall time at.
+	emitted map[string][]emission
+	prunes  []retainedEntry // entities with emitted windows, by when they may be pruned
+}
+
+type emission struct {
+	upTo int64
+	at   time.Time
+}
+
+type retainedEntry struct {
+	at     time.Time
+	entity string
 }
 
 func (p *Processor) partition(id int32) (*partition, error) {
@@ -444,11 +476,11 @@ func (p *Processor) partition(id int32) (*partition, error) {
 	if ok {
 		return pt, nil
 	}
-	pt = &partition{id: id, label: strconv.Itoa(int(id)), streamTime: math.MinInt64, lastInput: p.cfg.Now(),
-		next: map[string]int64{}, pending: map[string]bool{}}
 	if st == nil {
 		return nil, fmt.Errorf("partition %d: no storage for table %s", id, p.table)
 	}
+	pt = &partition{id: id, label: strconv.Itoa(int(id)), st: st, streamTime: math.MinInt64, lastInput: p.cfg.Now(),
+		next: map[string]int64{}, emitted: map[string][]emission{}}
 	it, err := st.Iterator()
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: iterate table: %w", id, err)
@@ -465,18 +497,18 @@ func (p *Processor) partition(id int32) (*partition, error) {
 			return nil, fmt.Errorf("partition %d: key %q: %w", id, it.Key(), err)
 		}
 		pt.streamTime = max(pt.streamTime, e.StreamTime)
-		pt.windows += openWindows(e)
+		// Whether a closed window's final total reached Kafka before the restart is unknown:
+		// every window in the table counts as not emitted, and closed ones are emitted again.
+		pt.windows += len(e.Windows)
+		pt.held += len(e.Windows)
 		p.schedule(pt, string(it.Key()), e)
-		if at, ok := finalSince(e); ok {
-			pt.retained = append(pt.retained, retainedEntry{at: at.Add(p.cfg.FinalRetention), entity: string(it.Key())})
-		}
 		n++
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("partition %d: iterate table: %w", id, err)
 	}
-	slices.SortFunc(pt.retained, func(a, b retainedEntry) int { return a.at.Compare(b.at) })
 	p.m.windowsOpen.WithLabelValues(pt.label).Set(float64(pt.windows))
+	p.m.windowsHeld.WithLabelValues(pt.label).Set(float64(pt.held))
 	p.log.Debug("partition rebuilt", "partition", id, "entities", n, "windows", pt.windows, "stream_time", pt.streamTime)
 	p.mu.Lock()
 	p.parts[id] = pt
@@ -484,15 +516,27 @@ func (p *Processor) partition(id int32) (*partition, error) {
 	return pt, nil
 }
 
-func (p *Processor) grace(set uint16) int64 { return p.topo.Sets[set].Grace }
+func (p *Processor) closesAt(w *state.Window) int64 { return w.End + p.topo.Sets[w.Set].Grace }
 
-// schedule records the entity's next close time in the partition's heap.
-func (p *Processor) schedule(pt *partition, entity string, e *state.Entity) {
-	if pt.pending[entity] {
-		return // the close handler reschedules
+// emittedUpTo is the stream time up to which this process emitted the entity's closed windows.
+func (pt *partition) emittedUpTo(entity string) int64 {
+	up := int64(math.MinInt64)
+	for _, em := range pt.emitted[entity] {
+		up = max(up, em.upTo)
 	}
-	at, ok := e.NextClose(p.grace)
-	if !ok {
+	return up
+}
+
+// schedule records in the heap when the entity's next window still to emit closes.
+func (p *Processor) schedule(pt *partition, entity string, e *state.Entity) {
+	up := pt.emittedUpTo(entity)
+	at, found := int64(0), false
+	for i := range e.Windows {
+		if c := p.closesAt(&e.Windows[i]); c > up && (!found || c < at) {
+			at, found = c, true
+		}
+	}
+	if !found {
 		delete(pt.next, entity)
 		return
 	}
@@ -503,7 +547,10 @@ func (p *Processor) schedule(pt *partition, entity string, e *state.Entity) {
 	heap.Push(&pt.due, dueEntry{at: at, entity: entity})
 }
 
-// closeDue sends a close message to every entity whose next close time stream time has reached.
+// closeDue emits the final totals of every window that stream time has closed. It reads the
+// entities' state from the local table and emits from whatever callback advanced stream time: no
+// message per entity, no write. The windows stay in the table, closed, until pruned (see prune),
+// so that after a crash the rebuilt partition finds them and emits them again.
 func (p *Processor) closeDue(ctx goka.Context, pt *partition) {
 	for pt.due.Len() > 0 && pt.due[0].at <= pt.streamTime {
 		d := heap.Pop(&pt.due).(dueEntry)
@@ -511,9 +558,87 @@ func (p *Processor) closeDue(ctx goka.Context, pt *partition) {
 			continue // superseded entry
 		}
 		delete(pt.next, d.entity)
-		pt.pending[d.entity] = true
-		ctx.Loopback(d.entity, (&loopMsg{kind: loopClose, time: pt.streamTime}).encode())
+		raw, err := pt.st.Get(d.entity)
+		if err != nil {
+			p.fail(ctx, fmt.Errorf("partition %d: read state of %q: %w", pt.id, d.entity, err))
+			return
+		}
+		if raw == nil {
+			continue
+		}
+		e, err := state.Decode(raw)
+		if err != nil {
+			p.fail(ctx, fmt.Errorf("partition %d: state of %q: %w", pt.id, d.entity, err))
+			return
+		}
+		if err := p.emitClosed(ctx, pt, d.entity, e); err != nil {
+			p.fail(ctx, err)
+			return
+		}
+		p.schedule(pt, d.entity, e)
 	}
+}
+
+// emitClosed emits the final totals of the entity's windows closed at the partition's stream time
+// and not emitted yet by this process.
+func (p *Processor) emitClosed(ctx goka.Context, pt *partition, entity string, e *state.Entity) error {
+	up := pt.emittedUpTo(entity)
+	n := 0
+	for i := range e.Windows {
+		w := &e.Windows[i]
+		if c := p.closesAt(w); c <= up || c > pt.streamTime {
+			continue
+		}
+		set := p.topo.Sets[w.Set]
+		accs, err := p.accumulators(set, e, i)
+		if err != nil {
+			return fmt.Errorf("close %q of %q window %d: %w", set.Name, entity, w.Start, err)
+		}
+		p.emit(ctx, entity, set, w, accs, true)
+		n++
+	}
+	if n > 0 {
+		now := p.cfg.Now()
+		pt.emitted[entity] = append(pt.emitted[entity], emission{upTo: pt.streamTime, at: now})
+		pt.prunes = append(pt.prunes, retainedEntry{at: now.Add(p.cfg.FinalRetention), entity: entity})
+		p.windowsDelta(pt, -n, 0)
+	}
+	return nil
+}
+
+// prune drops from e the windows whose final total this process emitted at least FinalRetention
+// ago, and reports whether it dropped any. Younger ones stay: goka writes the table before Kafka
+// acknowledges the emitted total, and a crash in between must leave the window for the rebuilt
+// partition to emit again.
+func (p *Processor) prune(pt *partition, entity string, e *state.Entity, now time.Time) bool {
+	ems := pt.emitted[entity]
+	up := int64(math.MinInt64)
+	keep := ems[:0]
+	for _, em := range ems {
+		if now.Sub(em.at) >= p.cfg.FinalRetention {
+			up = max(up, em.upTo)
+		} else {
+			keep = append(keep, em)
+		}
+	}
+	if len(keep) == 0 {
+		delete(pt.emitted, entity)
+	} else {
+		pt.emitted[entity] = keep
+	}
+	if up == math.MinInt64 {
+		return false
+	}
+	kept := e.Windows[:0]
+	for _, w := range e.Windows {
+		if p.closesAt(&w) > up {
+			kept = append(kept, w)
+		}
+	}
+	pruned := len(e.Windows) - len(kept)
+	e.Windows = kept
+	p.windowsDelta(pt, 0, -pruned)
+	return pruned > 0
 }
 
 func (p *Processor) fail(ctx goka.Context, err error) {
@@ -572,7 +697,7 @@ func (p *Processor) onLoop(ctx goka.Context, msg any) {
 			p.onTick(ctx, pt)
 		}
 	case loopClose:
-		p.onClose(ctx, pt, m.time)
+		p.onClose(ctx, pt)
 	case loopEvent:
 		if m.source < 0 || m.source >= len(p.topo.Sources) {
 			p.fail(ctx, fmt.Errorf("loop event names source %d of %d", m.source, len(p.topo.Sources)))
@@ -626,11 +751,11 @@ func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceD
 		// it before the commit, and re-send the current totals (absolute, so resending is safe).
 		p.m.duplicates.WithLabelValues(pt.label).Inc()
 		ctx.SetValue(e)
-		p.reemitUpdates(ctx, e, src, t)
+		p.reemitUpdates(ctx, pt, e, src, t)
 		return
 	}
 	pt.streamTime = max(pt.streamTime, t)
-	before := openWindows(e)
+	before := len(e.Windows)
 	typ := src.Type(ev)
 	changed := false
 	for _, si := range src.Sets {
@@ -661,19 +786,25 @@ func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceD
 		p.closeDue(ctx, pt)
 		return
 	}
+	p.windowsDelta(pt, len(e.Windows)-before, len(e.Windows)-before)
+	p.prune(pt, ctx.Key(), e, now)
 	e.Advance(topic, part, offset)
 	e.StreamTime = pt.streamTime
 	ctx.SetValue(e)
-	p.windowsDelta(pt, openWindows(e)-before)
 	p.schedule(pt, ctx.Key(), e)
 	p.m.streamTimeLag.WithLabelValues(pt.label).Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
 	p.closeDue(ctx, pt)
 }
 
-func (p *Processor) windowsDelta(pt *partition, d int) {
-	if d != 0 {
-		pt.windows += d
+// windowsDelta adds open to the windows not yet emitted and held to the windows in the table.
+func (p *Processor) windowsDelta(pt *partition, open, held int) {
+	if open != 0 {
+		pt.windows += open
 		p.m.windowsOpen.WithLabelValues(pt.label).Set(float64(pt.windows))
+	}
+	if held != 0 {
+		pt.held += held
+		p.m.windowsHeld.WithLabelValues(pt.label).Set(float64(pt.held))
 	}
 }
 
@@ -687,9 +818,6 @@ func (p *Processor) addFixed(ctx goka.Context, pt *partition, e *state.Entity, s
 			continue
 		}
 		i := e.Find(set.Index, w.Start)
-		if i >= 0 && e.Windows[i].Final {
-			continue // closed at a stream time this partition no longer remembers (idle advance)
-		}
 		accs, err := p.accumulators(set, e, i)
 		if err != nil {
 			return false, err
@@ -703,7 +831,7 @@ func (p *Processor) addFixed(ctx goka.Context, pt *partition, e *state.Entity, s
 		}
 		p.store(&e.Windows[i], accs)
 		e.Windows[i].Revision++
-		p.emitUpdate(ctx, set, &e.Windows[i], accs, now)
+		p.emitUpdate(ctx, ctx.Key(), set, &e.Windows[i], accs, now)
 		applied = true
 	}
 	return applied, nil
@@ -716,7 +844,7 @@ func (p *Processor) addSession(ctx goka.Context, pt *partition, e *state.Entity,
 	for i, w := range e.Windows {
 		// A session that stream time has closed (its close message may still be in flight) is
 		// final: a new event must not reopen it, whether or not the close has been handled yet.
-		if w.Set == set.Index && !w.Final && !(windows.Window{Start: w.Start, End: w.End}).Closed(set.Grace, pt.streamTime) {
+		if w.Set == set.Index && !(windows.Window{Start: w.Start, End: w.End}).Closed(set.Grace, pt.streamTime) {
 			idx = append(idx, i)
 			open = append(open, windows.Window{Start: w.Start, End: w.End})
 		}
@@ -758,7 +886,7 @@ func (p *Processor) addSession(ctx goka.Context, pt *partition, e *state.Entity,
 	e.Windows = append(kept, nw)
 	w := &e.Windows[len(e.Windows)-1]
 	p.store(w, accs)
-	p.emitUpdate(ctx, set, w, accs, now)
+	p.emitUpdate(ctx, ctx.Key(), set, w, accs, now)
 	return true, nil
 }
 
@@ -791,7 +919,7 @@ func (p *Processor) store(w *state.Window, accs []topology.Accumulator) {
 	w.Aggs = aggs
 }
 
-func (p *Processor) emitUpdate(ctx goka.Context, set *topology.SetDef, w *state.Window, accs []topology.Accumulator, now time.Time) {
+func (p *Processor) emitUpdate(ctx goka.Context, entity string, set *topology.SetDef, w *state.Window, accs []topology.Accumulator, now time.Time) {
 	switch set.Emit.Mode {
 	case topology.EmitEveryUpdate:
 	case topology.EmitEarly:
@@ -802,28 +930,26 @@ func (p *Processor) emitUpdate(ctx goka.Context, set *topology.SetDef, w *state.
 	default:
 		return
 	}
-	p.emit(ctx, set, w, accs, false)
+	p.emit(ctx, entity, set, w, accs, false)
 }
 
-func (p *Processor) emit(ctx goka.Context, set *topology.SetDef, w *state.Window, accs []topology.Accumulator, final bool) {
-	r := totals.Record{Topology: p.topo.Name, Set: set.Name, Entity: ctx.Key(), Start: w.Start, End: w.End,
+// emit writes one window total to the totals topic, keyed by entity.
+func (p *Processor) emit(ctx goka.Context, entity string, set *topology.SetDef, w *state.Window, accs []topology.Accumulator, final bool) {
+	r := totals.Record{Topology: p.topo.Name, Set: set.Name, Entity: entity, Start: w.Start, End: w.End,
 		Final: final, Revision: w.Revision, Values: make([]totals.Value, len(accs))}
 	for k, a := range accs {
 		v := a.Value()
 		v.Name = set.Aggs[k].Name
 		r.Values[k] = v
 	}
-	ctx.Emit(goka.Stream(p.topo.TotalsTopic), ctx.Key(), r.Encode())
+	ctx.Emit(goka.Stream(p.topo.TotalsTopic), entity, r.Encode())
 	p.m.emitted.WithLabelValues(set.Name, strconv.FormatBool(final)).Inc()
 }
 
-// onClose emits the final totals of the entity's windows that are closed at the partition's stream
-// time (wm is the stream time when the close was sent, for logs only) and
-// keeps them, marked final, for FinalRetention; it drops final windows older than that. A close
-// message that the entity has already applied (a replay after a crash) re-emits every final
-// window it still holds, because the totals emitted the first time may have been lost.
-func (p *Processor) onClose(ctx goka.Context, pt *partition, wm int64) {
-	delete(pt.pending, ctx.Key())
+// onClose handles a close message: the entity's emitted windows that FinalRetention allows are
+// pruned. Entities that receive events are pruned on the way (apply); close messages are for the
+// others, sent from ticks.
+func (p *Processor) onClose(ctx goka.Context, pt *partition) {
 	e, err := p.value(ctx)
 	if err != nil {
 		p.fail(ctx, err)
@@ -832,65 +958,16 @@ func (p *Processor) onClose(ctx goka.Context, pt *partition, wm int64) {
 	if e == nil {
 		return
 	}
-	loop, part, off := string(ctx.Topic()), ctx.Partition(), ctx.Offset()
-	replay := e.Applied(loop, part, off)
-	now := p.cfg.Now()
-	// The partition's stream time decides, not the one the message carries: after a crash, close
-	// messages from the lost run are replayed while the partition's stream time has been rebuilt
-	// from an older state, and closing at their later time would drop events that are still
-	// on time in the replay.
-	_ = wm
-	wm = pt.streamTime
-	kept := e.Windows[:0]
-	closed, pruned := 0, 0
-	for _, w := range e.Windows {
-		set := p.topo.Sets[w.Set]
-		switch {
-		case w.Final && replay:
-			if err := p.emitFinal(ctx, set, &w); err != nil {
-				p.fail(ctx, err)
-				return
-			}
-		case w.Final && now.Sub(time.UnixMilli(w.LastEmit)) >= p.cfg.FinalRetention:
-			pruned++
-			continue
-		case w.Final:
-		case (windows.Window{Start: w.Start, End: w.End}).Closed(set.Grace, wm):
-			w.Final, w.LastEmit = true, now.UnixMilli()
-			if err := p.emitFinal(ctx, set, &w); err != nil {
-				p.fail(ctx, err)
-				return
-			}
-			closed++
-		}
-		kept = append(kept, w)
-	}
-	e.Windows = kept
-	// A replay writes the state again: the local table may be ahead of the changelog.
-	if closed > 0 || pruned > 0 || replay {
-		e.Advance(loop, part, off)
-		e.StreamTime = max(e.StreamTime, wm)
+	if p.prune(pt, ctx.Key(), e, p.cfg.Now()) {
+		e.StreamTime = max(e.StreamTime, pt.streamTime)
 		ctx.SetValue(e)
-		p.windowsDelta(pt, -closed)
-	}
-	if closed > 0 {
-		pt.retained = append(pt.retained, retainedEntry{at: now.Add(p.cfg.FinalRetention), entity: ctx.Key()})
 	}
 	p.schedule(pt, ctx.Key(), e)
 }
 
-func (p *Processor) emitFinal(ctx goka.Context, set *topology.SetDef, w *state.Window) error {
-	accs, err := p.accumulators(set, &state.Entity{Windows: []state.Window{*w}}, 0)
-	if err != nil {
-		return fmt.Errorf("close %q window %d: %w", set.Name, w.Start, err)
-	}
-	p.emit(ctx, set, w, accs, true)
-	return nil
-}
-
 // reemitUpdates re-sends the current totals of the open windows that a replayed event belongs to,
 // for sets that emit every update.
-func (p *Processor) reemitUpdates(ctx goka.Context, e *state.Entity, src *topology.SourceDef, t int64) {
+func (p *Processor) reemitUpdates(ctx goka.Context, pt *partition, e *state.Entity, src *topology.SourceDef, t int64) {
 	for _, si := range src.Sets {
 		set := p.topo.Sets[si]
 		if set.Emit.Mode != topology.EmitEveryUpdate {
@@ -898,7 +975,7 @@ func (p *Processor) reemitUpdates(ctx goka.Context, e *state.Entity, src *topolo
 		}
 		for i := range e.Windows {
 			w := &e.Windows[i]
-			if w.Set != si || w.Final || t < w.Start || t >= w.End {
+			if w.Set != si || t < w.Start || t >= w.End || p.closesAt(w) <= pt.streamTime {
 				continue
 			}
 			accs, err := p.accumulators(set, e, i)
@@ -906,37 +983,9 @@ func (p *Processor) reemitUpdates(ctx goka.Context, e *state.Entity, src *topolo
 				p.fail(ctx, fmt.Errorf("entity %q set %q: %w", ctx.Key(), set.Name, err))
 				return
 			}
-			p.emit(ctx, set, w, accs, false)
+			p.emit(ctx, ctx.Key(), set, w, accs, false)
 		}
 	}
-}
-
-// openWindows counts the windows that are not final.
-func openWindows(e *state.Entity) int {
-	n := 0
-	for _, w := range e.Windows {
-		if !w.Final {
-			n++
-		}
-	}
-	return n
-}
-
-// finalSince returns the latest final emission time among the entity's final windows.
-func finalSince(e *state.Entity) (time.Time, bool) {
-	var last int64
-	found := false
-	for _, w := range e.Windows {
-		if w.Final {
-			last, found = max(last, w.LastEmit), true
-		}
-	}
-	return time.UnixMilli(last), found
-}
-
-type retainedEntry struct {
-	at     time.Time
-	entity string
 }
 
 // onTick advances an idle partition's stream time with the wall clock, up to the last close time
@@ -957,14 +1006,20 @@ func (p *Processor) onTick(ctx goka.Context, pt *partition) {
 		p.m.streamTimeLag.WithLabelValues(pt.label).Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
 	}
 	p.closeDue(ctx, pt)
-	// Entities whose final windows have outlived FinalRetention get a close message, which
-	// drops them.
+	// Entities whose emitted windows have outlived FinalRetention and that no event has pruned
+	// since get a close message, which prunes them.
 	n := 0
-	for n < len(pt.retained) && !pt.retained[n].at.After(now) {
-		ctx.Loopback(pt.retained[n].entity, (&loopMsg{kind: loopClose, time: pt.streamTime}).encode())
+	for n < len(pt.prunes) && !pt.prunes[n].at.After(now) {
+		ent := pt.prunes[n].entity
+		for _, em := range pt.emitted[ent] {
+			if now.Sub(em.at) >= p.cfg.FinalRetention {
+				ctx.Loopback(ent, (&loopMsg{kind: loopClose, time: pt.streamTime}).encode())
+				break
+			}
+		}
 		n++
 	}
-	pt.retained = pt.retained[n:]
+	pt.prunes = pt.prunes[n:]
 }
 
 func (p *Processor) late(ctx goka.Context, raw []byte, set *topology.SetDef, topic string, part int32, offset int64) {

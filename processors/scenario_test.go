@@ -140,8 +140,18 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	}
 	o.idle()
 	reg = prometheus.NewRegistry()
-	stop = runProcessor(t, topo, cfg(reg))
+	// Prune as soon as possible: totals must not change, and every window must leave the table.
+	pruneCfg := cfg(reg)
+	pruneCfg.FinalRetention = time.Nanosecond
+	stop = runProcessor(t, topo, pruneCfg)
 	readTotals(ctx, t, brokers, topo.TotalsTopic, o.hasAllFinals)
+	for gauge(t, reg, "abacus_processor_windows_held") != 0 || gauge(t, reg, "abacus_processor_windows_open") != 0 {
+		if ctx.Err() != nil {
+			t.Fatalf("windows still in the table after every window closed: held %v, open %v",
+				gauge(t, reg, "abacus_processor_windows_held"), gauge(t, reg, "abacus_processor_windows_open"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("processor run after rewind: %v", err)
 	}

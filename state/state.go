@@ -3,8 +3,8 @@
 // that makes replays harmless) and the partition stream time it last saw; and its compact,
 // versioned binary encoding.
 //
-// It must never hold a closed window longer than the processor's final retention (pruning keeps the
-// state bounded by open windows) and never forget a fence: forgetting one would let a replayed record count twice.
+// It must never be the reason a closed window outlives the processor's final retention (pruning
+// keeps the state bounded by open windows) and never forget a fence: forgetting one would let a replayed record count twice.
 package state
 
 import (
@@ -23,19 +23,14 @@ type Fence struct {
 	Offset    int64
 }
 
-// Window is one open (or closed, final and retained) window of one aggregate set, with its accumulators in their own encodings
+// Window is one open window (or a closed one whose final total was emitted recently) of one aggregate set, with its accumulators in their own encodings
 // (one per aggregation, in the set's declaration order).
 type Window struct {
 	Set      uint16 // index of the aggregate set in the topology
 	Start    int64  // ms, inclusive
 	End      int64  // ms, exclusive
 	Revision uint64 // events applied to this window; orders the totals a sink receives
-	LastEmit int64  // wall-clock ms of the last emission (early firing, or the final), 0 if none
-	// Final says the final total has been emitted. The window is kept, closed, until a later close
-	// message finds it older than the processor's final retention: goka writes the local table
-	// before Kafka acknowledges the emitted total, so a close replayed after a crash must find
-	// the window to emit its final total again.
-	Final bool
+	LastEmit int64  // wall-clock ms of the last early firing, 0 if none
 	Aggs     [][]byte
 }
 
@@ -78,15 +73,12 @@ func (e *Entity) Find(set uint16, start int64) int {
 	return -1
 }
 
-// NextClose returns the earliest stream time at which one of the windows that are not final
-// closes, given the grace of each set, and false when none is open.
+// NextClose returns the earliest stream time at which one of the windows closes, given the grace
+// of each set, and false when there is none.
 func (e *Entity) NextClose(grace func(set uint16) int64) (int64, bool) {
 	var at int64
 	found := false
 	for _, w := range e.Windows {
-		if w.Final {
-			continue
-		}
 		c := w.End + grace(w.Set)
 		if !found || c < at {
 			at, found = c, true
@@ -100,7 +92,7 @@ func (e *Entity) NextClose(grace func(set uint16) int64) (int64, bool) {
 //	byte version, varint stream time,
 //	uvarint #fences, each: uvarint len + topic, varint partition, varint offset,
 //	uvarint #windows, each: uvarint set, varint start, uvarint end-start, uvarint revision,
-//	  varint last emit, uvarint flags (bit 0: final emitted), uvarint #aggs, each: uvarint len + bytes.
+//	  varint last emit, uvarint flags (reserved, 0), uvarint #aggs, each: uvarint len + bytes.
 func (e *Entity) Append(b []byte) []byte {
 	b = append(b, Version)
 	b = binary.AppendVarint(b, e.StreamTime)
@@ -118,11 +110,7 @@ func (e *Entity) Append(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(w.End-w.Start))
 		b = binary.AppendUvarint(b, w.Revision)
 		b = binary.AppendVarint(b, w.LastEmit)
-		var flags uint64
-		if w.Final {
-			flags |= 1
-		}
-		b = binary.AppendUvarint(b, flags)
+		b = binary.AppendUvarint(b, 0) // flags, reserved
 		b = binary.AppendUvarint(b, uint64(len(w.Aggs)))
 		for _, a := range w.Aggs {
 			b = binary.AppendUvarint(b, uint64(len(a)))
@@ -158,7 +146,7 @@ func Decode(b []byte) (*Entity, error) {
 		w.End = w.Start + int64(d.uvarint())
 		w.Revision = d.uvarint()
 		w.LastEmit = d.varint()
-		w.Final = d.uvarint()&1 != 0
+		d.uvarint() // flags, reserved
 		na := d.count()
 		w.Aggs = make([][]byte, 0, na)
 		for j := 0; j < na && d.err == nil; j++ {

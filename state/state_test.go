@@ -11,7 +11,7 @@ func sample() *Entity {
 		StreamTime: 1_767_225_600_000,
 		Fences:     []Fence{{Topic: "readings", Partition: 3, Offset: 41}, {Topic: "other", Partition: 0, Offset: 0}},
 		Windows: []Window{
-			{Set: 0, Start: 1_767_225_600_000, End: 1_767_225_660_000, Revision: 7, LastEmit: 5, Final: true,
+			{Set: 0, Start: 1_767_225_600_000, End: 1_767_225_660_000, Revision: 7, LastEmit: 5,
 				Aggs: [][]byte{{7}, {1, 2, 3}}},
 			{Set: 2, Start: -60_000, End: 0, Revision: 1, Aggs: [][]byte{{}}},
 		},
