@@ -33,6 +33,9 @@ type crashChild struct {
 func crashConfig(c crashChild) processors.Config {
 	return processors.Config{Brokers: c.Brokers, StoragePath: c.Storage, IdleTimeout: 5 * time.Second,
 		TickInterval: 250 * time.Millisecond,
+		// Short, so that windows are pruned while the test kills processes; still far above the
+		// time Kafka takes to acknowledge a total.
+		FinalRetention: 2 * time.Second,
 		// A killed member holds its partitions until its session expires: keep that short.
 		Sarama: func(sc *sarama.Config) {
 			sc.Consumer.Group.Session.Timeout = 6 * time.Second
