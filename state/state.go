@@ -63,6 +63,12 @@ func (e *Entity) Advance(topic string, partition int32, offset int64) {
 	e.Fences = append(e.Fences, Fence{Topic: topic, Partition: partition, Offset: offset})
 }
 
+// Closed reports whether window w is closed as far as this state knows: the partition stream
+// time recorded at the entity's last write has reached its end plus grace. The processor may have
+// closed it since (closing does not write the entity), so readers of the table that must not show
+// a closed window as open can only use this as a lower bound.
+func (e *Entity) Closed(w Window, grace int64) bool { return w.End+grace <= e.StreamTime }
+
 // Find returns the index of the window of set with the given start, or -1.
 func (e *Entity) Find(set uint16, start int64) int {
 	for i, w := range e.Windows {

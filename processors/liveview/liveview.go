@@ -117,7 +117,7 @@ func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Windo
 	}
 	var out []query.Window
 	for _, w := range e.Windows {
-		if w.Set != def.Index || w.Final {
+		if w.Set != def.Index || e.Closed(w, def.Grace) {
 			continue
 		}
 		qw := query.Window{Entity: entity, Set: set, Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End),
