@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"hash/maphash"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -44,20 +45,49 @@ func (b *batch) partitions() map[string][]int32 {
 // coalesce keeps, for every cell written more than once in the batch, only the value appended
 // last: within a partition records arrive in offset order, so that is the newest total. HBase gives
 // no order between the actions of one Multi, so sending both could leave the older one standing.
+//
+// Cells are told apart by a 64-bit hash of their coordinates, checked against the coordinates
+// themselves; should two different cells ever share a hash, the batch is coalesced by full keys.
 func (b *batch) coalesce() {
 	if len(b.cells) < 2 {
 		return
 	}
+	seed := maphash.MakeSeed()
+	hashes := make([]uint64, len(b.cells))
+	last := make(map[uint64]int, len(b.cells))
+	dups := false
+	for i := range b.cells {
+		h := b.cells[i].hash(seed)
+		hashes[i] = h
+		if j, ok := last[h]; ok {
+			if !b.cells[j].sameCell(&b.cells[i]) {
+				b.coalesceByKey()
+				return
+			}
+			dups = true
+		}
+		last[h] = i
+	}
+	if !dups {
+		return
+	}
+	b.keep(func(i int) bool { return last[hashes[i]] == i })
+}
+
+// coalesceByKey is coalesce by full cell keys, for the batch where two cells share a hash.
+func (b *batch) coalesceByKey() {
 	last := make(map[string]int, len(b.cells))
 	for i := range b.cells {
 		last[b.cells[i].key()] = i
 	}
-	if len(last) == len(b.cells) {
-		return
-	}
+	b.keep(func(i int) bool { return last[b.cells[i].key()] == i })
+}
+
+// keep drops the cells for which ok is false, in place, keeping order.
+func (b *batch) keep(ok func(i int) bool) {
 	j := 0
 	for i := range b.cells {
-		if last[b.cells[i].key()] != i {
+		if !ok(i) {
 			continue
 		}
 		b.cells[j], b.src[j] = b.cells[i], b.src[i]

@@ -1,9 +1,12 @@
 package sinks
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -33,6 +36,29 @@ func (c *Cell) key() string {
 	ts := uint64(c.Timestamp)
 	b = append(b, byte(ts>>56), byte(ts>>48), byte(ts>>40), byte(ts>>32), byte(ts>>24), byte(ts>>16), byte(ts>>8), byte(ts))
 	return string(b)
+}
+
+// hash is a hash of the cell's coordinates (what key holds), without building the key.
+func (c *Cell) hash(seed maphash.Seed) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	h.WriteString(c.Table)
+	h.WriteByte(0)
+	h.Write(c.Row)
+	h.WriteByte(0)
+	h.Write(c.Family)
+	h.WriteByte(0)
+	h.Write(c.Qualifier)
+	var ts [8]byte
+	binary.BigEndian.PutUint64(ts[:], uint64(c.Timestamp))
+	h.Write(ts[:])
+	return h.Sum64()
+}
+
+// sameCell reports whether o has the same coordinates as c.
+func (c *Cell) sameCell(o *Cell) bool {
+	return c.Timestamp == o.Timestamp && c.Table == o.Table && bytes.Equal(c.Row, o.Row) &&
+		bytes.Equal(c.Family, o.Family) && bytes.Equal(c.Qualifier, o.Qualifier)
 }
 
 func appendLen(b []byte, s string) []byte {

@@ -33,29 +33,29 @@ func NewHBaseStore(c *hbase.Client, cfg HBaseStoreConfig) (*HBaseStore, error) {
 	return &HBaseStore{c: c, durability: cfg.Durability}, nil
 }
 
-// Write puts cells, one Put per (table, row), and maps each failed Put back to its cells.
+// Write puts cells, one Put per run of consecutive cells of one (table, row): encoders emit a
+// record's cells together, and two Puts of one row in a Multi are fine once the batch is coalesced.
+// Each failed Put is mapped back to its cells.
 func (s *HBaseStore) Write(ctx context.Context, cells []Cell) ([]CellError, error) {
-	type rowKey struct{ table, row string }
-	index := make(map[rowKey]int, len(cells))
 	var (
-		muts    []*hbase.Mutation
-		members [][]int // cells of each mutation
+		muts   []*hbase.Mutation
+		first  []int // index of the first cell of each mutation; its cells run to the next one's
+		family string
 	)
 	for i := range cells {
 		c := &cells[i]
-		k := rowKey{c.Table, string(c.Row)}
-		j, ok := index[k]
-		if !ok {
-			j = len(muts)
-			index[k] = j
+		if n := len(muts); n == 0 || c.Table != cells[i-1].Table || !bytes.Equal(c.Row, cells[i-1].Row) {
 			m := hbase.NewPut(c.Table, c.Row)
 			m.Durability = s.durability
 			muts = append(muts, m)
-			members = append(members, nil)
+			first = append(first, i)
 		}
-		muts[j].Add(string(c.Family), c.Qualifier, c.Timestamp, c.Value)
-		members[j] = append(members[j], i)
+		if string(c.Family) != family { // converted once per run of one family, not per cell
+			family = string(c.Family)
+		}
+		muts[len(muts)-1].Add(family, c.Qualifier, c.Timestamp, c.Value)
 	}
+	first = append(first, len(cells))
 	err := s.c.Apply(ctx, muts)
 	if err == nil {
 		return nil, nil
@@ -70,7 +70,7 @@ func (s *HBaseStore) Write(ctx context.Context, cells []Cell) ([]CellError, erro
 			continue
 		}
 		permanent := !hbase.IsRetriable(e)
-		for _, i := range members[j] {
+		for i := first[j]; i < first[j+1]; i++ {
 			failed = append(failed, CellError{Index: i, Err: e, Permanent: permanent})
 		}
 	}
