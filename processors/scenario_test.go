@@ -92,6 +92,10 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	reg := prometheus.NewRegistry()
 	stop := runProcessor(t, topo, cfg(reg))
 	l := readTotals(ctx, t, brokers, topo.TotalsTopic, o.hasAllFinals)
+	// Event times are months behind the wall clock: the lag gauge must say so.
+	if lag := gauge(t, reg, "abacus_processor_stream_time_lag_seconds"); lag < 24*3600 {
+		t.Errorf("stream time lag %v s, want more than a day", lag)
+	}
 	if err := stop(); err != nil {
 		t.Fatalf("processor run: %v", err)
 	}
