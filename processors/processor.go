@@ -1051,6 +1051,7 @@ type dueEntry struct {
 // dueHeap is a min-heap of entity close times.
 type dueHeap []dueEntry
 
+// Len, Less, Swap, Push and Pop implement heap.Interface.
 func (h dueHeap) Len() int           { return len(h) }
 func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
 func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
@@ -1065,12 +1066,13 @@ func (h *dueHeap) Pop() any {
 // gokaLogger sends goka's logs to slog at debug level: goka is chatty about normal rebalances.
 type gokaLogger struct{ l *slog.Logger }
 
-func (g gokaLogger) Print(v ...any)   { g.l.Debug(fmt.Sprint(v...), "component", "goka") }
+// Print implements goka.Logger.
+func (g gokaLogger) Print(v ...any) { g.l.Debug(fmt.Sprint(v...), "component", "goka") }
+
+// Println implements goka.Logger.
 func (g gokaLogger) Println(v ...any) { g.l.Debug(fmt.Sprint(v...), "component", "goka") }
+
+// Printf implements goka.Logger.
 func (g gokaLogger) Printf(format string, v ...any) {
 	g.l.Debug(fmt.Sprintf(format, v...), "component", "goka")
 }
-func (g gokaLogger) Debugf(format string, v ...any) {
-	g.l.Debug(fmt.Sprintf(format, v...), "component", "goka")
-}
-func (g gokaLogger) Prefix(s string) goka.Logger { return gokaLogger{g.l.With("goka", s)} }

@@ -32,6 +32,8 @@ func countDef(name string) AggDef {
 	}
 }
 
+// The accumulators below implement Accumulator; see its methods.
+
 func (c *countAcc) Add(Event, int64) { c.n++ }
 func (c *countAcc) Merge(o Accumulator) error {
 	oc, ok := o.(*countAcc)
