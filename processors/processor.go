@@ -456,6 +456,12 @@ type partition struct {
 	// windows closing at or before upTo were emitted at wall time at.
 	emitted map[string][]emission
 	prunes  []retainedEntry // entities with emitted windows, by when they may be pruned
+
+	// The partition's metric series, looked up once: a label lookup per event costs.
+	eventsIn   []prometheus.Counter // per source
+	duplicates prometheus.Counter
+	lag, open  prometheus.Gauge
+	heldGauge  prometheus.Gauge
 }
 
 type emission struct {
@@ -481,6 +487,13 @@ func (p *Processor) partition(id int32) (*partition, error) {
 	}
 	pt = &partition{id: id, label: strconv.Itoa(int(id)), st: st, streamTime: math.MinInt64, lastInput: p.cfg.Now(),
 		next: map[string]int64{}, emitted: map[string][]emission{}}
+	for _, src := range p.topo.Sources {
+		pt.eventsIn = append(pt.eventsIn, p.m.eventsIn.WithLabelValues(src.Topic, pt.label))
+	}
+	pt.duplicates = p.m.duplicates.WithLabelValues(pt.label)
+	pt.lag = p.m.streamTimeLag.WithLabelValues(pt.label)
+	pt.open = p.m.windowsOpen.WithLabelValues(pt.label)
+	pt.heldGauge = p.m.windowsHeld.WithLabelValues(pt.label)
 	it, err := st.Iterator()
 	if err != nil {
 		return nil, fmt.Errorf("partition %d: iterate table: %w", id, err)
@@ -507,8 +520,8 @@ func (p *Processor) partition(id int32) (*partition, error) {
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("partition %d: iterate table: %w", id, err)
 	}
-	p.m.windowsOpen.WithLabelValues(pt.label).Set(float64(pt.windows))
-	p.m.windowsHeld.WithLabelValues(pt.label).Set(float64(pt.held))
+	pt.open.Set(float64(pt.windows))
+	pt.heldGauge.Set(float64(pt.held))
 	p.log.Debug("partition rebuilt", "partition", id, "entities", n, "windows", pt.windows, "stream_time", pt.streamTime)
 	p.mu.Lock()
 	p.parts[id] = pt
@@ -654,8 +667,8 @@ func (p *Processor) onSource(idx int) goka.ProcessCallback {
 			p.fail(ctx, err)
 			return
 		}
-		pt.lastInput = p.cfg.Now()
-		p.m.eventsIn.WithLabelValues(src.Topic, pt.label).Inc()
+		pt.lastInput = p.cfg.Now() // apply reads it back as its wall clock
+		pt.eventsIn[idx].Inc()
 		raw, _ := msg.([]byte)
 		ev, err := src.Decode(raw)
 		if err != nil {
@@ -704,7 +717,7 @@ func (p *Processor) onLoop(ctx goka.Context, msg any) {
 			return
 		}
 		src := p.topo.Sources[m.source]
-		pt.lastInput = p.cfg.Now()
+		pt.lastInput = p.cfg.Now() // apply reads it back as its wall clock
 		ev, err := src.Decode(m.value)
 		if err != nil {
 			p.deadLetter(ctx, m.value, "undecodable", err.Error(), m.topic, m.partition, m.offset)
@@ -728,7 +741,7 @@ func (p *Processor) value(ctx goka.Context) (*state.Entity, error) {
 
 // apply applies one source event to its entity, exactly once.
 func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceDef, topic string, part int32, offset int64, raw []byte, ev topology.Event) {
-	now := p.cfg.Now()
+	now := pt.lastInput
 	t := src.EventTime(ev)
 	if limit := now.Add(p.topo.MaxFutureSkew).UnixMilli(); t > limit {
 		p.deadLetter(ctx, raw, "future",
@@ -749,7 +762,7 @@ func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceD
 		// applied (the changelog write, totals) may have died with the process, and this
 		// record's offset is about to be committed. Write the state again, so the changelog holds
 		// it before the commit, and re-send the current totals (absolute, so resending is safe).
-		p.m.duplicates.WithLabelValues(pt.label).Inc()
+		pt.duplicates.Inc()
 		ctx.SetValue(e)
 		p.reemitUpdates(ctx, pt, e, src, t)
 		return
@@ -792,7 +805,7 @@ func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceD
 	e.StreamTime = pt.streamTime
 	ctx.SetValue(e)
 	p.schedule(pt, ctx.Key(), e)
-	p.m.streamTimeLag.WithLabelValues(pt.label).Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
+	pt.lag.Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
 	p.closeDue(ctx, pt)
 }
 
@@ -800,11 +813,11 @@ func (p *Processor) apply(ctx goka.Context, pt *partition, src *topology.SourceD
 func (p *Processor) windowsDelta(pt *partition, open, held int) {
 	if open != 0 {
 		pt.windows += open
-		p.m.windowsOpen.WithLabelValues(pt.label).Set(float64(pt.windows))
+		pt.open.Set(float64(pt.windows))
 	}
 	if held != 0 {
 		pt.held += held
-		p.m.windowsHeld.WithLabelValues(pt.label).Set(float64(pt.held))
+		pt.heldGauge.Set(float64(pt.held))
 	}
 }
 
@@ -1003,7 +1016,7 @@ func (p *Processor) onTick(ctx goka.Context, pt *partition) {
 		}
 	}
 	if pt.streamTime != math.MinInt64 {
-		p.m.streamTimeLag.WithLabelValues(pt.label).Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
+		pt.lag.Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
 	}
 	p.closeDue(ctx, pt)
 	// Entities whose emitted windows have outlived FinalRetention and that no event has pruned
