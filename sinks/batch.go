@@ -16,6 +16,13 @@ type batch struct {
 	records int // records consumed into the batch, written or dead-lettered
 	bytes   int
 	started time.Time
+
+	// cellHashes holds a hash of every cell's coordinates once coalesced: two batches whose sets
+	// meet are never written at once (a hash shared by different cells only costs concurrency).
+	cellHashes map[uint64]int
+	// done and err record the write's outcome, for committing in dispatch order.
+	done bool
+	err  error
 }
 
 func newBatch() *batch {
@@ -50,9 +57,12 @@ func (b *batch) partitions() map[string][]int32 {
 // themselves; should two different cells ever share a hash, the batch is coalesced by full keys.
 func (b *batch) coalesce() {
 	if len(b.cells) < 2 {
+		b.cellHashes = map[uint64]int{}
+		for i := range b.cells {
+			b.cellHashes[b.cells[i].hash(seed)] = i
+		}
 		return
 	}
-	seed := maphash.MakeSeed()
 	hashes := make([]uint64, len(b.cells))
 	last := make(map[uint64]int, len(b.cells))
 	dups := false
@@ -68,6 +78,7 @@ func (b *batch) coalesce() {
 		}
 		last[h] = i
 	}
+	b.cellHashes = last
 	if !dups {
 		return
 	}
@@ -81,6 +92,10 @@ func (b *batch) coalesceByKey() {
 		last[b.cells[i].key()] = i
 	}
 	b.keep(func(i int) bool { return last[b.cells[i].key()] == i })
+	b.cellHashes = make(map[uint64]int, len(b.cells))
+	for i := range b.cells {
+		b.cellHashes[b.cells[i].hash(seed)] = i
+	}
 }
 
 // keep drops the cells for which ok is false, in place, keeping order.
@@ -139,4 +154,21 @@ func (b *batch) without(parts map[string][]int32) *batch {
 	// The record count only sizes batches; an estimate from the cells kept is enough.
 	out.records = len(out.cells) + len(out.dead)
 	return out
+}
+
+// seed hashes cell coordinates for the life of the process, so hashes of different batches compare.
+var seed = maphash.MakeSeed()
+
+// overlaps reports whether b and o may write a cell in common.
+func (b *batch) overlaps(o *batch) bool {
+	small, large := b.cellHashes, o.cellHashes
+	if len(small) > len(large) {
+		small, large = large, small
+	}
+	for h := range small {
+		if _, ok := large[h]; ok {
+			return true
+		}
+	}
+	return false
 }

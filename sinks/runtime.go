@@ -30,6 +30,11 @@ type Config struct {
 	MaxBatchBytes   int
 	FlushInterval   time.Duration
 
+	// MaxWritesInFlight bounds the batches being written at once (default 2). Batches that share a
+	// cell are never written at once, and offsets are committed in the order batches were taken,
+	// so a later batch landing first commits nothing until the earlier ones have landed too.
+	MaxWritesInFlight int
+
 	// RetryBackoff is the first wait after a failed write; it doubles up to MaxRetryBackoff
 	// (defaults 100 ms and 5 s). A batch is retried until it lands: its partitions stay paused.
 	RetryBackoff    time.Duration
@@ -66,6 +71,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.FlushInterval <= 0 {
 		c.FlushInterval = time.Second
+	}
+	if c.MaxWritesInFlight <= 0 {
+		c.MaxWritesInFlight = 2
 	}
 	if c.RetryBackoff <= 0 {
 		c.RetryBackoff = 100 * time.Millisecond
@@ -117,7 +125,7 @@ type FlushThenCommit struct {
 	mu       sync.Mutex
 	assigned map[string]map[int32]bool
 	building *batch
-	inflight *batch
+	inflight []*batch // in the order they were taken: commits follow it
 	done     chan writeResult
 	paused   map[string][]int32
 	// writeCtx outlives Run's context so that a stop lands what it holds; it is cancelled only when
@@ -157,8 +165,8 @@ func NewFlushThenCommit(cfg Config, enc Encoder, store Store) (*FlushThenCommit,
 		log:      cfg.Logger.With("group", cfg.Group),
 		m:        cfg.Metrics,
 		assigned: map[string]map[int32]bool{},
-		done:     make(chan writeResult, 1),
 	}
+	s.done = make(chan writeResult, cfg.MaxWritesInFlight)
 	reset := kgo.NewOffset().AtStart()
 	if cfg.StartAtNewest {
 		reset = kgo.NewOffset().AtEnd()
@@ -277,13 +285,16 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 	s.m.recordsIn(1)
 }
 
-// step starts a write when one is due and none runs, takes a finished write's result, and pauses
-// or resumes partitions. Called with mu held.
+// step takes finished writes' results, starts a write when one is due and allowed, and pauses or
+// resumes partitions. Called with mu held.
 func (s *FlushThenCommit) step() {
-	select {
-	case r := <-s.done:
-		s.finish(r)
-	default:
+	for more := true; more; {
+		select {
+		case r := <-s.done:
+			s.finish(r)
+		default:
+			more = false
+		}
 	}
 	b := s.building
 	if b == nil {
@@ -291,14 +302,33 @@ func (s *FlushThenCommit) step() {
 	}
 	full := b.records >= s.cfg.MaxBatchRecords || b.bytes >= s.cfg.MaxBatchBytes
 	due := full || s.flushNow || time.Since(b.started) >= s.cfg.FlushInterval
-	if due && s.inflight == nil {
+	if due && s.canDispatch() {
 		s.dispatch()
 		s.resume()
 		return
 	}
-	if full && s.inflight != nil {
+	if full {
 		s.pause(b.partitions())
 	}
+}
+
+// canDispatch reports whether the batch being built may be written now: fewer writes than the
+// limit run, and none of them writes a cell it holds (invariant 6: a later value must not race an
+// earlier one for the same cell).
+func (s *FlushThenCommit) canDispatch() bool {
+	if len(s.inflight) == 0 {
+		return true
+	}
+	if len(s.inflight) >= s.cfg.MaxWritesInFlight {
+		return false
+	}
+	s.building.coalesce()
+	for _, w := range s.inflight {
+		if !w.done && s.building.overlaps(w) {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *FlushThenCommit) dispatch() {
@@ -306,7 +336,7 @@ func (s *FlushThenCommit) dispatch() {
 	s.building = nil
 	s.flushNow = false
 	b.coalesce()
-	s.inflight = b
+	s.inflight = append(s.inflight, b)
 	ctx := s.writeCtx
 	go func() {
 		err := s.write(ctx, b)
@@ -319,30 +349,40 @@ func (s *FlushThenCommit) dispatch() {
 	}()
 }
 
-// finish commits a written batch's offsets for the partitions still owned. Called with mu held.
+// finish records a write's outcome and commits the offsets of every batch, in the order they
+// were taken, whose write and every earlier one's have landed, for the partitions still owned.
+// Called with mu held.
 func (s *FlushThenCommit) finish(r writeResult) {
-	s.inflight = nil
+	r.b.done, r.b.err = true, r.err
 	s.flushNow = true
-	if r.err != nil || s.abandoned {
-		// Only a cancelled write context stops a write, and then nothing more is committed: the
-		// records are read again by whoever owns their partitions next.
-		s.abandoned = true
-		s.log.Info("write abandoned; its records will be replayed", "err", r.err)
-		return
-	}
 	offsets := map[string]map[int32]kgo.EpochOffset{}
-	for t, ps := range r.b.next {
-		for p, eo := range ps {
-			if !s.assigned[t][p] {
-				continue
+	records := 0
+	for len(s.inflight) > 0 && s.inflight[0].done {
+		b := s.inflight[0]
+		s.inflight = s.inflight[1:]
+		if b.err != nil || s.abandoned {
+			// Only a cancelled write context stops a write, and then nothing more is committed:
+			// the records are read again by whoever owns their partitions next.
+			if !s.abandoned {
+				s.log.Info("write abandoned; its records will be replayed", "err", b.err)
 			}
-			if offsets[t] == nil {
-				offsets[t] = map[int32]kgo.EpochOffset{}
+			s.abandoned = true
+			continue
+		}
+		records += b.records
+		for t, ps := range b.next {
+			for p, eo := range ps {
+				if !s.assigned[t][p] {
+					continue
+				}
+				if offsets[t] == nil {
+					offsets[t] = map[int32]kgo.EpochOffset{}
+				}
+				offsets[t][p] = eo // later batches hold later offsets
 			}
-			offsets[t][p] = eo
 		}
 	}
-	if len(offsets) == 0 {
+	if len(offsets) == 0 || s.abandoned {
 		return
 	}
 	t0 := time.Now()
@@ -355,7 +395,7 @@ func (s *FlushThenCommit) finish(r writeResult) {
 		s.m.commitFailed()
 		return
 	}
-	s.m.committed(r.b.records, time.Since(t0))
+	s.m.committed(records, time.Since(t0))
 }
 
 func (s *FlushThenCommit) pause(parts map[string][]int32) {
@@ -581,12 +621,12 @@ func (s *FlushThenCommit) unassign(parts map[string][]int32) {
 	}
 }
 
-// drain waits for the running write, then writes and commits the batch being built, until ctx
-// ends. A write still running then goes on in the background; its batch's commit happens later, for
-// the partitions still owned. Called with mu held.
+// drain waits for the running writes, then writes and commits the batch being built, until ctx
+// ends. Writes still running then go on in the background; their batches' commits happen later,
+// for the partitions still owned. Called with mu held.
 func (s *FlushThenCommit) drain(ctx context.Context) error {
-	for s.inflight != nil || s.building != nil {
-		if s.inflight == nil {
+	for len(s.inflight) > 0 || s.building != nil {
+		if s.building != nil && s.canDispatch() {
 			s.dispatch()
 		}
 		select {
@@ -602,8 +642,8 @@ func (s *FlushThenCommit) drain(ctx context.Context) error {
 	return nil
 }
 
-// shutdown lands and commits what is held, giving up after RevokeTimeout: then the running write is
-// cancelled and nothing more is committed.
+// shutdown lands and commits what is held, giving up after RevokeTimeout: then the running writes
+// are cancelled and nothing more is committed.
 func (s *FlushThenCommit) shutdown() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -612,7 +652,7 @@ func (s *FlushThenCommit) shutdown() error {
 	if err := s.drain(ctx); err != nil {
 		s.log.Warn("shutdown: buffered records not landed; they will be replayed", "err", err)
 		s.cancelWrites()
-		if s.inflight != nil {
+		for len(s.inflight) > 0 {
 			s.finish(<-s.done)
 		}
 	}

@@ -518,3 +518,98 @@ func testLogger(t *testing.T) *slog.Logger {
 	}
 	return slog.New(slog.DiscardHandler)
 }
+
+// overlapStore fails the test when two concurrent writes carry the same cell, and records how many
+// writes ran at once.
+type overlapStore struct {
+	*memStore
+	t         *testing.T
+	mu        sync.Mutex
+	busy      map[string]bool
+	running   int
+	maxAtOnce int
+}
+
+func (o *overlapStore) Write(ctx context.Context, cells []Cell) ([]CellError, error) {
+	o.mu.Lock()
+	o.running++
+	o.maxAtOnce = max(o.maxAtOnce, o.running)
+	for i := range cells {
+		k := cells[i].key()
+		if o.busy[k] {
+			o.t.Errorf("cell %q written by two writes at once", cells[i].Row)
+		}
+		o.busy[k] = true
+	}
+	o.mu.Unlock()
+	time.Sleep(30 * time.Millisecond) // a slow store, so that writes overlap in time
+	failed, err := o.memStore.Write(ctx, cells)
+	o.mu.Lock()
+	for i := range cells {
+		delete(o.busy, cells[i].key())
+	}
+	o.running--
+	o.mu.Unlock()
+	return failed, err
+}
+
+// TestFlushThenCommitPipelinesOnlyDisjointBatches writes distinct cells (they may go two batches
+// at once) and then one cell over and over (they may not), and checks every value landed in order.
+func TestFlushThenCommitPipelinesOnlyDisjointBatches(t *testing.T) {
+	c := clusters(t)[0]
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			store := &overlapStore{memStore: newMemStore(), t: t, busy: map[string]bool{}}
+			h := start(t, c, store.memStore, func(cfg *Config) {
+				cfg.MaxBatchRecords = 50
+				cfg.Offsets = nil
+			})
+			in := h.cfg.Topics[0] + "-1"
+			createTopics(t, c.brokers, 1, in)
+			h.cfg.Topics = []string{in}
+			var values []string
+			for i := range 2000 {
+				if shared {
+					values = append(values, fmt.Sprintf("cell:x:%05d", i))
+				} else {
+					values = append(values, fmt.Sprintf("cell:x%d:%05d", i, i))
+				}
+			}
+			produce(t, c.brokers, in, values)
+			s, err := NewFlushThenCommit(h.cfg, factEncoder, store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- s.Run(ctx) }()
+			waitFor(t, "every record committed", 60*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.commits) == float64(len(values))
+			})
+			cancel()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			versions, _ := store.snapshot()
+			if shared {
+				x := Cell{Table: "t", Row: []byte("x"), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: 1}
+				vs := versions[x.key()]
+				if len(vs) == 0 || vs[len(vs)-1] != "01999" {
+					t.Fatalf("cell x ends with %v, want the last value 01999", vs[max(0, len(vs)-3):])
+				}
+				for i := 1; i < len(vs); i++ {
+					if vs[i] < vs[i-1] {
+						t.Fatalf("cell x went back from %s to %s", vs[i-1], vs[i])
+					}
+				}
+			} else {
+				if len(versions) != len(values) {
+					t.Fatalf("%d cells landed, want %d", len(versions), len(values))
+				}
+				if store.maxAtOnce < 2 {
+					t.Fatalf("disjoint batches were never written at once (max %d)", store.maxAtOnce)
+				}
+			}
+		})
+	}
+}
