@@ -613,3 +613,55 @@ func TestFlushThenCommitPipelinesOnlyDisjointBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestFlushThenCommitRebalanceLandsBeforeGivingUp runs a second member into the group while the
+// first is busy: the first must land and commit what it holds before its partitions move, so
+// every record lands, no commit passes an unwritten record, and nothing is written twice.
+func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
+	for _, c := range clusters(t) {
+		t.Run(c.name, func(t *testing.T) {
+			store := newMemStore()
+			h := start(t, c, store, func(cfg *Config) { cfg.MaxBatchRecords = 100 })
+			values := make([]string, 3000)
+			for i := range values {
+				values[i] = "v" + strconv.Itoa(i)
+			}
+			produce(t, c.brokers, h.cfg.Topics[0], values[:1500])
+			h.run()
+			waitFor(t, "the first member to write", 30*time.Second, func() bool {
+				_, landed := store.snapshot()
+				return len(landed) > 0
+			})
+			second, err := NewFlushThenCommit(func() Config {
+				cfg := h.cfg
+				cfg.Metrics = NewMetrics(prometheus.NewRegistry(), "second")
+				return cfg
+			}(), factEncoder, store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			errc := make(chan error, 1)
+			go func() { errc <- second.Run(ctx) }()
+			produce(t, c.brokers, h.cfg.Topics[0], values[1500:])
+			waitFor(t, "every record to land", 60*time.Second, func() bool {
+				_, landed := store.snapshot()
+				return len(landed) == len(values)
+			})
+			waitFor(t, "the second member to get partitions", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.rebalances.WithLabelValues("revoked")) > 0
+			})
+			cancel()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			h.stop()
+			versions, _ := store.snapshot()
+			for k, vs := range versions {
+				if len(vs) != 1 {
+					t.Fatalf("cell %q written %d times across the rebalance", k, len(vs))
+				}
+			}
+		})
+	}
+}
