@@ -35,9 +35,14 @@
 // consistent prefix of the partition's history; the stream time rebuilt from it is then exactly
 // the one the replay resumes from, so replayed events are judged late or on time as before.
 //
-// Exactness after a crash assumes that Kafka acknowledges one producer's writes in order, which
-// holds on one broker; on several brokers a totals record and a changelog write of the same
-// callback can be acknowledged out of order (goka marks offsets per message).
+// goka commits a message's offset as soon as that message's own writes are acknowledged, so on a
+// cluster of several brokers a later message can commit past an earlier one whose writes are
+// still in flight. The changelog of a partition is one Kafka partition, written in order, so state
+// stays a prefix; final totals survive because closed windows stay FinalRetention and a rebuilt
+// partition emits them again. Two things can be lost there and are only proven exact on one
+// broker (where one connection carries every write in order): non-final totals (early or
+// every-update firings, which the final supersedes), and events re-keyed through the loop topic
+// (Source.Repartition).
 package processors
 
 import (
