@@ -245,7 +245,7 @@ func (c *Client) dropConn(addr string) {
 	}
 	c.mu.Unlock()
 	for _, cn := range drop {
-		cn.close()
+		cn.closeWith(errDropped)
 	}
 	c.regions.dropServer(addr)
 	c.metaMu.Lock()

@@ -140,11 +140,19 @@ func (c *conn) deadError() error {
 	return &Error{Op: c.service + " connection", Server: c.addr, Kind: KindReconnect, Err: c.err}
 }
 
-// close shuts the connection and waits for its goroutines.
-func (c *conn) close() {
-	c.fail(ErrClosed)
+// close shuts the connection for good, as Client.Close does, and waits for its goroutines.
+func (c *conn) close() { c.closeWith(ErrClosed) }
+
+// closeWith shuts the connection, failing the calls still pending on it with err (wrapped as a
+// reconnect error unless it is ErrClosed), and waits for its goroutines.
+func (c *conn) closeWith(err error) {
+	c.fail(err)
 	c.wg.Wait()
 }
+
+// errDropped is why calls fail on a connection the client dropped after another call on it met a
+// reconnect-class error: they are as retriable as that error was.
+var errDropped = errors.New("connection dropped after a reconnect-class error on it")
 
 // call sends one request and waits for its answer. param and cells are pooled buffers that the
 // connection takes over (cells may be nil). The returned slices belong to the caller.

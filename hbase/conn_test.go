@@ -85,3 +85,46 @@ func TestReconnectAfterHangUp(t *testing.T) {
 		t.Fatalf("%d connection goroutines left after Close", n)
 	}
 }
+
+// TestDroppedConnectionFailsCallsAsRetriable: when one call's reconnect-class error makes the
+// client drop a connection, the other calls pending on it fail as retriable, never as ErrClosed
+// (which a caller would take as permanent).
+func TestDroppedConnectionFailsCallsAsRetriable(t *testing.T) {
+	addr, _ := silentServer(t, false)
+	c := bareClient(WithRPCTimeout(10 * time.Second))
+	defer c.Close()
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, _, err := c.rpc(context.Background(), serviceClient, addr, "Get", getBuf(), nil)
+			errs <- err
+		}()
+	}
+	// Wait until the calls are pending on the one connection, then drop it as a reconnect error does.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		var pending int
+		for _, cn := range c.conns {
+			cn.mu.Lock()
+			pending += len(cn.pending)
+			cn.mu.Unlock()
+		}
+		c.mu.Unlock()
+		if pending == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("calls never pending (%d)", pending)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	c.dropConn(addr)
+	for range 3 {
+		err := <-errs
+		var e *Error
+		if errors.Is(err, ErrClosed) || !errors.As(err, &e) || e.Kind != KindReconnect || !IsRetriable(err) {
+			t.Fatalf("call on a dropped connection failed with %v, want a retriable reconnect error", err)
+		}
+	}
+}

@@ -89,6 +89,12 @@ func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 	if err := <-errc; err != nil {
 		t.Fatal(err)
 	}
+	if n := testutil.ToFloat64(m.dead.WithLabelValues("write")); n != 0 {
+		for _, r := range consumeAll(t, e.Brokers, e.DeadLetter, int(n)) {
+			t.Errorf("dead-lettered during the outage: %s: %s", header(r, HeaderSource), header(r, HeaderReason))
+		}
+		t.Fatalf("%v records dead-lettered while HBase was down: an outage is not a permanent failure", n)
+	}
 	cells := tableCells(t, hbaseClient(t), e.FactsTable)
 	if int64(len(cells)) != produced.Load() {
 		t.Fatalf("facts table has %d cells, %d events were produced", len(cells), produced.Load())

@@ -69,7 +69,7 @@ func (s *HBaseStore) Write(ctx context.Context, cells []Cell) ([]CellError, erro
 		if e == nil {
 			continue
 		}
-		permanent := !hbase.IsRetriable(e)
+		permanent := isPermanent(e)
 		for i := first[j]; i < first[j+1]; i++ {
 			failed = append(failed, CellError{Index: i, Err: e, Permanent: permanent})
 		}
@@ -125,4 +125,11 @@ func (s *HBaseStore) Scan(ctx context.Context, spec ScanSpec, fn func(row []byte
 			return nil
 		}
 	}
+}
+
+// isPermanent reports whether the client said, by an error of kind permanent, that resending can
+// never succeed. Any other error is retried: a record is dead-lettered only on HBase's word.
+func isPermanent(err error) bool {
+	var he *hbase.Error
+	return errors.As(err, &he) && he.Kind == hbase.KindPermanent && !errors.Is(err, hbase.ErrClosed)
 }

@@ -144,3 +144,21 @@ func TestHBaseStoreWritesAndFailsOnlyTheBadCells(t *testing.T) {
 		t.Fatalf("reversed limited scan: %v %v", rows, err)
 	}
 }
+
+// TestOnlyHBasePermanentErrorsDeadLetter: a cell is dead-lettered only when the client says the
+// failure is permanent; anything else (a closed client, a network error) is retried.
+func TestOnlyHBasePermanentErrorsDeadLetter(t *testing.T) {
+	cases := map[error]bool{
+		&hbase.Error{Class: "org.apache.hadoop.hbase.regionserver.NoSuchColumnFamilyException", Kind: hbase.KindPermanent}: true,
+		&hbase.Error{Kind: hbase.KindReconnect}:                            false,
+		&hbase.Error{Kind: hbase.KindBackoff}:                              false,
+		hbase.ErrClosed:                                                    false,
+		fmt.Errorf("wrapped: %w", &hbase.Error{Kind: hbase.KindPermanent}): true,
+		fmt.Errorf("some network trouble"):                                 false,
+	}
+	for err, want := range cases {
+		if got := isPermanent(err); got != want {
+			t.Errorf("isPermanent(%v) = %v, want %v", err, got, want)
+		}
+	}
+}
