@@ -194,6 +194,7 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 		FlushInterval:   time.Duration(d.cfg.Sinks.FlushInterval),
 		Logger:          d.log.With("part", name),
 		Metrics:         sinks.NewMetrics(d.reg, name),
+		TTL:             time.Duration(t.TTL),
 	}
 	if d.cfg.Sinks.Offsets == "hbase" {
 		cfg.Offsets = sinks.NewHBaseOffsets(d.hb, d.cfg.Sinks.OffsetsTable)

@@ -20,6 +20,7 @@ type Metrics struct {
 	commitLat    prometheus.Histogram
 	lastCommit   prometheus.Gauge
 	rebalances   *prometheus.CounterVec
+	expired      prometheus.Counter
 }
 
 // NewMetrics registers a sink's metrics on reg, labelled with the sink's name.
@@ -54,8 +55,10 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 			Name: "last_commit_timestamp_seconds", Help: "When offsets were last committed; commit lag is now minus this.", ConstLabels: l}),
 		rebalances: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "partition_changes_total", Help: "Partitions assigned, revoked or lost in rebalances.", ConstLabels: l}, []string{"kind"}),
+		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "expired_on_arrival_total", Help: "Cells written with a timestamp older than the table's TTL: HBase expires them at once.", ConstLabels: l}),
 	}
-	reg.MustRegister(m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.paused,
+	reg.MustRegister(m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.paused,
 		m.commits, m.commitFails, m.commitLat, m.lastCommit)
 	return m
 }
@@ -109,5 +112,11 @@ func (m *Metrics) committed(records int, d time.Duration) {
 func (m *Metrics) partitionsChanged(kind string, parts map[string][]int32) {
 	if m != nil {
 		m.rebalances.WithLabelValues(kind).Add(float64(countParts(parts)))
+	}
+}
+
+func (m *Metrics) expiredOnArrival() {
+	if m != nil {
+		m.expired.Inc()
 	}
 }

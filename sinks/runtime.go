@@ -45,6 +45,11 @@ type Config struct {
 	// replays, which rewrites identical cells.
 	RevokeTimeout time.Duration
 
+	// TTL is the table's time to live (0: none). HBase judges it by cell timestamp, which is the
+	// event time or window end, so cells of a backfill older than TTL expire on arrival: the sink
+	// counts them and warns, at most once a minute.
+	TTL time.Duration
+
 	// StartAtNewest starts a group that has no committed offsets at the end of its topics instead
 	// of the beginning. Off by default: nothing produced before a group first joined is skipped.
 	StartAtNewest bool
@@ -133,6 +138,8 @@ type FlushThenCommit struct {
 	writeCtx     context.Context
 	cancelWrites context.CancelFunc
 	abandoned    bool
+
+	lastTTLWarning time.Time
 
 	// flushNow is set when a write lands: the records gathered meanwhile go out at once (group
 	// commit), rather than waiting to fill a batch or for the interval.
@@ -279,10 +286,30 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 			b.src = append(b.src, rec)
 			b.bytes += cells[i].size()
 		}
+		if s.cfg.TTL > 0 {
+			s.checkTTL(cells[n:])
+		}
 	}
 	b.records++
 	b.advance(rec)
 	s.m.recordsIn(1)
+}
+
+// checkTTL counts cells that the table's TTL expires on arrival, and warns about them.
+func (s *FlushThenCommit) checkTTL(cells []Cell) {
+	now := time.Now()
+	limit := now.Add(-s.cfg.TTL).UnixMilli()
+	for i := range cells {
+		if cells[i].Timestamp >= limit {
+			continue
+		}
+		s.m.expiredOnArrival()
+		if now.Sub(s.lastTTLWarning) >= time.Minute {
+			s.lastTTLWarning = now
+			s.log.Warn("cells older than the table's TTL expire as soon as they are written (a backfill beyond the TTL?)",
+				"table", cells[i].Table, "ttl", s.cfg.TTL, "cell_time", time.UnixMilli(cells[i].Timestamp).UTC())
+		}
+	}
 }
 
 // step takes finished writes' results, starts a write when one is due and allowed, and pauses or

@@ -665,3 +665,22 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 		})
 	}
 }
+
+// TestFlushThenCommitCountsCellsTheTTLExpires feeds records older than the table's TTL: they are
+// still written (HBase is the judge of expiry), and counted as expiring on arrival.
+func TestFlushThenCommitCountsCellsTheTTLExpires(t *testing.T) {
+	c := clusters(t)[0]
+	store := newMemStore()
+	h := start(t, c, store, func(cfg *Config) { cfg.TTL = 24 * time.Hour })
+	// produce stamps records near 2023-11-14, far older than a day.
+	produce(t, c.brokers, h.cfg.Topics[0], []string{"a", "b", "c"})
+	h.run()
+	waitFor(t, "records landed", 30*time.Second, func() bool {
+		_, landed := store.snapshot()
+		return len(landed) == 3
+	})
+	h.stop()
+	if got := testutil.ToFloat64(h.cfg.Metrics.expired); got != 3 {
+		t.Fatalf("expired_on_arrival_total = %v, want 3", got)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
 	"time"
 
@@ -122,16 +121,4 @@ func checkTable(spec *hbase.TableSpec, l TableLayout) error {
 		names[i] = f.Name
 	}
 	return fmt.Errorf("sinks: table %s has families %v, not %q: refusing to run", l.Name, names, l.Family)
-}
-
-// WarnIfTTLExpiresBackfill logs a warning when cells as old as oldest would be expired by the
-// table's TTL as soon as they are written: HBase judges TTL by the cell timestamp, which for abacus
-// is the event time or window end, not the time of writing.
-func WarnIfTTLExpiresBackfill(log *slog.Logger, l TableLayout, oldest, now time.Time) bool {
-	if l.TTL <= 0 || now.Sub(oldest) <= l.TTL {
-		return false
-	}
-	log.Warn("table TTL expires backfilled cells on arrival", "table", l.Name, "ttl", l.TTL,
-		"oldest_event", oldest, "expired_before", now.Add(-l.TTL))
-	return true
 }
