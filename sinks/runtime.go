@@ -265,11 +265,11 @@ func (s *FlushThenCommit) pollWait() time.Duration {
 	return w
 }
 
-// add buffers one record's cells (or its dead letter) in the batch being built.
+// add buffers one record's cells (or its dead letter) in the batch being built. Every record
+// polled is taken, even of a partition not (or no longer) marked assigned: skipping one while
+// committing later records of its partition would lose it, and commits are limited to the
+// partitions owned at commit time anyway.
 func (s *FlushThenCommit) add(rec *kgo.Record) {
-	if !s.assigned[rec.Topic][rec.Partition] {
-		return // fetched before a revoke or loss: its new owner reads it again
-	}
 	if s.building == nil {
 		s.building = newBatch()
 	}
@@ -323,8 +323,11 @@ func (s *FlushThenCommit) step() {
 			more = false
 		}
 	}
+	// Partitions stay paused only while the batch being built is full and cannot go out; whatever
+	// emptied it (a write, a revoke's drain, a loss) must let them fetch again.
 	b := s.building
 	if b == nil {
+		s.resume()
 		return
 	}
 	full := b.records >= s.cfg.MaxBatchRecords || b.bytes >= s.cfg.MaxBatchBytes
@@ -336,6 +339,8 @@ func (s *FlushThenCommit) step() {
 	}
 	if full {
 		s.pause(b.partitions())
+	} else {
+		s.resume()
 	}
 }
 

@@ -314,6 +314,43 @@ func (h *harness) deadSet() map[string]bool {
 	return out
 }
 
+// waitFor is waitFor with the sink's state in the failure message.
+func (h *harness) waitFor(what string, limit time.Duration, cond func() bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			_, landed := h.store.snapshot()
+			h.t.Fatalf("timed out waiting for %s: %d records landed; %s", what, len(landed), h.diag())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// diag sums up the sink's metrics, for failure messages.
+func (h *harness) diag() string {
+	m := h.cfg.Metrics
+	var inflight, building, paused int
+	var kafkaPaused map[string][]int32
+	var buffered int64
+	if h.sink != nil {
+		kafkaPaused = h.sink.cl.PauseFetchPartitions(nil)
+		buffered = h.sink.cl.BufferedFetchRecords()
+		h.sink.mu.Lock()
+		inflight, paused = len(h.sink.inflight), countParts(h.sink.paused)
+		if h.sink.building != nil {
+			building = h.sink.building.records
+		}
+		h.sink.mu.Unlock()
+	}
+	return fmt.Sprintf("records in %v, committed %v, writes %d, dead %v/%v, paused %v (%d held, client says %v), buffered %d, in flight %d, building %d, assigned %v revoked %v lost %v",
+		testutil.ToFloat64(m.records), testutil.ToFloat64(m.commits), h.store.writes.Load(),
+		testutil.ToFloat64(m.dead.WithLabelValues("decode")), testutil.ToFloat64(m.dead.WithLabelValues("write")),
+		testutil.ToFloat64(m.paused), paused, kafkaPaused, buffered, inflight, building,
+		testutil.ToFloat64(m.rebalances.WithLabelValues("assigned")), testutil.ToFloat64(m.rebalances.WithLabelValues("revoked")),
+		testutil.ToFloat64(m.rebalances.WithLabelValues("lost")))
+}
+
 func (h *harness) run() {
 	h.t.Helper()
 	s, err := NewFlushThenCommit(h.cfg, factEncoder, h.store)
@@ -367,7 +404,7 @@ func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
 			}
 			h.run()
 			good := len(values) - nBad - nMissing
-			waitFor(t, "every good record to land", 60*time.Second, func() bool {
+			h.waitFor("every good record to land", 60*time.Second, func() bool {
 				_, landed := store.snapshot()
 				return len(landed) == good
 			})
@@ -393,7 +430,7 @@ func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
 			if stages["decode"] != nBad || stages["write"] != nMissing {
 				t.Fatalf("dead letters by stage %v, want decode %d write %d", stages, nBad, nMissing)
 			}
-			waitFor(t, "offsets committed to the end", 30*time.Second, func() bool {
+			h.waitFor("offsets committed to the end", 30*time.Second, func() bool {
 				h.offsets.mu.Lock()
 				defer h.offsets.mu.Unlock()
 				var sum int64
@@ -433,12 +470,12 @@ func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
 			}
 			produce(t, c.brokers, h.cfg.Topics[0], values)
 			h.run()
-			waitFor(t, "partitions to pause", 30*time.Second, func() bool {
+			h.waitFor("partitions to pause", 30*time.Second, func() bool {
 				return testutil.ToFloat64(h.cfg.Metrics.paused) > 0
 			})
 			// Keep it down for a while: writes keep failing, the loop keeps polling.
 			w0 := store.writes.Load()
-			waitFor(t, "retries while down", 30*time.Second, func() bool { return store.writes.Load() > w0+5 })
+			h.waitFor("retries while down", 30*time.Second, func() bool { return store.writes.Load() > w0+5 })
 			h.offsets.mu.Lock()
 			committed := len(h.offsets.off)
 			h.offsets.mu.Unlock()
@@ -446,11 +483,11 @@ func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
 				t.Fatalf("offsets committed while the store was down: %v", h.offsets.off)
 			}
 			store.down.Store(false)
-			waitFor(t, "lag to drain", 60*time.Second, func() bool {
+			h.waitFor("lag to drain", 60*time.Second, func() bool {
 				_, landed := store.snapshot()
 				return len(landed) == len(values)
 			})
-			waitFor(t, "partitions to resume", 30*time.Second, func() bool {
+			h.waitFor("partitions to resume", 30*time.Second, func() bool {
 				return testutil.ToFloat64(h.cfg.Metrics.paused) == 0
 			})
 			// Leaving the group at stop revokes; before it, nothing may have.
@@ -632,9 +669,10 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 				_, landed := store.snapshot()
 				return len(landed) > 0
 			})
+			secondMetrics := NewMetrics(prometheus.NewRegistry(), "second")
 			second, err := NewFlushThenCommit(func() Config {
 				cfg := h.cfg
-				cfg.Metrics = NewMetrics(prometheus.NewRegistry(), "second")
+				cfg.Metrics = secondMetrics
 				return cfg
 			}(), factEncoder, store)
 			if err != nil {
@@ -644,10 +682,27 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 			errc := make(chan error, 1)
 			go func() { errc <- second.Run(ctx) }()
 			produce(t, c.brokers, h.cfg.Topics[0], values[1500:])
-			waitFor(t, "every record to land", 60*time.Second, func() bool {
+			deadline := time.Now().Add(90 * time.Second)
+			for {
 				_, landed := store.snapshot()
-				return len(landed) == len(values)
-			})
+				if len(landed) == len(values) {
+					break
+				}
+				if time.Now().After(deadline) {
+					perPart := map[string]int{}
+					for src := range landed {
+						perPart[src[:strings.Index(src, "@")]]++
+					}
+					t.Fatalf("%d of %d records landed; per partition %v; first member assigned %v revoked %v lost %v; second assigned %v revoked %v",
+						len(landed), len(values), perPart,
+						testutil.ToFloat64(h.cfg.Metrics.rebalances.WithLabelValues("assigned")),
+						testutil.ToFloat64(h.cfg.Metrics.rebalances.WithLabelValues("revoked")),
+						testutil.ToFloat64(h.cfg.Metrics.rebalances.WithLabelValues("lost")),
+						testutil.ToFloat64(secondMetrics.rebalances.WithLabelValues("assigned")),
+						testutil.ToFloat64(secondMetrics.rebalances.WithLabelValues("revoked")))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 			waitFor(t, "the second member to get partitions", 30*time.Second, func() bool {
 				return testutil.ToFloat64(h.cfg.Metrics.rebalances.WithLabelValues("revoked")) > 0
 			})
