@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/internal/testenv"
@@ -181,12 +180,7 @@ func TestCrashKfake(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processor processes")
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	runCrash(t, c.ListenAddrs())
+	runCrash(t, kfakeBrokers(t))
 }
 
 // TestCrashRealKafka runs the crash test against the real broker.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
@@ -20,12 +19,7 @@ import (
 // The wall clock is fake: it advances one second each time the processor reads it, so the test
 // does not depend on timing.
 func TestEarlyFirings(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := kfakeBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	name := uniqueName("early")

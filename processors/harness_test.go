@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/processors"
@@ -528,4 +529,15 @@ func resetOffsets(ctx context.Context, t testing.TB, brokers []string, group, to
 	if err := kadm.NewClient(cl).CommitAllOffsets(ctx, group, os); err != nil {
 		t.Fatalf("rewind group %s on %s: %v", group, topic, err)
 	}
+}
+
+// kfakeBrokers starts an in-process one-broker kfake cluster for the test and returns its address.
+func kfakeBrokers(t testing.TB) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
 }

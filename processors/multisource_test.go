@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
@@ -19,12 +18,7 @@ import (
 // a grace longer than the whole stream so that the order in which goka interleaves the topics
 // cannot make an event late. Every window's final count must match.
 func TestTwoSources(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	brokers := c.ListenAddrs()
+	brokers := kfakeBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	name := uniqueName("two")

@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/internal/testenv"
@@ -171,23 +170,13 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 
 // TestScenarioKfake runs the oracle scenario against kfake, in process.
 func TestScenarioKfake(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	runScenario(t, c.ListenAddrs(), false)
+	runScenario(t, kfakeBrokers(t), false)
 }
 
 // TestScenarioRepartitionKfake runs the oracle scenario on kfake with record keys that are not
 // the entity: events are re-keyed through the loop topic, and the rewind still dedups exactly.
 func TestScenarioRepartitionKfake(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	runScenario(t, c.ListenAddrs(), true)
+	runScenario(t, kfakeBrokers(t), true)
 }
 
 // rekey gives records keys unrelated to their entity.
