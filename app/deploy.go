@@ -82,7 +82,7 @@ func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.L
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	hc, err := hbase.NewClient(hctx, cfg.HBase.ZooKeeper)
+	hc, err := hbase.NewClient(hctx, hbase.Config{ZooKeeper: cfg.HBase.ZooKeeper})
 	if err != nil {
 		d.close()
 		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)

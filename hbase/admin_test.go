@@ -107,7 +107,7 @@ func TestBootstrapWithoutZooKeeper(t *testing.T) {
 	}
 	table := testTable(t, zc, "bootstrap", fam("f"), nil)
 	for _, boot := range []string{master.Addr(), meta} {
-		c, err := NewClient(ctx, "", WithBootstrap(boot))
+		c, err := NewClient(ctx, Config{Bootstrap: []string{boot}})
 		if err != nil {
 			t.Fatalf("bootstrap via %s: %v", boot, err)
 		}
@@ -249,7 +249,7 @@ func rowName(i int) string {
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	q := testQuorum(t)
 	ctx := testContext(t)
-	c, err := NewClient(ctx, q)
+	c, err := NewClient(ctx, Config{ZooKeeper: q})
 	if err != nil {
 		t.Fatal(err)
 	}

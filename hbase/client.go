@@ -10,8 +10,12 @@ import (
 	"time"
 )
 
-// Config holds a Client's settings. Options set them; EnsureDefaults fills what is left zero.
+// Config holds a Client's settings: where the cluster is, and limits that all have defaults
+// (EnsureDefaults fills what is left zero).
 type Config struct {
+	// ZooKeeper is the cluster's ZooKeeper quorum ("host:port,..."), as users'
+	// hbase.zookeeper.quorum settings hold it. It may be empty when Bootstrap is set.
+	ZooKeeper string
 	// ZooKeeperRoot is the znode parent (zookeeper.znode.parent); ZooKeeperRoot when empty.
 	ZooKeeperRoot string
 	// Bootstrap lists host:port of masters or region servers that serve ClientMetaService (HBase
@@ -86,43 +90,6 @@ func (c *Config) EnsureDefaults() {
 	}
 }
 
-// Option changes a Config.
-type Option func(*Config)
-
-// WithConfig replaces the whole configuration (zero fields still get defaults).
-func WithConfig(cfg Config) Option { return func(c *Config) { *c = cfg } }
-
-// WithZooKeeperRoot sets the znode parent, for clusters whose zookeeper.znode.parent is not /hbase.
-func WithZooKeeperRoot(root string) Option { return func(c *Config) { c.ZooKeeperRoot = root } }
-
-// WithBootstrap finds the cluster through ClientMetaService on these host:port addresses (masters
-// or region servers, HBase 2.5+) instead of ZooKeeper.
-func WithBootstrap(addrs ...string) Option { return func(c *Config) { c.Bootstrap = addrs } }
-
-// WithUser sets the user name sent in the connection header (SIMPLE authentication).
-func WithUser(user string) Option { return func(c *Config) { c.User = user } }
-
-// WithBatchLimits caps each Multi request at maxActions actions and maxBytes encoded bytes.
-func WithBatchLimits(maxActions, maxBytes int) Option {
-	return func(c *Config) { c.MaxBatchActions, c.MaxBatchBytes = maxActions, maxBytes }
-}
-
-// WithMaxInFlight bounds Multi requests in flight per region server and per region.
-func WithMaxInFlight(perServer, perRegion int) Option {
-	return func(c *Config) { c.MaxInFlightPerServer, c.MaxInFlightPerRegion = perServer, perRegion }
-}
-
-// WithRetries sets the number of rounds (first try included) and the backoff between them.
-func WithRetries(rounds int, backoffMin, backoffMax time.Duration) Option {
-	return func(c *Config) { c.MaxRounds, c.BackoffMin, c.BackoffMax = rounds, backoffMin, backoffMax }
-}
-
-// WithRPCTimeout bounds each RPC (see Config.RPCTimeout).
-func WithRPCTimeout(d time.Duration) Option { return func(c *Config) { c.RPCTimeout = d } }
-
-// WithDialTimeout bounds one TCP connect.
-func WithDialTimeout(d time.Duration) Option { return func(c *Config) { c.DialTimeout = d } }
-
 // Client talks to one HBase cluster. It is safe for concurrent use; create one per process.
 type Client struct {
 	cfg    Config
@@ -148,16 +115,12 @@ type dialWait struct {
 	err  error
 }
 
-// NewClient returns a client for the cluster whose ZooKeeper quorum is quorum ("host:port,..."), as
-// users' hbase.zookeeper.quorum settings hold it. With WithBootstrap, quorum may be empty. It
+// NewClient returns a client for the cluster cfg names (Config.ZooKeeper or Config.Bootstrap). It
 // checks that hbase:meta can be found before returning.
-func NewClient(ctx context.Context, quorum string, opts ...Option) (*Client, error) {
-	c := &Client{quorum: quorum, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
-	for _, o := range opts {
-		o(&c.cfg)
-	}
-	c.cfg.EnsureDefaults()
-	if quorum == "" && len(c.cfg.Bootstrap) == 0 {
+func NewClient(ctx context.Context, cfg Config) (*Client, error) {
+	cfg.EnsureDefaults()
+	c := &Client{cfg: cfg, quorum: cfg.ZooKeeper, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
+	if c.quorum == "" && len(c.cfg.Bootstrap) == 0 {
 		return nil, errInvalid("new client", "neither a ZooKeeper quorum nor bootstrap servers given")
 	}
 	if _, err := c.metaServer(ctx, false); err != nil {

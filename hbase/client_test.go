@@ -425,7 +425,7 @@ func TestTooLargeCellFailsOnlyItself(t *testing.T) {
 // server and 1 per region) over a 16-region table: concurrent Apply calls share the bounds without
 // deadlock, and every action lands exactly once.
 func TestSmallCapsManyRequests(t *testing.T) {
-	c := testClient(t, WithBatchLimits(10, 4<<20), WithMaxInFlight(2, 1))
+	c := testClient(t, Config{MaxBatchActions: 10, MaxBatchBytes: 4 << 20, MaxInFlightPerServer: 2, MaxInFlightPerRegion: 1})
 	table := testTable(t, c, "smallcaps", fam("f"), splitKeys16())
 	ctx := testContext(t)
 	var wg sync.WaitGroup

@@ -42,11 +42,8 @@ func silentServer(t *testing.T, hangUp bool) (addr string, accepted *atomic.Int3
 	return ln.Addr().String(), accepted
 }
 
-func bareClient(opts ...Option) *Client {
-	c := &Client{conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
-	for _, o := range opts {
-		o(&c.cfg)
-	}
+func bareClient(cfg Config) *Client {
+	c := &Client{cfg: cfg, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
 	c.cfg.EnsureDefaults()
 	return c
 }
@@ -55,7 +52,7 @@ func bareClient(opts ...Option) *Client {
 // the error is retriable.
 func TestRPCTimeoutOnSilentServer(t *testing.T) {
 	addr, _ := silentServer(t, false)
-	c := bareClient(WithRPCTimeout(100 * time.Millisecond))
+	c := bareClient(Config{RPCTimeout: 100 * time.Millisecond})
 	defer c.Close()
 	_, _, err := c.rpc(context.Background(), serviceClient, addr, "Get", getBuf(), nil)
 	var e *Error
@@ -68,7 +65,7 @@ func TestRPCTimeoutOnSilentServer(t *testing.T) {
 // next call dials a new connection.
 func TestReconnectAfterHangUp(t *testing.T) {
 	addr, accepted := silentServer(t, true)
-	c := bareClient(WithRPCTimeout(5 * time.Second))
+	c := bareClient(Config{RPCTimeout: 5 * time.Second})
 	defer c.Close()
 	for i := 1; i <= 2; i++ {
 		_, _, err := c.rpc(context.Background(), serviceClient, addr, "Get", getBuf(), nil)
@@ -91,7 +88,7 @@ func TestReconnectAfterHangUp(t *testing.T) {
 // (which a caller would take as permanent).
 func TestDroppedConnectionFailsCallsAsRetriable(t *testing.T) {
 	addr, _ := silentServer(t, false)
-	c := bareClient(WithRPCTimeout(10 * time.Second))
+	c := bareClient(Config{RPCTimeout: 10 * time.Second})
 	defer c.Close()
 	errs := make(chan error, 3)
 	for range 3 {

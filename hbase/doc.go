@@ -6,7 +6,7 @@
 //
 // The surface is narrow, for sinks and query code:
 //
-//	c, err := hbase.NewClient(ctx, "zk1:2181,zk2:2181")
+//	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: "zk1:2181,zk2:2181"})
 //	defer c.Close()
 //	err = c.Apply(ctx, []*hbase.Mutation{
 //		hbase.NewPut("aggregates", row).Add("t", qualifier, windowEndMillis, value),

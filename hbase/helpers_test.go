@@ -39,10 +39,14 @@ func testContext(t testing.TB) context.Context {
 	return ctx
 }
 
-func testClient(t testing.TB, opts ...Option) *Client {
+func testClient(t testing.TB, cfgs ...Config) *Client {
 	t.Helper()
-	q := testQuorum(t)
-	c, err := NewClient(testContext(t), q, opts...)
+	var cfg Config
+	if len(cfgs) > 0 {
+		cfg = cfgs[0]
+	}
+	cfg.ZooKeeper = testQuorum(t)
+	c, err := NewClient(testContext(t), cfg)
 	if err != nil {
 		t.Fatalf("new client: %v", err)
 	}

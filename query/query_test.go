@@ -73,7 +73,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) (store, string) {
 			quorum := testenv.HBaseZooKeeper(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := hbase.NewClient(ctx, quorum)
+			c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
 			if err != nil {
 				t.Fatal(err)
 			}

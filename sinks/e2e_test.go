@@ -84,7 +84,7 @@ func (e *e2e) aggregates() *AggregatesEncoder {
 
 // sink builds one of the two sinks on the real servers.
 func (e *e2e) sink(ctx context.Context, kind string, tune func(*Config)) (*FlushThenCommit, *hbase.Client, error) {
-	c, err := hbase.NewClient(ctx, e.Quorum)
+	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: e.Quorum})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -16,7 +16,7 @@ func hbaseClient(t *testing.T) *hbase.Client {
 	quorum := testenv.HBaseZooKeeper(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := hbase.NewClient(ctx, quorum)
+	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
 	if err != nil {
 		t.Fatal(err)
 	}

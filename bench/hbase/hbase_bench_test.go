@@ -63,7 +63,7 @@ func splitKeys() [][]byte {
 func BenchmarkGoClient(b *testing.B) {
 	q := quorum(b)
 	ctx := context.Background()
-	c, err := hbase.NewClient(ctx, q)
+	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: q})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func BenchmarkFactsSink(b *testing.B) {
 	brokers, quorum := testenv.Kafka(b), testenv.HBaseZooKeeper(b)
 	t := produceOnce(b, brokers)
 	ctx := context.Background()
-	c, err := hbase.NewClient(ctx, quorum)
+	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func BenchmarkJavaSinkLoop(b *testing.B) {
 		b.Skipf("Java program not built (run bench/sink/run.sh): %v", err)
 	}
 	t := produceOnce(b, brokers)
-	c, err := hbase.NewClient(context.Background(), quorum)
+	c, err := hbase.NewClient(context.Background(), hbase.Config{ZooKeeper: quorum})
 	if err != nil {
 		b.Fatal(err)
 	}

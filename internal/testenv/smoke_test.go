@@ -139,7 +139,7 @@ func TestHBaseMetaRegionServer(t *testing.T) {
 	if master.Port == 0 {
 		t.Fatalf("implausible master %+v", master)
 	}
-	cl, err := hbase.NewClient(ctx, quorum)
+	cl, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
 	if err != nil {
 		t.Fatal(err)
 	}

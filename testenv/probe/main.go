@@ -66,7 +66,7 @@ func probeHBase(ctx context.Context, quorum string) (string, error) {
 		return "", fmt.Errorf("hbase:meta on %s is in state %d, not open yet", sn, state)
 	}
 	// A real RPC, not a bare TCP dial: hbase:meta must answer a scan with at least one row.
-	cl, err := hbase.NewClient(ctx, quorum, hbase.WithRetries(1, 0, 0))
+	cl, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum, MaxRounds: 1})
 	if err != nil {
 		return "", err
 	}
