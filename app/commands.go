@@ -12,10 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
@@ -36,11 +36,11 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	if *partitions < 1 {
 		return usagef("-partitions must be at least 1, got %d", *partitions)
 	}
-	d, err := p.connect(ctx, &c, stderr)
+	d, err := p.connect(ctx, &c, stderr, func(*Config) needs { return needs{kafka: true, store: true} })
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.shutdown()
 	cfg, topo := d.cfg, d.topo
 	step := func(what string, f func() error) error {
 		t0 := time.Now()
@@ -82,19 +82,10 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		what := fmt.Sprintf("table %s (family %s, %d salt buckets)", t.Table, t.Family, t.SaltBuckets)
 		err := step(what, func() error {
-			switch {
-			case d.cells != nil && verb == "create":
-				return d.cells.CreateTable(t.Table, map[string]int{t.Family: t.Versions})
-			case d.cells != nil:
-				if _, ok := d.cells.Families(t.Table); !ok {
-					return fmt.Errorf("no such table")
-				}
-				return nil
-			case verb == "create":
-				return sinks.EnsureTable(ctx, d.hb.Admin(), d.layout(t))
-			default:
-				return sinks.VerifyTable(ctx, d.hb.Admin(), d.layout(t))
+			if verb == "create" {
+				return d.st.EnsureTable(ctx, d.layout(t))
 			}
+			return d.st.VerifyTable(ctx, d.layout(t))
 		})
 		if err != nil {
 			return err
@@ -166,12 +157,15 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	d, err := open(ctx, cfg, topo, log)
+	d, err := open(ctx, cfg, topo, log, needs{store: true})
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	r := d.queryServer().Topologies[0].Reader
+	defer d.shutdown()
+	r, err := d.reader(ctx)
+	if err != nil {
+		return err
+	}
 	res, err := r.Many(ctx, *set, splitList(*entity), o)
 	if err != nil {
 		return err
@@ -310,11 +304,14 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 			return usagef("-to-time: %v", err)
 		}
 	}
-	d, err := p.connect(ctx, &c, stderr)
+	// Offsets kept in Kafka need no HBase connection.
+	d, err := p.connect(ctx, &c, stderr, func(cfg *Config) needs {
+		return needs{kafka: true, store: cfg.Sinks.Offsets == "hbase"}
+	})
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.shutdown()
 	cfg, topo := d.cfg, d.topo
 	group, topics := cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic}
 	if *sink == "facts" {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/goccy/go-yaml"
 )
 
@@ -224,8 +224,8 @@ func (c *Config) Validate(known []string) error {
 	}
 	for kind, t := range map[string]SinkTable{"aggregates": c.Sinks.Aggregates, "facts": c.Sinks.Facts} {
 		f := "sinks." + kind + "."
-		if t.SaltBuckets < 1 || t.SaltBuckets > sinks.MaxSaltBuckets {
-			bad(f+"salt_buckets", "%d is outside 1..%d", t.SaltBuckets, sinks.MaxSaltBuckets)
+		if t.SaltBuckets < 1 || t.SaltBuckets > schema.MaxSaltBuckets {
+			bad(f+"salt_buckets", "%d is outside 1..%d", t.SaltBuckets, schema.MaxSaltBuckets)
 		}
 		if t.Versions < 1 {
 			bad(f+"versions", "must be at least 1, got %d", t.Versions)

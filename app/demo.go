@@ -96,11 +96,11 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := cfg.Validate(names); err != nil {
 		return err
 	}
-	d, err := open(ctx, cfg, topo, log)
+	d, err := open(ctx, cfg, topo, log, needs{kafka: true, store: true})
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.shutdown()
 	if err := d.ensureTables(ctx); err != nil {
 		return err
 	}

@@ -13,10 +13,13 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/processors"
-	"github.com/abacus-stream/abacus/processors/liveview"
 	"github.com/abacus-stream/abacus/query"
+	liveview "github.com/abacus-stream/abacus/query/live"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
-	"github.com/abacus-stream/abacus/sinks/cellstore"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/cellstore"
+	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,12 +30,6 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// store is what the sinks write to and the queries read from.
-type store interface {
-	sinks.Store
-	sinks.Reader
-}
-
 // deployment holds the connections one topology's parts share.
 type deployment struct {
 	cfg  *Config
@@ -40,10 +37,10 @@ type deployment struct {
 	log  *slog.Logger
 	reg  *prometheus.Registry
 
-	hb    *hbase.Client    // real HBase, or nil
-	cells *cellstore.Store // embedded store, or nil
-	st    store
-	kafka *kgo.Client // admin use only
+	hb    *hbase.Client // real HBase, or nil (embedded store, or not connected)
+	st    store.Store   // HBase or the embedded cell store; nil when the command needs neither
+	close func()        // closes st
+	kafka *kgo.Client   // admin use only; nil when the command needs no Kafka
 }
 
 func parseDurability(s string) (hbase.Durability, error) {
@@ -62,56 +59,64 @@ func parseDurability(s string) (hbase.Durability, error) {
 	return 0, fmt.Errorf("%q is not table_default, sync_wal, fsync_wal, async_wal or skip_wal", s)
 }
 
-// open connects to Kafka and to HBase or the embedded store.
-func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger) (*deployment, error) {
+// needs says which connections a command opens: only what it uses.
+type needs struct {
+	kafka bool // an admin client of the brokers
+	store bool // HBase or the embedded cell store
+}
+
+// open connects to what the command needs: Kafka, and HBase or the embedded store.
+func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger, n needs) (*deployment, error) {
 	d := &deployment{cfg: cfg, topo: topo, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
-	if err != nil {
-		return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
+	if n.kafka {
+		kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+		if err != nil {
+			return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
+		}
+		d.kafka = kc
 	}
-	d.kafka = kc
+	if !n.store {
+		return d, nil
+	}
 	if cfg.HBase.Embedded != "" {
 		cs, err := cellstore.Open(cfg.HBase.Embedded)
 		if err != nil {
-			d.close()
+			d.shutdown()
 			return nil, err
 		}
-		d.cells, d.st = cs, cs
+		d.st, d.close = cs, func() { cs.Close() }
 		return d, nil
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	hc, err := hbase.NewClient(hctx, hbase.Config{ZooKeeper: cfg.HBase.ZooKeeper})
 	if err != nil {
-		d.close()
+		d.shutdown()
 		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)
 	}
 	d.hb = hc
 	dur, _ := parseDurability(cfg.Sinks.Durability)
-	hs, err := sinks.NewHBaseStore(hc, sinks.HBaseStoreConfig{Durability: dur, ForceSkipWAL: cfg.Sinks.ForceSkipWAL})
+	hs, err := hbasestore.New(hc, hbasestore.Config{Durability: dur, ForceSkipWAL: cfg.Sinks.ForceSkipWAL})
 	if err != nil {
-		d.close()
+		d.shutdown()
 		return nil, err
 	}
-	d.st = hs
+	d.st, d.close = hs, func() { hc.Close() }
 	return d, nil
 }
 
-func (d *deployment) close() {
+func (d *deployment) shutdown() {
 	if d.kafka != nil {
 		d.kafka.Close()
 	}
-	if d.hb != nil {
-		d.hb.Close()
-	}
-	if d.cells != nil {
-		d.cells.Close()
+	if d.close != nil {
+		d.close()
 	}
 }
 
-func (d *deployment) layout(t SinkTable) sinks.TableLayout {
-	return sinks.TableLayout{Name: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, Versions: t.Versions,
+func (d *deployment) layout(t SinkTable) schema.TableLayout {
+	return schema.TableLayout{Name: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, Versions: t.Versions,
 		TTL: time.Duration(t.TTL), BloomFilter: t.BloomFilter, Compression: t.Compression}
 }
 
@@ -121,14 +126,8 @@ func (d *deployment) ensureTables(ctx context.Context) error {
 		if t.Disabled {
 			continue
 		}
-		if d.cells != nil {
-			if err := d.cells.CreateTable(t.Table, map[string]int{t.Family: t.Versions}); err != nil {
-				return err
-			}
-			continue
-		}
 		d.log.Info("ensuring table", "table", t.Table, "salt_buckets", t.SaltBuckets)
-		if err := sinks.EnsureTable(ctx, d.hb.Admin(), d.layout(t)); err != nil {
+		if err := d.st.EnsureTable(ctx, d.layout(t)); err != nil {
 			return err
 		}
 	}
@@ -255,15 +254,19 @@ func (d *deployment) sets() []query.SetInfo {
 	return out
 }
 
-func (d *deployment) queryServer() *query.Server {
+// reader reads the aggregate table, with the salt buckets the table was created with.
+func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 	t := d.cfg.Sinks.Aggregates
+	return query.NewReader(ctx, d.st, t.Table, t.Family)
+}
+
+func (d *deployment) queryServer(r *query.Reader) *query.Server {
 	return &query.Server{
-		Topologies: []query.Topology{{Name: d.topo.Name, Sets: d.sets(),
-			Reader: &query.Reader{Store: d.st, Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets}}},
-		Registry: d.reg,
-		Logger:   d.log.With("part", "query"),
+		Topologies: []query.Topology{{Name: d.topo.Name, Sets: d.sets(), Reader: r}},
+		Registry:   d.reg,
+		Logger:     d.log.With("part", "query"),
 		Ready: func(ctx context.Context) error {
-			return d.st.Scan(ctx, sinks.ScanSpec{Table: t.Table, Limit: 1}, func([]byte, []sinks.Cell) bool { return false })
+			return d.st.Scan(ctx, store.ScanSpec{Table: r.Table(), Limit: 1}, func([]byte, []store.Cell) bool { return false })
 		},
 	}
 }
@@ -271,12 +274,16 @@ func (d *deployment) queryServer() *query.Server {
 // serve runs the HTTP API (and dashboard) on the configured address until ctx ends; ready is
 // called with the URL once it listens.
 func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
-	srv := d.queryServer()
+	r, err := d.reader(ctx)
+	if err != nil {
+		return err
+	}
 	if !d.cfg.Query.NoLive {
 		live := &lazyLive{}
-		srv.Topologies[0].Reader.Live = live
+		r = r.WithLive(live)
 		go d.followLive(ctx, live)
 	}
+	srv := d.queryServer(r)
 	mux := srv.Handler()
 	mountDashboard(mux)
 	ln, err := net.Listen("tcp", d.cfg.Query.Listen)

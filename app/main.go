@@ -272,8 +272,8 @@ func (p Program) serve(ctx context.Context, args []string, stdout, stderr io.Wri
 	return p.runRoles(ctx, &c, []string{RoleQuery}, stdout, stderr)
 }
 
-// connect loads the configuration as load does and opens the deployment's connections.
-func (p Program) connect(ctx context.Context, c *common, stderr io.Writer) (*deployment, error) {
+// connect loads the configuration as load does and opens the connections the command needs.
+func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needsOf func(*Config) needs) (*deployment, error) {
 	cfg, topo, err := p.load(c)
 	if err != nil {
 		return nil, err
@@ -282,15 +282,22 @@ func (p Program) connect(ctx context.Context, c *common, stderr io.Writer) (*dep
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg, topo, log)
+	return open(ctx, cfg, topo, log, needsOf(cfg))
+}
+
+// rolesNeed says what the roles connect to here: the sinks check their topics and tables, the
+// query server its table; the processor opens its own Kafka clients.
+func rolesNeed(roles []string) needs {
+	sink := contains(roles, RoleAggregates) || contains(roles, RoleFacts)
+	return needs{kafka: sink, store: sink || contains(roles, RoleQuery)}
 }
 
 func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
-	d, err := p.connect(ctx, c, stderr)
+	d, err := p.connect(ctx, c, stderr, func(*Config) needs { return rolesNeed(roles) })
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.shutdown()
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) || contains(roles, RoleQuery) {
 		if err := d.ensureTables(ctx); err != nil {
 			return err

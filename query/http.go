@@ -8,13 +8,11 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
-	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -293,25 +291,11 @@ func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
 			return badParam("limit", "want a whole number from 1 to 10000, got %q", v)
 		}
 	}
-	const maxRows = 200_000
-	seen := map[string]bool{}
-	var list []string
-	rows := 0
-	rd := t.Reader
-	err := rd.Store.Scan(r.Context(), sinks.ScanSpec{Table: rd.Table, Family: rd.Family}, func(row []byte, _ []sinks.Cell) bool {
-		rows++
-		e, st, _, err := sinks.ParseAggregateRow(row)
-		if err == nil && st == set.Name && !seen[e] {
-			seen[e] = true
-			list = append(list, e)
-		}
-		return len(list) < limit && rows < maxRows
-	})
+	list, truncated, err := t.Reader.Entities(r.Context(), set.Name, EntityOptions{Limit: limit})
 	if err != nil {
 		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
 	}
-	sort.Strings(list)
-	return http.StatusOK, map[string]any{"entities": list, "truncated": len(list) >= limit || rows >= maxRows}
+	return http.StatusOK, map[string]any{"entities": list, "truncated": truncated}
 }
 
 func (s *Server) parseTime(v string) (time.Time, error) { return ParseTime(v, s.Now()) }

@@ -17,7 +17,10 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/hbasestore"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -54,7 +57,7 @@ func newE2E(t *testing.T) *e2e {
 	defer cancel()
 	for _, tb := range []string{e.FactsTable, e.AggTable} {
 		dropTable(t, c.Admin(), tb)
-		if err := EnsureTable(ctx, c.Admin(), TableLayout{Name: tb, Family: "d", SaltBuckets: e.Buckets, Versions: 5}); err != nil {
+		if err := hbaseStore(t, c).EnsureTable(ctx, schema.TableLayout{Name: tb, Family: "d", SaltBuckets: e.Buckets, Versions: 5}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,7 +91,7 @@ func (e *e2e) sink(ctx context.Context, kind string, tune func(*Config)) (*Flush
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := NewHBaseStore(c, HBaseStoreConfig{})
+	st, err := hbasestore.New(c, hbasestore.Config{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -170,9 +173,9 @@ func tableCells(t *testing.T, c *hbase.Client, table string) map[string][]string
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, _ := NewHBaseStore(c, HBaseStoreConfig{})
+	st := hbaseStore(t, c)
 	out := map[string][]string{}
-	err := st.Scan(ctx, ScanSpec{Table: table, MaxVersions: hbase.AllVersions}, func(row []byte, cells []Cell) bool {
+	err := st.Scan(ctx, store.ScanSpec{Table: table, MaxVersions: hbase.AllVersions}, func(row []byte, cells []store.Cell) bool {
 		for _, cl := range cells {
 			k := fmt.Sprintf("%x/%s/%s", row, cl.Family, cl.Qualifier)
 			out[k] = append(out[k], fmt.Sprintf("%d=%x", cl.Timestamp, cl.Value))
@@ -237,9 +240,9 @@ func checkTables(t *testing.T, e *e2e, c *hbase.Client, goodEvents int, finals m
 	}
 	for key, r := range finals {
 		dev, _, _ := strings.Cut(key, "/")
-		row := AggregateRow(dev, r.Set, r.Start, e.Buckets)
+		row := schema.AggregateRow(dev, r.Set, r.Start, e.Buckets)
 		for _, v := range r.Values {
-			want, _ := AppendCellValue(nil, v)
+			want, _ := schema.AppendCellValue(nil, v)
 			k := fmt.Sprintf("%x/d/%s", row, v.Name)
 			if got := aggs[k]; len(got) != 1 || got[0] != fmt.Sprintf("%d=%x", r.End, want) {
 				t.Fatalf("window %s %s: cell versions %v, want one %d=%x", key, v.Name, got, r.End, want)
@@ -406,7 +409,7 @@ func TestSinksNewestWinsInOneBatch(t *testing.T) {
 			r.Values = []totals.Value{{Name: "count", Kind: totals.KindInt, Int: int64(rev)}}
 			recs = append(recs, &kgo.Record{Topic: e.Totals, Key: []byte(dev), Value: r.Encode()})
 		}
-		want[fmt.Sprintf("%x", AggregateRow(dev, "minute", start, e.Buckets))] = 20
+		want[fmt.Sprintf("%x", schema.AggregateRow(dev, "minute", start, e.Buckets))] = 20
 	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
@@ -416,7 +419,7 @@ func TestSinksNewestWinsInOneBatch(t *testing.T) {
 	cells := tableCells(t, c, e.AggTable)
 	var bad []string
 	for row, n := range want {
-		v, _ := AppendCellValue(nil, totals.Value{Kind: totals.KindInt, Int: n})
+		v, _ := schema.AppendCellValue(nil, totals.Value{Kind: totals.KindInt, Int: n})
 		got := cells[row+"/d/count"]
 		if len(got) != 1 || !strings.HasSuffix(got[0], fmt.Sprintf("=%x", v)) {
 			bad = append(bad, fmt.Sprintf("%s: %v", row, got))

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abacus-stream/abacus/store"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -120,7 +121,7 @@ func (c *Config) validate() error {
 type FlushThenCommit struct {
 	cfg     Config
 	enc     Encoder
-	store   Store
+	store   store.Writer
 	offsets OffsetStore
 	cl      *kgo.Client
 	log     *slog.Logger
@@ -162,7 +163,7 @@ type writeResult struct {
 }
 
 // NewFlushThenCommit builds a sink; Run starts it.
-func NewFlushThenCommit(cfg Config, enc Encoder, store Store) (*FlushThenCommit, error) {
+func NewFlushThenCommit(cfg Config, enc Encoder, store store.Writer) (*FlushThenCommit, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -307,7 +308,7 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 		b.cells = cells
 		for i := n; i < len(cells); i++ {
 			b.src = append(b.src, rec)
-			b.bytes += cells[i].size()
+			b.bytes += cells[i].Size()
 		}
 		if s.cfg.TTL > 0 {
 			s.checkTTL(cells[n:])
@@ -319,7 +320,7 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 }
 
 // checkTTL counts cells that the table's TTL expires on arrival, and warns about them.
-func (s *FlushThenCommit) checkTTL(cells []Cell) {
+func (s *FlushThenCommit) checkTTL(cells []store.Cell) {
 	now := time.Now()
 	limit := now.Add(-s.cfg.TTL).UnixMilli()
 	for i := range cells {
@@ -495,7 +496,7 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 		pending[i] = i
 	}
 	backoff := s.cfg.RetryBackoff
-	cells := make([]Cell, 0, len(b.cells))
+	cells := make([]store.Cell, 0, len(b.cells))
 	for len(pending) > 0 {
 		cells = cells[:0]
 		for _, i := range pending {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/axiomhq/hyperloglog"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/totals"
 )
 
 // errShort is returned when an accumulator's encoding is truncated.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
 )

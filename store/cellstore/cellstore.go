@@ -17,7 +17,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
 	"github.com/syndtr/goleveldb/leveldb"
 	"github.com/syndtr/goleveldb/leveldb/iterator"
 	"github.com/syndtr/goleveldb/leveldb/opt"
@@ -31,6 +32,8 @@ type Store struct {
 	mu sync.RWMutex
 	// tables maps a table to its families' version limits.
 	tables map[string]map[string]int
+	// attrs maps a table to its attributes (schema.TableLayout.Attributes).
+	attrs map[string]map[string]string
 	// MaxCellSize refuses larger values, as HBase's hbase.server.keyvalue.maxsize does (10 MiB).
 	MaxCellSize int
 }
@@ -49,7 +52,7 @@ func Open(dir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cellstore: open %q: %w", dir, err)
 	}
-	s := &Store{db: db, tables: map[string]map[string]int{}, MaxCellSize: 10 << 20}
+	s := &Store{db: db, tables: map[string]map[string]int{}, attrs: map[string]map[string]string{}, MaxCellSize: 10 << 20}
 	if err := s.loadSchemas(); err != nil {
 		db.Close()
 		return nil, err
@@ -60,11 +63,14 @@ func Open(dir string) (*Store, error) {
 // Close closes the store.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Key spaces: schema records and cells.
+// Key spaces: schema records (families), table attributes, and cells.
 const (
 	spaceSchema = 's'
+	spaceAttrs  = 'a'
 	spaceCell   = 'c'
 )
+
+var _ store.Store = (*Store)(nil)
 
 // CreateTable creates a table whose families keep up to the given number of versions (at least 1).
 // Creating an existing table with the same families is a no-op; with other families it is an error.
@@ -87,7 +93,7 @@ func (s *Store) CreateTable(table string, families map[string]int) error {
 			v = 1
 		}
 		fams[f] = v
-		val = sinks.AppendComponent(val, f)
+		val = schema.AppendComponent(val, f)
 		val = binary.BigEndian.AppendUint32(val, uint32(v))
 	}
 	if err := s.db.Put(append([]byte{spaceSchema}, table...), val, nil); err != nil {
@@ -103,6 +109,77 @@ func (s *Store) Families(table string) (map[string]int, bool) {
 	defer s.mu.RUnlock()
 	f, ok := s.tables[table]
 	return f, ok
+}
+
+// EnsureTable implements store.Tables: a missing table is created with the layout's family and
+// attributes; an existing one must match the layout.
+func (s *Store) EnsureTable(ctx context.Context, l schema.TableLayout) error {
+	l.EnsureDefaults()
+	if err := l.Validate(); err != nil {
+		return fmt.Errorf("cellstore: %w", err)
+	}
+	if _, ok := s.Families(l.Name); ok {
+		return s.VerifyTable(ctx, l)
+	}
+	if err := s.CreateTable(l.Name, map[string]int{l.Family: l.Versions}); err != nil {
+		return err
+	}
+	return s.setAttributes(l.Name, l.Attributes())
+}
+
+// VerifyTable implements store.Tables.
+func (s *Store) VerifyTable(_ context.Context, l schema.TableLayout) error {
+	l.EnsureDefaults()
+	fams, ok := s.Families(l.Name)
+	if !ok {
+		return fmt.Errorf("cellstore: table %s: %w", l.Name, store.ErrNoSuchTable)
+	}
+	names := make([]string, 0, len(fams))
+	for f := range fams {
+		names = append(names, f)
+	}
+	slices.Sort(names)
+	s.mu.RLock()
+	attrs := s.attrs[l.Name]
+	s.mu.RUnlock()
+	if err := l.CheckExisting(attrs, names); err != nil {
+		return fmt.Errorf("cellstore: %w", err)
+	}
+	return nil
+}
+
+// SaltBuckets implements store.Tables.
+func (s *Store) SaltBuckets(_ context.Context, table string) (int, error) {
+	if _, ok := s.Families(table); !ok {
+		return 0, fmt.Errorf("cellstore: table %s: %w", table, store.ErrNoSuchTable)
+	}
+	s.mu.RLock()
+	attrs := s.attrs[table]
+	s.mu.RUnlock()
+	n, err := schema.SaltBucketsOf(table, attrs)
+	if err != nil {
+		return 0, fmt.Errorf("cellstore: %w", err)
+	}
+	return n, nil
+}
+
+func (s *Store) setAttributes(table string, attrs map[string]string) error {
+	keys := make([]string, 0, len(attrs))
+	for k := range attrs {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var val []byte
+	for _, k := range keys {
+		val = schema.AppendComponent(schema.AppendComponent(val, k), attrs[k])
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.db.Put(append([]byte{spaceAttrs}, table...), val, nil); err != nil {
+		return fmt.Errorf("cellstore: table %q attributes: %w", table, err)
+	}
+	s.attrs[table] = attrs
+	return nil
 }
 
 func sameFamilies(a, b map[string]int) bool {
@@ -125,7 +202,7 @@ func (s *Store) loadSchemas() error {
 		fams := map[string]int{}
 		b := it.Value()
 		for len(b) > 0 {
-			f, rest, err := sinks.ReadComponent(b)
+			f, rest, err := schema.ReadComponent(b)
 			if err != nil || len(rest) < 4 {
 				return fmt.Errorf("cellstore: schema of table %q is corrupt", table)
 			}
@@ -134,25 +211,46 @@ func (s *Store) loadSchemas() error {
 		}
 		s.tables[table] = fams
 	}
-	return it.Error()
+	if err := it.Error(); err != nil {
+		return err
+	}
+	at := s.db.NewIterator(util.BytesPrefix([]byte{spaceAttrs}), nil)
+	defer at.Release()
+	for at.Next() {
+		table := string(at.Key()[1:])
+		attrs := map[string]string{}
+		for b := at.Value(); len(b) > 0; {
+			k, rest, err := schema.ReadComponent(b)
+			if err != nil {
+				return fmt.Errorf("cellstore: attributes of table %q are corrupt", table)
+			}
+			v, rest, err := schema.ReadComponent(rest)
+			if err != nil {
+				return fmt.Errorf("cellstore: attributes of table %q are corrupt", table)
+			}
+			attrs[k], b = v, rest
+		}
+		s.attrs[table] = attrs
+	}
+	return at.Error()
 }
 
 // cellKey orders cells as HBase does: by table, row, family, qualifier, then newest version first.
 func cellKey(dst []byte, table string, row, family, qualifier []byte, ts int64) []byte {
 	dst = append(dst, spaceCell)
-	dst = sinks.AppendComponent(dst, table)
-	dst = sinks.AppendComponent(dst, string(row))
-	dst = sinks.AppendComponent(dst, string(family))
-	dst = sinks.AppendComponent(dst, string(qualifier))
+	dst = schema.AppendComponent(dst, table)
+	dst = schema.AppendComponent(dst, string(row))
+	dst = schema.AppendComponent(dst, string(family))
+	dst = schema.AppendComponent(dst, string(qualifier))
 	return binary.BigEndian.AppendUint64(dst, math.MaxUint64-uint64(ts))
 }
 
 func rowPrefix(table string, row []byte) []byte {
-	return sinks.AppendComponent(sinks.AppendComponent([]byte{spaceCell}, table), string(row))
+	return schema.AppendComponent(schema.AppendComponent([]byte{spaceCell}, table), string(row))
 }
 
-func parseCellKey(k []byte) (sinks.Cell, error) {
-	var c sinks.Cell
+func parseCellKey(k []byte) (store.Cell, error) {
+	var c store.Cell
 	if len(k) < 1 || k[0] != spaceCell {
 		return c, errors.New("cellstore: not a cell key")
 	}
@@ -162,7 +260,7 @@ func parseCellKey(k []byte) (sinks.Cell, error) {
 		err   error
 	)
 	for i := range parts {
-		if parts[i], rest, err = sinks.ReadComponent(rest); err != nil {
+		if parts[i], rest, err = schema.ReadComponent(rest); err != nil {
 			return c, err
 		}
 	}
@@ -177,22 +275,22 @@ func parseCellKey(k []byte) (sinks.Cell, error) {
 // ErrNoSuchTable and ErrNoSuchFamily are the permanent failures HBase reports as TableNotFound and
 // NoSuchColumnFamily; ErrCellTooLarge mirrors its maximum cell size.
 var (
-	ErrNoSuchTable  = errors.New("no such table")
+	ErrNoSuchTable  = store.ErrNoSuchTable
 	ErrNoSuchFamily = errors.New("no such column family")
 	ErrCellTooLarge = errors.New("cell too large")
 )
 
-// Write puts cells, as sinks.Store requires: each lands or is reported; unknown tables and
+// Write puts cells, as store.Writer requires: each lands or is reported; unknown tables and
 // families and oversized cells fail permanently. A Put of an existing version replaces it; versions
 // past the family's limit are removed, oldest first.
-func (s *Store) Write(ctx context.Context, cells []sinks.Cell) ([]sinks.CellError, error) {
+func (s *Store) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.Lock() // one writer at a time keeps version pruning consistent
 	defer s.mu.Unlock()
 	var (
-		failed []sinks.CellError
+		failed []store.CellError
 		batch  leveldb.Batch
 		key    []byte
 		cols   = map[string]bool{}
@@ -202,13 +300,13 @@ func (s *Store) Write(ctx context.Context, cells []sinks.Cell) ([]sinks.CellErro
 		fams, ok := s.tables[c.Table]
 		switch {
 		case !ok:
-			failed = append(failed, sinks.CellError{Index: i, Permanent: true, Err: fmt.Errorf("%w: %q", ErrNoSuchTable, c.Table)})
+			failed = append(failed, store.CellError{Index: i, Permanent: true, Err: fmt.Errorf("%w: %q", ErrNoSuchTable, c.Table)})
 			continue
 		case fams[string(c.Family)] == 0:
-			failed = append(failed, sinks.CellError{Index: i, Permanent: true, Err: fmt.Errorf("%w: %q in table %q", ErrNoSuchFamily, c.Family, c.Table)})
+			failed = append(failed, store.CellError{Index: i, Permanent: true, Err: fmt.Errorf("%w: %q in table %q", ErrNoSuchFamily, c.Family, c.Table)})
 			continue
 		case len(c.Value) > s.MaxCellSize:
-			failed = append(failed, sinks.CellError{Index: i, Permanent: true, Err: fmt.Errorf("%w: %d bytes, limit %d", ErrCellTooLarge, len(c.Value), s.MaxCellSize)})
+			failed = append(failed, store.CellError{Index: i, Permanent: true, Err: fmt.Errorf("%w: %d bytes, limit %d", ErrCellTooLarge, len(c.Value), s.MaxCellSize)})
 			continue
 		}
 		key = cellKey(key[:0], c.Table, c.Row, c.Family, c.Qualifier, c.Timestamp)
@@ -247,8 +345,8 @@ func (s *Store) Write(ctx context.Context, cells []sinks.Cell) ([]sinks.CellErro
 	return failed, nil
 }
 
-// Scan implements sinks.Reader.
-func (s *Store) Scan(ctx context.Context, sc sinks.ScanSpec, fn func(row []byte, cells []sinks.Cell) bool) error {
+// Scan implements store.Reader.
+func (s *Store) Scan(ctx context.Context, sc store.ScanSpec, fn func(row []byte, cells []store.Cell) bool) error {
 	if _, ok := s.Families(sc.Table); !ok {
 		return fmt.Errorf("cellstore: scan: %w: %q", ErrNoSuchTable, sc.Table)
 	}
@@ -256,7 +354,7 @@ func (s *Store) Scan(ctx context.Context, sc sinks.ScanSpec, fn func(row []byte,
 	if sc.Prefix != nil {
 		start, stop = sc.Prefix, prefixEnd(sc.Prefix)
 	}
-	tablePrefix := sinks.AppendComponent([]byte{spaceCell}, sc.Table)
+	tablePrefix := schema.AppendComponent([]byte{spaceCell}, sc.Table)
 	r := util.BytesPrefix(tablePrefix)
 	if start != nil {
 		r.Start = rowPrefix(sc.Table, start)
@@ -269,7 +367,7 @@ func (s *Store) Scan(ctx context.Context, sc sinks.ScanSpec, fn func(row []byte,
 	defer it.Release()
 	var (
 		row   []byte
-		cells []sinks.Cell
+		cells []store.Cell
 		rows  int
 	)
 	// emit hands over the gathered row: cells in HBase order (by column, newest version first), at
@@ -336,7 +434,7 @@ func next(it iterator.Iterator, reversed bool) bool {
 	return it.Next()
 }
 
-func sameColumn(a, b *sinks.Cell) bool {
+func sameColumn(a, b *store.Cell) bool {
 	return bytes.Equal(a.Family, b.Family) && bytes.Equal(a.Qualifier, b.Qualifier)
 }
 

@@ -1,7 +1,8 @@
-package sinks
+package hbasestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,8 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
 )
 
 func hbaseClient(t *testing.T) *hbase.Client {
@@ -40,28 +43,41 @@ func TestEnsureTableCreatesPreSplitAndRefusesMismatch(t *testing.T) {
 	defer cancel()
 	name := fmt.Sprintf("sinktest_layout_%d", time.Now().UnixNano())
 	dropTable(t, admin, name)
-	l := TableLayout{Name: name, Family: "a", SaltBuckets: 8, TTL: 30 * 24 * time.Hour}
-	if err := EnsureTable(ctx, admin, l); err != nil {
+	st, err := New(c, Config{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := EnsureTable(ctx, admin, l); err != nil {
+	l := schema.TableLayout{Name: name, Family: "a", SaltBuckets: 8, TTL: 30 * 24 * time.Hour}
+	if _, err := st.SaltBuckets(ctx, name); !errors.Is(err, store.ErrNoSuchTable) {
+		t.Fatalf("salt buckets of a missing table: %v", err)
+	}
+	if err := st.VerifyTable(ctx, l); !errors.Is(err, store.ErrNoSuchTable) {
+		t.Fatalf("verify a missing table: %v", err)
+	}
+	if err := st.EnsureTable(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.SaltBuckets(ctx, name); err != nil || n != 8 {
+		t.Fatalf("salt buckets read back: %d, %v", n, err)
+	}
+	if err := st.EnsureTable(ctx, l); err != nil {
 		t.Fatalf("second EnsureTable on the same layout: %v", err)
 	}
 	spec, err := admin.DescribeTable(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec.Attributes[AttrSaltBuckets] != "8" || len(spec.Families) != 1 || spec.Families[0].Attributes["TTL"] != "2592000" {
+	if spec.Attributes[schema.AttrSaltBuckets] != "8" || len(spec.Families) != 1 || spec.Families[0].Attributes["TTL"] != "2592000" {
 		t.Fatalf("table described as %+v", spec)
 	}
 	other := l
 	other.SaltBuckets = 16
-	if err := EnsureTable(ctx, admin, other); err == nil || !strings.Contains(err.Error(), "abacus.salt.buckets=8") {
+	if err := st.EnsureTable(ctx, other); err == nil || !strings.Contains(err.Error(), "abacus.salt.buckets=8") {
 		t.Fatalf("EnsureTable with another bucket count: %v", err)
 	}
 	other = l
 	other.Family = "zz"
-	if err := EnsureTable(ctx, admin, other); err == nil || !strings.Contains(err.Error(), `not "zz"`) {
+	if err := st.VerifyTable(ctx, other); err == nil || !strings.Contains(err.Error(), `not "zz"`) {
 		t.Fatalf("EnsureTable with another family: %v", err)
 	}
 }
@@ -72,24 +88,24 @@ func TestHBaseStoreWritesAndFailsOnlyTheBadCells(t *testing.T) {
 	defer cancel()
 	name := fmt.Sprintf("sinktest_store_%d", time.Now().UnixNano())
 	dropTable(t, c.Admin(), name)
-	if err := EnsureTable(ctx, c.Admin(), TableLayout{Name: name, Family: "f", SaltBuckets: 4}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := NewHBaseStore(c, HBaseStoreConfig{Durability: hbase.SkipWAL}); err == nil {
+	if _, err := New(c, Config{Durability: hbase.SkipWAL}); err == nil {
 		t.Fatal("SKIP_WAL accepted without ForceSkipWAL")
 	}
-	st, err := NewHBaseStore(c, HBaseStoreConfig{})
+	st, err := New(c, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cells []Cell
+	if err := st.EnsureTable(ctx, schema.TableLayout{Name: name, Family: "f", SaltBuckets: 4}); err != nil {
+		t.Fatal(err)
+	}
+	var cells []store.Cell
 	for i := range 40 {
 		fam := "f"
 		if i%10 == 3 {
 			fam = "missing"
 		}
 		e := fmt.Sprintf("dev%d", i%5)
-		cells = append(cells, Cell{Table: name, Row: FactRow(e, int64(1000+i), 4), Family: []byte(fam),
+		cells = append(cells, store.Cell{Table: name, Row: schema.FactRow(e, int64(1000+i), 4), Family: []byte(fam),
 			Qualifier: fmt.Appendf(nil, "t:0:%d", i), Timestamp: int64(1000 + i), Value: fmt.Appendf(nil, "v%d", i)})
 	}
 	failed, err := st.Write(ctx, cells)
@@ -109,8 +125,8 @@ func TestHBaseStoreWritesAndFailsOnlyTheBadCells(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
-	err = st.Scan(ctx, ScanSpec{Table: name, Prefix: EntityPrefix("dev1", 4), MaxVersions: 10}, func(row []byte, cs []Cell) bool {
-		e, ts, err := ParseFactRow(row)
+	err = st.Scan(ctx, store.ScanSpec{Table: name, Prefix: schema.EntityPrefix("dev1", 4), MaxVersions: 10}, func(row []byte, cs []store.Cell) bool {
+		e, ts, err := schema.ParseFactRow(row)
 		if err != nil || e != "dev1" {
 			t.Fatalf("prefix scan of dev1 returned row of %q (%v)", e, err)
 		}
@@ -135,8 +151,8 @@ func TestHBaseStoreWritesAndFailsOnlyTheBadCells(t *testing.T) {
 		t.Fatalf("dev1 has %d cell versions, want %d (one per event)", n, want)
 	}
 	var rows []int64
-	err = st.Scan(ctx, ScanSpec{Table: name, Prefix: EntityPrefix("dev2", 4), Reversed: true, Limit: 3}, func(row []byte, _ []Cell) bool {
-		_, ts, _ := ParseFactRow(row)
+	err = st.Scan(ctx, store.ScanSpec{Table: name, Prefix: schema.EntityPrefix("dev2", 4), Reversed: true, Limit: 3}, func(row []byte, _ []store.Cell) bool {
+		_, ts, _ := schema.ParseFactRow(row)
 		rows = append(rows, ts)
 		return true
 	})

@@ -1,4 +1,10 @@
-package sinks
+// Package schema is the layout of abacus's HBase tables: the row keys, qualifiers and cell values
+// that the sinks write and the queries read, and the table layout (salt buckets, family) a
+// deployment creates. It is the one place both sides agree on bytes.
+//
+// It is a leaf: it imports no abacus package but totals (the values it encodes), never talks to a
+// store, and a change to any encoding here must stay readable by queries of cells already written.
+package schema
 
 import (
 	"encoding/binary"
@@ -24,8 +30,12 @@ import (
 // MaxSaltBuckets is the most buckets a one-byte salt allows.
 const MaxSaltBuckets = 256
 
-// Salt returns the bucket of an entity among n.
+// Salt returns the bucket of an entity among n. n below 1 counts as one bucket, so a zero layout
+// gives bucket 0 rather than a division by zero.
 func Salt(entity string, n int) byte {
+	if n <= 1 {
+		return 0
+	}
 	return byte(murmur3.Sum32([]byte(entity)) % uint32(n))
 }
 
@@ -69,10 +79,10 @@ func ReadComponent(b []byte) (string, []byte, error) {
 		case 1:
 			return string(out), b[i+2:], nil
 		default:
-			return "", nil, fmt.Errorf("sinks: bad escape 0x00 0x%02x in row key", b[i+1])
+			return "", nil, fmt.Errorf("schema: bad escape 0x00 0x%02x in row key", b[i+1])
 		}
 	}
-	return "", nil, errors.New("sinks: unterminated row key component")
+	return "", nil, errors.New("schema: unterminated row key component")
 }
 
 // ReverseTime maps ms so that later times sort first.
@@ -101,7 +111,7 @@ func FactRow(entity string, eventTime int64, buckets int) []byte {
 // ParseAggregateRow reads entity, set and window start back from an aggregate row.
 func ParseAggregateRow(row []byte) (entity, set string, windowStart int64, err error) {
 	if len(row) < 1+2+2+8 {
-		return "", "", 0, fmt.Errorf("sinks: aggregate row of %d bytes is too short", len(row))
+		return "", "", 0, fmt.Errorf("schema: aggregate row of %d bytes is too short", len(row))
 	}
 	rest := row[1:]
 	if entity, rest, err = ReadComponent(rest); err != nil {
@@ -111,7 +121,7 @@ func ParseAggregateRow(row []byte) (entity, set string, windowStart int64, err e
 		return "", "", 0, err
 	}
 	if len(rest) != 8 {
-		return "", "", 0, fmt.Errorf("sinks: aggregate row ends with %d bytes, want 8", len(rest))
+		return "", "", 0, fmt.Errorf("schema: aggregate row ends with %d bytes, want 8", len(rest))
 	}
 	return entity, set, math.MaxInt64 - int64(binary.BigEndian.Uint64(rest)), nil
 }
@@ -119,14 +129,14 @@ func ParseAggregateRow(row []byte) (entity, set string, windowStart int64, err e
 // ParseFactRow reads entity and event time back from a fact row.
 func ParseFactRow(row []byte) (entity string, eventTime int64, err error) {
 	if len(row) < 1+2+8 {
-		return "", 0, fmt.Errorf("sinks: fact row of %d bytes is too short", len(row))
+		return "", 0, fmt.Errorf("schema: fact row of %d bytes is too short", len(row))
 	}
 	entity, rest, err := ReadComponent(row[1:])
 	if err != nil {
 		return "", 0, err
 	}
 	if len(rest) != 8 {
-		return "", 0, fmt.Errorf("sinks: fact row ends with %d bytes, want 8", len(rest))
+		return "", 0, fmt.Errorf("schema: fact row ends with %d bytes, want 8", len(rest))
 	}
 	return entity, math.MaxInt64 - int64(binary.BigEndian.Uint64(rest)), nil
 }

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/abacus-stream/abacus/processors/totals"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/storage"
 )
