@@ -66,9 +66,9 @@ import (
 	"github.com/lovoo/goka/storage"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 
