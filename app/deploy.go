@@ -14,7 +14,7 @@ import (
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
-	liveview "github.com/abacus-stream/abacus/query/live"
+	"github.com/abacus-stream/abacus/query/live"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
@@ -24,8 +24,6 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 )
@@ -137,36 +135,25 @@ func (d *deployment) ensureTables(ctx context.Context) error {
 	return nil
 }
 
-// ensureTopics checks that the source topics exist and creates the totals and dead-letter topics
+// sinkTopics checks that the source topics exist and creates the totals and dead-letter topics
 // the sinks read and write, with the sources' partition count, if the processor has not yet.
-func (d *deployment) ensureTopics(ctx context.Context) error {
-	adm := kadm.NewClient(d.kafka)
-	var srcs []string
-	for _, s := range d.topo.Sources {
-		srcs = append(srcs, s.Topic)
-	}
-	details, err := adm.ListTopics(ctx, srcs...)
+func (d *deployment) sinkTopics(ctx context.Context) error {
+	specs, err := d.topicSpecs(ctx, 0)
 	if err != nil {
-		return fmt.Errorf("list source topics %v: %w", srcs, err)
+		return err
 	}
-	parts := 0
-	for _, s := range srcs {
-		td, ok := details[s]
-		if !ok || td.Err != nil {
-			return fmt.Errorf("source topic %s does not exist: create it (abacus admin create-topics --partitions N) or produce to it first", s)
-		}
-		parts = max(parts, len(td.Partitions))
-	}
-	for _, t := range []string{d.topo.TotalsTopic, d.topo.DeadLetter} {
-		_, err := adm.CreateTopic(ctx, int32(parts), int16(d.cfg.Processor.Replication), nil, t)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", t, err)
+	var need []processors.TopicSpec
+	for _, t := range specs {
+		switch t.Role {
+		case processors.RoleSource, processors.RoleTotals, processors.RoleDeadLetter:
+			need = append(need, t)
 		}
 	}
-	return nil
+	return d.ensureTopics(ctx, need, processors.RoleSource)
 }
 
-func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors.Processor, error) {
+// processorConfig is the processor group's configuration; clientOpts may adjust it.
+func (d *deployment) processorConfig(clientOpts func(*processors.Config)) processors.Config {
 	pc := processors.Config{
 		Brokers:     d.cfg.Kafka.Brokers,
 		Group:       d.cfg.Processor.Group,
@@ -179,7 +166,11 @@ func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors
 	if clientOpts != nil {
 		clientOpts(&pc)
 	}
-	return processors.New(d.topo, pc)
+	return pc
+}
+
+func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors.Processor, error) {
+	return processors.New(d.topo, d.processorConfig(clientOpts))
 }
 
 func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sinks.Config, error) {
@@ -187,7 +178,7 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 		Brokers:         d.cfg.Kafka.Brokers,
 		Group:           t.Group,
 		Topics:          topics,
-		DeadLetterTopic: d.topo.DeadLetter,
+		DeadLetterTopic: d.topo.DeadLetterTopic(),
 		MaxBatchRecords: d.cfg.Sinks.BatchRecords,
 		MaxBatchBytes:   d.cfg.Sinks.BatchBytes,
 		FlushInterval:   time.Duration(d.cfg.Sinks.FlushInterval),
@@ -203,7 +194,7 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 
 func (d *deployment) aggregatesSink() (*sinks.FlushThenCommit, error) {
 	t := d.cfg.Sinks.Aggregates
-	cfg, err := d.sinkConfig(t, []string{d.topo.TotalsTopic}, "aggregates")
+	cfg, err := d.sinkConfig(t, []string{d.topo.TotalsTopic()}, "aggregates")
 	if err != nil {
 		return nil, err
 	}
@@ -212,44 +203,20 @@ func (d *deployment) aggregatesSink() (*sinks.FlushThenCommit, error) {
 
 func (d *deployment) factsSink() (*sinks.FlushThenCommit, error) {
 	t := d.cfg.Sinks.Facts
-	bySource := map[string]*topology.SourceDef{}
-	var topics []string
-	for _, s := range d.topo.Sources {
-		bySource[s.Topic] = s
-		topics = append(topics, s.Topic)
-	}
-	cfg, err := d.sinkConfig(t, topics, "facts")
+	cfg, err := d.sinkConfig(t, d.topo.SourceTopics(), "facts")
 	if err != nil {
 		return nil, err
 	}
-	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew,
-		Extract: func(rec *kgo.Record) (sinks.Fact, error) {
-			src := bySource[rec.Topic]
-			if src == nil {
-				return sinks.Fact{}, fmt.Errorf("no source for topic %s", rec.Topic)
-			}
-			ev, err := src.Decode(rec.Value)
-			if err != nil {
-				return sinks.Fact{}, err
-			}
-			f := sinks.Fact{Entity: src.Entity(ev), EventTime: src.EventTime(ev)}
-			if src.Type != nil {
-				f.Type = src.Type(ev)
-			}
-			return f, nil
-		}}
+	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew(),
+		Extract: sinks.FactsOf(d.topo)}
 	return sinks.NewFlushThenCommit(cfg, enc, d.st)
 }
 
 // sets describes the topology's aggregate sets for the query API.
 func (d *deployment) sets() []query.SetInfo {
 	var out []query.SetInfo
-	for _, s := range d.topo.Sets {
-		info := query.SetInfo{Name: s.Name, Window: describeWindow(s.Window)}
-		for _, a := range s.Aggs {
-			info.Aggregates = append(info.Aggregates, a.Name)
-		}
-		out = append(out, info)
+	for _, s := range d.topo.Sets() {
+		out = append(out, query.SetInfo{Name: s.Name, Window: describeWindow(s.Window), Aggregates: s.Aggregations})
 	}
 	return out
 }
@@ -262,7 +229,7 @@ func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 
 func (d *deployment) queryServer(r *query.Reader) *query.Server {
 	return &query.Server{
-		Topologies: []query.Topology{{Name: d.topo.Name, Sets: d.sets(), Reader: r}},
+		Topologies: []query.Topology{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
 		Registry:   d.reg,
 		Logger:     d.log.With("part", "query"),
 		Ready: func(ctx context.Context) error {
@@ -368,7 +335,7 @@ func mountDashboard(mux *http.ServeMux) { mux.Handle("GET /", query.Dashboard())
 
 // lazyLive serves open windows once the live view exists: the group table it reads appears only
 // when the processor group first runs.
-type lazyLive struct{ v atomic.Pointer[liveview.View] }
+type lazyLive struct{ v atomic.Pointer[live.View] }
 
 func (l *lazyLive) OpenWindows(ctx context.Context, set, entity string) ([]query.Window, error) {
 	v := l.v.Load()
@@ -379,13 +346,13 @@ func (l *lazyLive) OpenWindows(ctx context.Context, set, entity string) ([]query
 }
 
 // followLive starts the live view as soon as the group table exists, and keeps it running.
-func (d *deployment) followLive(ctx context.Context, live *lazyLive) {
+func (d *deployment) followLive(ctx context.Context, lazy *lazyLive) {
 	for ctx.Err() == nil {
-		v, err := liveview.New(d.topo, liveview.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group})
+		v, err := live.New(d.topo, live.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group})
 		if err == nil {
-			live.v.Store(v)
+			lazy.v.Store(v)
 			err = v.Run(ctx)
-			live.v.Store(nil)
+			lazy.v.Store(nil)
 		}
 		if ctx.Err() != nil {
 			return

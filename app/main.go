@@ -44,6 +44,21 @@ func Main(p Program) {
 	os.Exit(code)
 }
 
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// groupHelp answers a command group called without a subcommand (a usage mistake: exit 2) or
+// with a request for help (the usage on stdout: exit 0).
+func groupHelp(args []string, stdout io.Writer, usage string) error {
+	if len(args) == 0 {
+		return usagef("a subcommand is required\n%s", usage)
+	}
+	fmt.Fprint(stdout, usage)
+	return nil
+}
+
 // usageError is a mistake in the command line: exit code 2 and the command's usage.
 type usageError struct{ msg string }
 
@@ -86,7 +101,7 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		},
 	}
 	cmd, ok := cmds[args[0]]
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if isHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
@@ -137,8 +152,8 @@ func (p Program) topologies() (map[string]*topology.Topology, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		out[t.Name] = t
-		names = append(names, t.Name)
+		out[t.Name()] = t
+		names = append(names, t.Name())
 	}
 	sort.Strings(names)
 	return out, names, nil
@@ -304,7 +319,7 @@ func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout
 		}
 	}
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) {
-		if err := d.ensureTopics(ctx); err != nil {
+		if err := d.sinkTopics(ctx); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
@@ -50,7 +51,7 @@ func BenchmarkProcessorRealKafka(b *testing.B) {
 
 	// Event time advances 10 minutes over the run, so windows close as it goes.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(input),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))),
+		kgo.RecordPartitioner(partitioner.Kgo()),
 		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		b.Fatal(err)

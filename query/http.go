@@ -46,6 +46,21 @@ type Server struct {
 	Now func() time.Time
 }
 
+// registered registers c on reg, or returns the collector already registered under its name, so
+// that two handlers on one registry (an API mounted twice, tests) count into the same series
+// instead of the second one's counts going nowhere.
+func registered[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
+}
+
 // Handler returns the API's routes. Extra routes (the dashboard) can be added to the returned mux.
 func (s *Server) Handler() *http.ServeMux {
 	if s.Logger == nil {
@@ -61,8 +76,8 @@ func (s *Server) Handler() *http.ServeMux {
 		Name: "requests_total", Help: "API requests by endpoint and status code."}, []string{"endpoint", "code"})
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "query",
 		Name: "request_seconds", Help: "API request latency by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"})
-	_ = s.Registry.Register(requests)
-	_ = s.Registry.Register(latency)
+	requests = registered(s.Registry, requests)
+	latency = registered(s.Registry, latency)
 	mux := http.NewServeMux()
 	handle := func(path, endpoint string, h func(w http.ResponseWriter, r *http.Request) (int, any)) {
 		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {

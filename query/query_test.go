@@ -19,6 +19,8 @@ import (
 	"github.com/abacus-stream/abacus/store/cellstore"
 	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/totals"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -283,4 +285,46 @@ func TestHTTPAPI(t *testing.T) {
 	if !strings.Contains(sb.String(), "abacus_query_requests_total") {
 		t.Fatalf("metrics do not count requests:\n%s", sb.String())
 	}
+}
+
+// TestTwoHandlersShareMetrics: a second handler on one registry counts into the same series.
+func TestTwoHandlersShareMetrics(t *testing.T) {
+	st, table := stores(t)["cellstore"](t)
+	seed(t, st, table, 4)
+	reg := prometheus.NewRegistry()
+	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute"}}, Reader: newReader(t, st, table)}}, Registry: reg}
+	for range 2 {
+		ts := httptest.NewServer(srv.Handler())
+		resp, err := http.Get(ts.URL + APIPrefix + "/topologies")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ts.Close()
+	}
+	n := testutil.ToFloat64(mustCounter(t, reg, "abacus_query_requests_total"))
+	if n != 2 {
+		t.Fatalf("requests counted %v, want 2 (one per handler)", n)
+	}
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sum"})
+			c.Add(sum)
+			return c
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return nil
 }

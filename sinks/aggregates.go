@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/totals"
@@ -46,20 +47,20 @@ func checkLayout(what, table, family string, buckets int) error {
 func (a *AggregatesEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
 	r, err := totals.Decode(rec.Value)
 	if err != nil {
-		return dst, fmt.Errorf("aggregates: %w", err)
+		return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: %w", err)
 	}
 	if r.Entity == "" || r.End <= r.Start || r.Start < 0 {
-		return dst, fmt.Errorf("aggregates: window of entity %q from %d to %d is not valid", r.Entity, r.Start, r.End)
+		return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: window of entity %q from %d to %d is not valid", r.Entity, r.Start, r.End)
 	}
 	row := schema.AggregateRow(r.Entity, r.Set, r.Start, a.SaltBuckets)
 	fam := []byte(a.Family)
 	for _, v := range r.Values {
 		if err := schema.ValidAggregateName(v.Name); err != nil {
-			return dst, fmt.Errorf("aggregates: %w", err)
+			return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: %w", err)
 		}
 		val, err := schema.AppendCellValue(nil, v)
 		if err != nil {
-			return dst, fmt.Errorf("aggregates: %s: %w", v.Name, err)
+			return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: %s: %w", v.Name, err)
 		}
 		dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: []byte(v.Name), Timestamp: r.End, Value: val})
 	}

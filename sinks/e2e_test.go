@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/schema"
@@ -271,13 +272,16 @@ func TestSinksReplayRewritesIdenticalCells(t *testing.T) {
 	dead := consumeAll(t, e.Brokers, e.DeadLetter, bad+1)
 	reasons := map[string]int{}
 	for _, r := range dead {
-		reasons[string(header(r, HeaderStage))]++
-		if len(header(r, HeaderReason)) == 0 {
-			t.Fatalf("dead letter %q without a reason", r.Value)
+		reasons[string(header(r, deadletter.HeaderReason))]++
+		if len(header(r, deadletter.HeaderDetail)) == 0 {
+			t.Fatalf("dead letter %q without a detail", r.Value)
+		}
+		if src := string(header(r, deadletter.HeaderSource)); string(r.Key) != src {
+			t.Fatalf("dead letter keyed %q, its source is %q", r.Key, src)
 		}
 	}
-	if reasons["decode"] != bad+1 {
-		t.Fatalf("dead letters by stage %v, want %d decode", reasons, bad+1)
+	if reasons["undecodable"] != bad || reasons["invalid"] != 1 {
+		t.Fatalf("dead letters by reason %v, want %d undecodable and 1 invalid", reasons, bad)
 	}
 
 	cl, _ := kgo.NewClient(kgo.SeedBrokers(e.Brokers...))

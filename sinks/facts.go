@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -54,13 +57,13 @@ func (f *FactsEncoder) Check() error {
 func (f *FactsEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
 	fact, err := f.Extract(rec)
 	if err != nil {
-		return dst, fmt.Errorf("facts: %w", err)
+		return dst, deadletter.Errorf(deadletter.ReasonOf(err, deadletter.Undecodable), "facts: %w", err)
 	}
 	if fact.Entity == "" {
-		return dst, errors.New("facts: event has an empty entity")
+		return dst, deadletter.Errorf(deadletter.NoEntity, "facts: event has an empty entity")
 	}
 	if fact.EventTime < 0 {
-		return dst, fmt.Errorf("facts: negative event time %d", fact.EventTime)
+		return dst, deadletter.Errorf(deadletter.Undecodable, "facts: negative event time %d", fact.EventTime)
 	}
 	now := time.Now
 	if f.Now != nil {
@@ -71,7 +74,7 @@ func (f *FactsEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, 
 		skew = 5 * time.Minute
 	}
 	if limit := now().Add(skew).UnixMilli(); fact.EventTime > limit {
-		return dst, fmt.Errorf("facts: %w: %s is more than %s ahead", ErrFutureEvent,
+		return dst, deadletter.Errorf(deadletter.Future, "facts: %w: %s is more than %s ahead", ErrFutureEvent,
 			time.UnixMilli(fact.EventTime).UTC().Format(time.RFC3339Nano), skew)
 	}
 	q := schema.AppendFactQualifier(make([]byte, 0, len(fact.Type)+24), fact.Type, rec.Partition, rec.Offset)
@@ -87,4 +90,21 @@ func (f *FactsEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, 
 		Timestamp: fact.EventTime,
 		Value:     value,
 	}), nil
+}
+
+// FactsOf reads facts from the records of a topology's source topics with the topology's own
+// decoders and extractors, so the facts sink sees each event as the processor does.
+func FactsOf(topo *topology.Topology) func(rec *kgo.Record) (Fact, error) {
+	p := plan.Of(topo)
+	return func(rec *kgo.Record) (Fact, error) {
+		src := p.SourceByTopic(rec.Topic)
+		if src == nil {
+			return Fact{}, fmt.Errorf("topic %s is not a source of topology %s", rec.Topic, p.Name)
+		}
+		ev, err := src.Decode(rec.Value)
+		if err != nil {
+			return Fact{}, err
+		}
+		return Fact{Entity: src.Entity(ev), EventTime: src.EventTime(ev), Type: src.Type(ev)}, nil
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/prometheus/client_golang/prometheus"
@@ -310,7 +311,7 @@ func (h *harness) deadSet() map[string]bool {
 			h.t.Error("could not read the dead-letter topic")
 			return out
 		}
-		fs.EachRecord(func(r *kgo.Record) { out[string(header(r, HeaderSource))] = true })
+		fs.EachRecord(func(r *kgo.Record) { out[string(header(r, deadletter.HeaderSource))] = true })
 	}
 	return out
 }
@@ -331,23 +332,23 @@ func (h *harness) waitFor(what string, limit time.Duration, cond func() bool) {
 // diag sums up the sink's metrics, for failure messages.
 func (h *harness) diag() string {
 	m := h.cfg.Metrics
-	var inflight, building, paused int
+	var inflight, building, held int
 	var kafkaPaused map[string][]int32
 	var buffered int64
 	if h.sink != nil {
 		kafkaPaused = h.sink.cl.PauseFetchPartitions(nil)
 		buffered = h.sink.cl.BufferedFetchRecords()
 		h.sink.mu.Lock()
-		inflight, paused = len(h.sink.inflight), countParts(h.sink.paused)
+		inflight, held = len(h.sink.inflight), countParts(h.sink.held)
 		if h.sink.building != nil {
 			building = h.sink.building.records
 		}
 		h.sink.mu.Unlock()
 	}
-	return fmt.Sprintf("records in %v, committed %v, writes %d, dead %v/%v, paused %v (%d held, client says %v), buffered %d, in flight %d, building %d, assigned %v revoked %v lost %v",
+	return fmt.Sprintf("records in %v, committed %v, writes %d, dead %v/%v, held %v (%d in the loop, client paused %v), buffered %d, in flight %d, building %d, assigned %v revoked %v lost %v",
 		testutil.ToFloat64(m.records), testutil.ToFloat64(m.commits), h.store.writes.Load(),
-		testutil.ToFloat64(m.dead.WithLabelValues("decode")), testutil.ToFloat64(m.dead.WithLabelValues("write")),
-		testutil.ToFloat64(m.paused), paused, kafkaPaused, buffered, inflight, building,
+		testutil.ToFloat64(m.dead.WithLabelValues("undecodable")), testutil.ToFloat64(m.dead.WithLabelValues("rejected")),
+		testutil.ToFloat64(m.held), held, kafkaPaused, buffered, inflight, building,
 		testutil.ToFloat64(m.rebalances.WithLabelValues("assigned")), testutil.ToFloat64(m.rebalances.WithLabelValues("revoked")),
 		testutil.ToFloat64(m.rebalances.WithLabelValues("lost")))
 }
@@ -412,24 +413,24 @@ func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
 			dead := consumeAll(t, c.brokers, h.cfg.DeadLetterTopic, nBad+nMissing)
 			stages := map[string]int{}
 			for _, r := range dead {
-				stage := string(header(r, HeaderStage))
+				stage := string(header(r, deadletter.HeaderReason))
 				stages[stage]++
-				reason := string(header(r, HeaderReason))
+				reason := string(header(r, deadletter.HeaderDetail))
 				switch stage {
-				case "decode":
+				case "undecodable":
 					if string(r.Value) != "bad" || !strings.Contains(reason, "not a reading") {
 						t.Fatalf("decode dead letter %q with reason %q", r.Value, reason)
 					}
-				case "write":
+				case "rejected":
 					if !strings.HasPrefix(string(r.Value), "missing:") || !strings.Contains(reason, "NoSuchColumnFamily") {
 						t.Fatalf("write dead letter %q with reason %q", r.Value, reason)
 					}
 				default:
-					t.Fatalf("dead letter with stage %q", stage)
+					t.Fatalf("dead letter with reason %q", stage)
 				}
 			}
-			if stages["decode"] != nBad || stages["write"] != nMissing {
-				t.Fatalf("dead letters by stage %v, want decode %d write %d", stages, nBad, nMissing)
+			if stages["undecodable"] != nBad || stages["rejected"] != nMissing {
+				t.Fatalf("dead letters by reason %v, want undecodable %d rejected %d", stages, nBad, nMissing)
 			}
 			h.waitFor("offsets committed to the end", 30*time.Second, func() bool {
 				h.offsets.mu.Lock()
@@ -449,17 +450,17 @@ func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
 					t.Fatalf("cell %q written %d times", k, len(vs))
 				}
 			}
-			if got := testutil.ToFloat64(h.cfg.Metrics.dead.WithLabelValues("decode")); int(got) != nBad {
-				t.Fatalf("dead_lettered_total{stage=decode} = %v, want %d", got, nBad)
+			if got := testutil.ToFloat64(h.cfg.Metrics.dead.WithLabelValues("undecodable")); int(got) != nBad {
+				t.Fatalf("dead_lettered_total{reason=undecodable} = %v, want %d", got, nBad)
 			}
 		})
 	}
 }
 
-// TestFlushThenCommitPausesWhileStoreIsDown keeps the store down while records arrive: the sink must
-// pause its partitions, keep its group membership (no revoke, no loss), commit nothing, and drain
+// TestFlushThenCommitHoldsWhileStoreIsDown keeps the store down while records arrive: the sink must
+// hold its poll, keep its group membership (no revoke, no loss), commit nothing, and drain
 // everything once the store is back.
-func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
+func TestFlushThenCommitHoldsWhileStoreIsDown(t *testing.T) {
 	for _, c := range clusters(t) {
 		t.Run(c.name, func(t *testing.T) {
 			ms := newMemStore()
@@ -471,8 +472,8 @@ func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
 			}
 			produce(t, c.brokers, h.cfg.Topics[0], values)
 			h.run()
-			h.waitFor("partitions to pause", 30*time.Second, func() bool {
-				return testutil.ToFloat64(h.cfg.Metrics.paused) > 0
+			h.waitFor("the poll to be held", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.held) > 0
 			})
 			// Keep it down for a while: writes keep failing, the loop keeps polling.
 			w0 := ms.writes.Load()
@@ -488,8 +489,8 @@ func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
 				_, landed := ms.snapshot()
 				return len(landed) == len(values)
 			})
-			h.waitFor("partitions to resume", 30*time.Second, func() bool {
-				return testutil.ToFloat64(h.cfg.Metrics.paused) == 0
+			h.waitFor("the poll to be released", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.held) == 0
 			})
 			// Leaving the group at stop revokes; before it, nothing may have.
 			for _, kind := range []string{"revoked", "lost"} {
@@ -580,7 +581,17 @@ func (o *overlapStore) Write(ctx context.Context, cells []store.Cell) ([]store.C
 		o.busy[k] = true
 	}
 	o.mu.Unlock()
-	time.Sleep(30 * time.Millisecond) // a slow store, so that writes overlap in time
+	// Hold the write until a second one runs beside it, so that writes the sink allows to overlap
+	// do; one the sink holds back never comes, and the wait ends at its bound.
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); {
+		o.mu.Lock()
+		both := o.running >= 2
+		o.mu.Unlock()
+		if both {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	failed, err := o.memStore.Write(ctx, cells)
 	o.mu.Lock()
 	for i := range cells {

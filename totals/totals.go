@@ -1,9 +1,9 @@
 // Package totals defines the window total record that the processor writes to the totals topic
 // and the sinks read: its Go form and its versioned binary encoding.
 //
-// It is the contract between processors and sinks, so it must stay a leaf: it must never import
-// another abacus package, and a change to the encoding must add a new version byte rather than
-// alter version 1.
+// It is the contract between processors, sinks and queries, so it must stay a leaf: it imports no
+// abacus package but internal/wire (itself a leaf, the one binary reader abacus's encodings share),
+// and a change to the encoding must add a new version byte rather than alter version 1.
 //
 // # Encoding, version 1
 //
@@ -42,6 +42,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/abacus-stream/abacus/internal/wire"
 )
 
 // Version is the encoding version that Encode writes.
@@ -107,9 +109,9 @@ func (r *Record) Value(name string) (Value, bool) {
 // Append appends the version-1 encoding of r to b.
 func (r *Record) Append(b []byte) []byte {
 	b = append(b, Version)
-	b = appendString(b, r.Topology)
-	b = appendString(b, r.Set)
-	b = appendString(b, r.Entity)
+	b = wire.AppendString(b, r.Topology)
+	b = wire.AppendString(b, r.Set)
+	b = wire.AppendString(b, r.Entity)
 	b = binary.AppendVarint(b, r.Start)
 	b = binary.AppendVarint(b, r.End)
 	var flags byte
@@ -120,7 +122,7 @@ func (r *Record) Append(b []byte) []byte {
 	b = binary.AppendUvarint(b, r.Revision)
 	b = binary.AppendUvarint(b, uint64(len(r.Values)))
 	for _, v := range r.Values {
-		b = appendString(b, v.Name)
+		b = wire.AppendString(b, v.Name)
 		b = append(b, byte(v.Kind))
 		switch v.Kind {
 		case KindInt:
@@ -149,126 +151,40 @@ var ErrCorrupt = errors.New("corrupt totals record")
 
 // Decode parses a record written by Encode.
 func Decode(b []byte) (*Record, error) {
-	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != Version {
+	d := wire.NewReader(b, ErrCorrupt)
+	if v := d.Byte(); d.Err() == nil && v != Version {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
 	}
 	r := &Record{}
-	r.Topology = d.string()
-	r.Set = d.string()
-	r.Entity = d.string()
-	r.Start = d.varint()
-	r.End = d.varint()
-	r.Final = d.byte()&1 != 0
-	r.Revision = d.uvarint()
-	n := d.count()
-	for i := 0; i < n && d.err == nil; i++ {
-		v := Value{Name: d.string(), Kind: Kind(d.byte())}
+	r.Topology = d.String()
+	r.Set = d.String()
+	r.Entity = d.String()
+	r.Start = d.Varint()
+	r.End = d.Varint()
+	r.Final = d.Byte()&1 != 0
+	r.Revision = d.Uvarint()
+	n := d.Count()
+	for i := 0; i < n && d.Err() == nil; i++ {
+		v := Value{Name: d.String(), Kind: Kind(d.Byte())}
 		switch v.Kind {
 		case KindInt:
-			v.Int = d.varint()
+			v.Int = d.Varint()
 		case KindFloat:
-			v.Float = d.float()
+			v.Float = d.Float()
 		case KindQuantiles:
-			qn := d.count()
-			for j := 0; j < qn && d.err == nil; j++ {
-				v.Quantiles = append(v.Quantiles, Quantile{Q: d.float(), Value: d.float()})
+			qn := d.Count()
+			for j := 0; j < qn && d.Err() == nil; j++ {
+				v.Quantiles = append(v.Quantiles, Quantile{Q: d.Float(), Value: d.Float()})
 			}
 		case KindBytes:
-			v.Bytes = append([]byte(nil), d.bytes()...)
+			v.Bytes = append([]byte(nil), d.Bytes()...)
 		default:
-			if d.err == nil {
-				d.err = fmt.Errorf("%w: value %q has unknown kind %d", ErrCorrupt, v.Name, v.Kind)
-			}
+			d.Fail(fmt.Errorf("%w: value %q has unknown kind %d", ErrCorrupt, v.Name, v.Kind))
 		}
 		r.Values = append(r.Values, v)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	if err := d.Done(); err != nil {
+		return nil, err
 	}
 	return r, nil
-}
-
-func appendString(b []byte, s string) []byte {
-	b = binary.AppendUvarint(b, uint64(len(s)))
-	return append(b, s...)
-}
-
-// decoder reads fields in order and remembers the first error, so Decode reads as the format.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated %s", ErrCorrupt, what)
-	}
-	d.b = nil
-}
-
-func (d *decoder) byte() byte {
-	if len(d.b) < 1 {
-		d.fail("byte")
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// count reads a length and refuses one larger than the bytes left, so corrupt input cannot make
-// Decode allocate without bound.
-func (d *decoder) count() int {
-	v := d.uvarint()
-	if v > uint64(len(d.b)) {
-		d.fail("length")
-		return 0
-	}
-	return int(v)
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.count()
-	if d.err != nil {
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) string() string { return string(d.bytes()) }
-
-func (d *decoder) float() float64 {
-	if len(d.b) < 8 {
-		d.fail("float")
-		return 0
-	}
-	v := math.Float64frombits(binary.BigEndian.Uint64(d.b))
-	d.b = d.b[8:]
-	return v
 }

@@ -1,9 +1,9 @@
-// Package liveview reads the windows a processor group still holds open, through a goka view of the
+// Package live reads the windows a processor group still holds open, through a goka view of the
 // group table, so that dashboards see the running totals of windows whose final total has not been
 // emitted yet (query.LiveSource).
 //
 // It only reads the group table's changelog; it must never write to a topic of the group.
-package liveview
+package live
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/topology"
@@ -35,18 +36,17 @@ type Config struct {
 
 // View serves the open windows of one topology's processor group.
 type View struct {
-	topo *topology.Topology
+	plan *plan.Plan
 	view *goka.View
-	sets map[string]*topology.SetDef
 }
 
 // New prepares a view; Run must run for it to fill and follow the table.
 func New(topo *topology.Topology, cfg Config) (*View, error) {
 	if len(cfg.Brokers) == 0 {
-		return nil, errors.New("liveview: Brokers is empty")
+		return nil, errors.New("live: Brokers is empty")
 	}
 	if cfg.Group == "" {
-		cfg.Group = topo.Name
+		cfg.Group = topo.Name()
 	}
 	if cfg.KafkaVersion == (sarama.KafkaVersion{}) {
 		cfg.KafkaVersion = sarama.V2_8_0_0
@@ -77,19 +77,15 @@ func New(topo *topology.Topology, cfg Config) (*View, error) {
 		goka.WithViewAutoReconnect(),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("liveview: view of group %s: %w", cfg.Group, err)
+		return nil, fmt.Errorf("live: view of group %s: %w", cfg.Group, err)
 	}
-	v := &View{topo: topo, view: gv, sets: map[string]*topology.SetDef{}}
-	for _, s := range topo.Sets {
-		v.sets[s.Name] = s
-	}
-	return v, nil
+	return &View{plan: plan.Of(topo), view: gv}, nil
 }
 
 // Run follows the group table until ctx ends.
 func (v *View) Run(ctx context.Context) error {
 	if err := v.view.Run(ctx); err != nil && ctx.Err() == nil {
-		return fmt.Errorf("liveview: %w", err)
+		return fmt.Errorf("live: %w", err)
 	}
 	return nil
 }
@@ -100,8 +96,8 @@ func (v *View) Recovered() bool { return v.view.Recovered() }
 // OpenWindows implements query.LiveSource: the windows of an entity in a set that the processor
 // holds and has not yet closed, with their running totals.
 func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Window, error) {
-	def, ok := v.sets[set]
-	if !ok {
+	def := v.plan.SetByName(set)
+	if def == nil {
 		return nil, fmt.Errorf("%w: no aggregate set %q", query.ErrInvalid, set)
 	}
 	if !v.view.Recovered() {
@@ -109,7 +105,7 @@ func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Windo
 	}
 	val, err := v.view.Get(entity)
 	if err != nil {
-		return nil, fmt.Errorf("liveview: get %s: %w", entity, err)
+		return nil, fmt.Errorf("live: get %s: %w", entity, err)
 	}
 	e, _ := val.(*state.Entity)
 	if e == nil {
@@ -128,7 +124,7 @@ func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Windo
 			}
 			acc, err := ad.Decode(w.Aggs[k])
 			if err != nil {
-				return nil, fmt.Errorf("liveview: %s window %d of %s: %w", set, w.Start, entity, err)
+				return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
 			}
 			val := acc.Value()
 			val.Name = ad.Name
