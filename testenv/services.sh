@@ -420,15 +420,28 @@ EOF
   wait_ready hbase "$logf"
 }
 
-stop_one() { # stop_one NAME: TERM, then KILL after 30 s
-  local name=$1 pid i
-  if ! is_running "$name"; then rm -f "$data/$name.pid"; return 0; fi
-  pid=$(cat "$data/$name.pid")
-  log "stopping $name (pid $pid)"
-  kill "$pid" 2>/dev/null || true
-  for ((i = 0; i < 60; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  if kill -0 "$pid" 2>/dev/null; then log "$name did not stop in 30 s: killing"; kill -9 "$pid" 2>/dev/null || true; fi
-  rm -f "$data/$name.pid"
+stop_one() { # stop_one NAME...: TERM them all, then KILL whatever still runs after 30 s
+  local name pid i pids=() names=() left
+  for name in "$@"; do
+    if ! is_running "$name"; then rm -f "$data/$name.pid"; continue; fi
+    pid=$(cat "$data/$name.pid")
+    log "stopping $name (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    pids+=("$pid") names+=("$name")
+  done
+  for ((i = 0; i < 60; i++)); do
+    left=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+    ((left)) || break
+    sleep 0.5
+  done
+  for i in "${!pids[@]}"; do
+    if kill -0 "${pids[$i]}" 2>/dev/null; then
+      log "${names[$i]} did not stop in 30 s: killing"
+      kill -9 "${pids[$i]}" 2>/dev/null || true
+    fi
+    rm -f "$data/${names[$i]}.pid"
+  done
 }
 
 rss_of() { awk '/VmRSS/ {printf "%d MiB", $2/1024}' "/proc/$1/status" 2>/dev/null || echo "?"; }
@@ -489,10 +502,14 @@ print_env() {
 }
 
 stop_all() {
-  local s i
+  local s i names
   for s in $services; do
-    if [ "$s" = kafka ]; then
-      for ((i = 1; i <= kafka_brokers; i++)); do stop_one "$(node_name "$i")"; done
+    if [ "$s" = kafka ] && [ "$kafka_brokers" != 1 ]; then
+      # All nodes at once: stopped one after another, the last ones wait for a controller quorum
+      # that is already gone before they give up their controlled shutdown.
+      names=()
+      for ((i = 1; i <= kafka_brokers; i++)); do names+=("$(node_name "$i")"); done
+      stop_one "${names[@]}"
     else
       stop_one "$s"
     fi
