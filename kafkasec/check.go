@@ -68,7 +68,6 @@ func (s *Settings) checkOne(ctx context.Context, addr string) error {
 		kgo.DialTimeout(5*time.Second),
 		kgo.RequestRetries(0),
 		kgo.RetryTimeout(time.Second),
-		kgo.WithLogger(nil),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Runs a real single-node Kafka (KRaft) broker and a real standalone HBase on loopback, for tests and
-# development, with no Docker: the jars come from Maven Central through testenv/{kafka,hbase}/pom.xml.
+# Runs a real single-node Kafka (KRaft) broker (PLAINTEXT and SASL_SSL listeners), or a real
+# three-broker KRaft cluster, and a real standalone HBase on loopback, for tests and development,
+# with no Docker: the jars come from Maven Central through testenv/{kafka,hbase}/pom.xml.
 #
 #   testenv/services.sh fetch    resolve the jars (once; Maven caches them in ~/.m2)
 #   testenv/services.sh start    fetch, start whatever is not running, wait until both really answer
 #   testenv/services.sh stop     stop both (data is kept; `clean` removes it)
 #   testenv/services.sh status   say what runs, where it listens and where its logs are
 #   testenv/services.sh env      print the environment the Go tests read (eval "$(... env)")
-#   testenv/services.sh clean    stop and remove the data folder
+#   testenv/services.sh clean    stop and remove the data (of the cluster, with KAFKA_BROKERS=3)
 #   testenv/services.sh kill-broker N    SIGKILL Kafka broker N (1 for the single broker)
 #   testenv/services.sh start-broker N   start broker N again and wait until it answers
 #
@@ -130,7 +131,7 @@ kafka_sasl_port=${KAFKA_SASL_PORT:-9094}
 tls_dir=$data/kafka/tls
 
 kafka_brokers=${KAFKA_BROKERS:-1}
-[[ $kafka_brokers =~ ^[1-9]$ ]] || die "KAFKA_BROKERS=$kafka_brokers: say 1 (one broker) or 3 (a cluster)"
+[[ $kafka_brokers =~ ^[1-9]$ ]] || die "KAFKA_BROKERS=$kafka_brokers: say 1 (the single broker) or 3 (a cluster; 2..9 work too)"
 cluster_port=${KAFKA_CLUSTER_PORT:-19192}
 cluster_heap=${KAFKA_CLUSTER_HEAP:-384m}
 
@@ -543,5 +544,5 @@ case $cmd in
     ;;
   kill-broker) broker_arg "${2:-}"; kill_broker "$2" ;;
   start-broker) need_java; broker_arg "${2:-}"; build_probe; start_broker "$2" ;;
-  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
