@@ -168,6 +168,8 @@ func isHandshakeEOF(err error) bool {
 	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, syscall.ECONNRESET) {
 		return false
 	}
+	// franz-go's ErrFirstReadEOF does not export which step the EOF came at; its text does, and
+	// TestCheckWrongPorts fails if that text changes.
 	var firstRead *kgo.ErrFirstReadEOF
 	return !errors.As(err, &firstRead) || strings.Contains(err.Error(), "after a dial")
 }
