@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README): fetch and start a real Kafka broker and a real HBase on
-# loopback, run every Go test against them, stop the services. Extra arguments go to `go test`.
+# loopback, run every Go test against them, stop the services; before that, the TestCluster* tests
+# against a real three-broker Kafka cluster. Extra arguments go to `go test`.
 # A service that does not come up fails the run; so does a test that finds a service missing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,9 +22,32 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
-started=0
-cleanup() { if [ "$started" = 1 ]; then "$services" stop || true; fi; }
+started=0 cluster_started=0
+cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
+cleanup() {
+  if [ "$cluster_started" = 1 ]; then cluster stop || true; fi
+  if [ "$started" = 1 ]; then "$services" stop || true; fi
+}
 trap cleanup EXIT INT TERM
+
+# Cluster stage: a real three-broker KRaft cluster (its own ports from 19192 and its own folder,
+# testenv/.data/kafka-cluster) for the TestCluster* tests, which SIGKILL and restart its brokers.
+# It runs first and alone, before the single broker and HBase start, so that the two never share
+# the two cores. ABACUS_CLUSTER_STAGE=0 leaves it out.
+if [ "${ABACUS_CLUSTER_STAGE:-1}" != 0 ]; then
+  t0=$SECONDS
+  if [[ $(cluster status) == *stopped* ]]; then cluster_started=1; fi
+  cluster start
+  echo "[run-tests] go test -run '^TestCluster' ./... (three-broker cluster: brokers are killed and restarted)"
+  (
+    eval "$(cluster env)"
+    export ABACUS_REQUIRE_CLUSTER=1
+    go test -count=1 -timeout 15m "$@" -run '^TestCluster' ./...
+  )
+  cluster status # the RSS of each broker after the tests
+  if [ "$cluster_started" = 1 ]; then cluster stop; cluster_started=0; fi
+  echo "[run-tests] cluster stage took $((SECONDS - t0)) s"
+fi
 
 # Leave servers alone that a developer already runs; stop only what this run started.
 status=$("$services" status)
@@ -44,4 +68,4 @@ go vet ./...
 echo "[run-tests] go test ./... (disruptive tests: services are stopped and restarted)"
 ABACUS_DISRUPTIVE=1 go test -count=1 -timeout 30m -p 1 -run '^TestDisruptive' "$@" ./...
 echo "[run-tests] go test ./... (everything else)"
-go test -count=1 -timeout 45m -skip '^TestDisruptive' "$@" ./...
+go test -count=1 -timeout 45m -skip '^(TestDisruptive|TestCluster)' "$@" ./...
