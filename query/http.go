@@ -44,6 +44,8 @@ type Server struct {
 	Logger *slog.Logger
 	// Now is the clock for relative times ("-1h"); time.Now when nil.
 	Now func() time.Time
+	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
+	OpenTSDB OpenTSDBLimits
 }
 
 // Handler returns the API's routes. Extra routes (the dashboard) can be added to the returned mux.
@@ -76,6 +78,7 @@ func (s *Server) Handler() *http.ServeMux {
 	handle(APIPrefix+"/topologies", "topologies", s.topologies)
 	handle(APIPrefix+"/windows", "windows", s.windows)
 	handle(APIPrefix+"/entities", "entities", s.entities)
+	s.mountOpenTSDB(mux, requests, latency)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
