@@ -21,12 +21,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// program is the abacus binary's program: the devices example.
+// program is the abacus binary's program: the devices example, with the demo's hour of history.
 var program = app.Program{
 	Topologies: []func() (*topology.Topology, error){devices.Topology},
 	DemoTopics: map[string]int32{devices.Topic: 4},
 	DemoGenerator: func(ctx context.Context, cl *kgo.Client) error {
-		_, err := devices.Generator{Devices: 5, PerSecond: 50, Jitter: time.Second, Seed: 1}.Run(ctx, cl)
+		_, err := devices.Generator{Devices: 5, PerSecond: 50, Jitter: time.Second, Seed: 1, History: time.Hour}.Run(ctx, cl)
 		return err
 	},
 }

@@ -44,6 +44,8 @@ type Server struct {
 	Logger *slog.Logger
 	// Now is the clock for relative times ("-1h"); time.Now when nil.
 	Now func() time.Time
+	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
+	OpenTSDB OpenTSDBLimits
 }
 
 // registered registers c on reg, or returns the collector already registered under its name, so
@@ -91,6 +93,7 @@ func (s *Server) Handler() *http.ServeMux {
 	handle(APIPrefix+"/topologies", "topologies", s.topologies)
 	handle(APIPrefix+"/windows", "windows", s.windows)
 	handle(APIPrefix+"/entities", "entities", s.entities)
+	s.mountOpenTSDB(mux, requests, latency)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -269,6 +272,11 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	default:
 		return badParam("live", "want true or false, got %q", q.Get("live"))
 	}
+	// One window more than the limit tells whether the limit cut the answer.
+	limit := o.Limit
+	if limit > 0 {
+		o.Limit++
+	}
 	res, err := t.Reader.Many(r.Context(), set.Name, entities, o)
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
@@ -281,8 +289,33 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 		Topology string                  `json:"topology"`
 		Set      string                  `json:"set"`
 		Entities map[string][]windowJSON `json:"entities"`
-	}{t.Name, set.Name, map[string][]windowJSON{}}
+		// Truncated says that the limit cut at least one entity's windows; Next gives, for each
+		// such entity, the from and to (ms) of the next page: windows go on past the last one
+		// returned, in the order asked for.
+		Truncated bool                        `json:"truncated"`
+		Next      map[string]map[string]int64 `json:"next,omitempty"`
+	}{Topology: t.Name, Set: set.Name, Entities: map[string][]windowJSON{}}
 	for e, ws := range res {
+		if limit > 0 && len(ws) > limit {
+			ws = ws[:limit]
+			last := ws[limit-1].Start.UnixMilli()
+			page := map[string]int64{}
+			if o.OldestFirst {
+				page["from"] = last + 1
+				if !o.To.IsZero() {
+					page["to"] = o.To.UnixMilli()
+				}
+			} else {
+				page["to"] = last
+				if !o.From.IsZero() {
+					page["from"] = o.From.UnixMilli()
+				}
+			}
+			if out.Next == nil {
+				out.Next = map[string]map[string]int64{}
+			}
+			out.Truncated, out.Next[e] = true, page
+		}
 		js := make([]windowJSON, 0, len(ws))
 		for _, w := range ws {
 			js = append(js, toJSON(w))

@@ -22,6 +22,25 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
+# docker-compose.yml is checked with Debian's docker-compose (its `config` needs no engine), and
+# the OpenTSDB client test (query.TestPyOpenTSDBClient) needs pyopentsdb: install both when missing.
+if ! command -v docker-compose >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "[run-tests] docker-compose missing: apt-get install -y -qq docker-compose"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose
+  fi
+fi
+echo "[run-tests] docker-compose config (docker-compose.yml)"
+docker-compose -f docker-compose.yml config -q
+venv=testenv/.venv
+if ! "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then
+  echo "[run-tests] $venv: installing testenv/python-requirements.txt"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r testenv/python-requirements.txt
+fi
+
 started=0 cluster_started=0
 cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
 cleanup() {
