@@ -78,7 +78,7 @@ Usage:
   abacus version
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
-ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY.
+ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX.
 `
 
 // Run runs one command line and returns the exit code: 0 on success, 1 on failure, 2 on a usage
@@ -223,13 +223,22 @@ func (p Program) load(c *common) (*Config, *topology.Topology, error) {
 	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(names); err != nil {
-		src := "config"
-		if c.config != "" {
-			src = c.config
-		}
-		return nil, nil, fmt.Errorf("%s is not valid:\n  %s", src, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return nil, nil, fmt.Errorf("%s is not valid:\n  %s", configName(c), strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
-	return cfg, topos[cfg.Topology], nil
+	topo := topos[cfg.Topology]
+	if cfg.Topics.Prefix != "" || len(cfg.Topics.Names) > 0 {
+		if topo, err = topo.WithTopicNames(cfg.Topics.Prefix, cfg.Topics.Names); err != nil {
+			return nil, nil, fmt.Errorf("%s is not valid:\n  topics: %v", configName(c), err)
+		}
+	}
+	return cfg, topo, nil
+}
+
+func configName(c *common) string {
+	if c.config != "" {
+		return c.config
+	}
+	return "config"
 }
 
 func logger(level string, w io.Writer) (*slog.Logger, error) {
