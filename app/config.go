@@ -21,7 +21,7 @@ type Config struct {
 	Topology string       `yaml:"topology"`
 	Topics   TopicsConfig `yaml:"topics"`
 	Kafka    KafkaConfig  `yaml:"kafka"`
-	HBase    HBaseConfig `yaml:"hbase"`
+	HBase    HBaseConfig  `yaml:"hbase"`
 
 	Processor ProcessorConfig `yaml:"processor"`
 	Sinks     SinksConfig     `yaml:"sinks"`
