@@ -56,7 +56,8 @@ func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
 		// The input replays minutes of event time in seconds and ends with its sentinels; an
 		// idle partition must not advance stream time with the wall clock and close the
 		// sentinels' windows (or, in the restore runs, every window) on its own.
-		IdleTimeout: time.Hour,
+		IdleTimeout:    time.Hour,
+		FinalRetention: a.finalRetention,
 	})
 	if err != nil {
 		return err

@@ -35,6 +35,8 @@ type childArgs struct {
 	output     string
 	storage    string
 	cpuprofile string
+	// finalRetention is abacus's Config.FinalRetention (0: its default).
+	finalRetention time.Duration
 }
 
 // childMain runs one Go system in this process, as the harness's step asked: it prints its
@@ -52,6 +54,7 @@ func childMain(args []string) int {
 	fl.StringVar(&a.output, "output", "", "output topic (abacus totals)")
 	fl.StringVar(&a.storage, "storage", "", "local storage folder (goka tables)")
 	fl.StringVar(&a.cpuprofile, "cpuprofile", "", "write a CPU profile of this process here")
+	fl.DurationVar(&a.finalRetention, "final-retention", 0, "abacus: Config.FinalRetention (0: default)")
 	fl.Parse(args)
 	a.brokers = strings.Split(brokers, ",")
 

@@ -32,6 +32,7 @@ type config struct {
 	javaOpts        string
 	emit            string
 	cpuprofile      string
+	finalRetention  time.Duration
 	workdir         string
 	keep            bool
 	inputPrefix     string
@@ -86,6 +87,7 @@ func parseFlags(args []string) (*config, error) {
 	fl.StringVar(&c.javaOpts, "java-opts", "-Xms1g -Xmx1g", "JVM options of the Kafka Streams application")
 	fl.StringVar(&c.emit, "emit", "suppress", "Kafka Streams finals: suppress (untilWindowCloses) or close (EmitStrategy.onWindowClose)")
 	fl.StringVar(&c.cpuprofile, "cpuprofile", "", "folder for CPU profiles of the abacus steps (abacus-<workload>-<run>.pprof)")
+	fl.DurationVar(&c.finalRetention, "abacus-final-retention", 0, "abacus's FinalRetention (0: its default, 1 minute); the input replays minutes of event time in seconds, so with the default no closed window leaves the table during a run")
 	fl.StringVar(&c.workdir, "workdir", "", "folder for local state and step logs (default: a new temporary folder)")
 	fl.BoolVar(&c.keep, "keep", false, "keep the run's topics, groups and work folder (kept anyway when a step fails)")
 	fl.StringVar(&c.inputPrefix, "input-prefix", "procbench", "prefix of the input topics, which are kept for later runs")

@@ -108,7 +108,11 @@ func printTable(w io.Writer, in *input, cfg *config, byRun map[string][]*result)
 	if in.expect != nil {
 		fmt.Fprintf(w, "; %s finals expected", thousands(int64(in.expect.finals)))
 	}
-	fmt.Fprintf(w, "; %d run(s) each, medians\n", cfg.runs)
+	fmt.Fprintf(w, "; %d run(s) each, medians", cfg.runs)
+	if cfg.finalRetention > 0 {
+		fmt.Fprintf(w, "; abacus FinalRetention %v", cfg.finalRetention)
+	}
+	fmt.Fprintln(w)
 	rows := map[string]row{}
 	for _, s := range cfg.systems {
 		rows[s] = summarize(s, byRun[s])

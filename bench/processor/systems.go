@@ -74,6 +74,9 @@ func (s system) command(cfg *config, l launch) (*exec.Cmd, error) {
 	if l.cpuprofile != "" {
 		args = append(args, "-cpuprofile", l.cpuprofile)
 	}
+	if cfg.finalRetention > 0 {
+		args = append(args, "-final-retention", cfg.finalRetention.String())
+	}
 	return exec.Command(self, args...), nil
 }
 
