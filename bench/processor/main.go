@@ -243,11 +243,7 @@ func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
 
 // runSystem runs one system once over the input.
 func runSystem(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, runPrefix string, in *input, sys system, run int) *result {
-	l := launch{
-		group:   fmt.Sprintf("%s-%s-%s-%d", runPrefix, in.w.name, sys.name, run+1),
-		input:   in.topic,
-		storage: "",
-	}
+	l := launch{group: fmt.Sprintf("%s-%s-%s-%d", runPrefix, in.w.name, sys.name, run+1), input: in.topic}
 	l.storage = filepath.Join(cfg.workdir, l.group)
 	if sys.finals {
 		l.output = l.group + "-out"
