@@ -15,9 +15,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/processors"
-	"github.com/abacus-stream/abacus/processors/totals"
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/totals"
 )
 
 func TestAbacusTopologyBuilds(t *testing.T) {
