@@ -207,8 +207,9 @@ func (d *deployment) factsSink() (*sinks.FlushThenCommit, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The processor dead-letters the source records both refuse: one dead letter per bad record.
 	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew(),
-		Extract: sinks.FactsOf(d.topo)}
+		Extract: sinks.FactsOf(d.topo), LeaveRejectsToProcessor: true}
 	return sinks.NewFlushThenCommit(cfg, enc, d.st)
 }
 

@@ -17,6 +17,10 @@ type metrics struct {
 	windowsHeld   *prometheus.GaugeVec   // partition
 	emitted       *prometheus.CounterVec // set, final
 	streamTimeLag *prometheus.GaugeVec   // partition
+	entities      *prometheus.GaugeVec   // partition
+	scheduled     *prometheus.GaugeVec   // partition
+	panics        *prometheus.CounterVec // stage
+	unknownLayout prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
@@ -59,8 +63,24 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 			Help: "Wall clock minus the partition's stream time, at the last event or tick.",
 		}, []string{"partition"}),
 	}
+	m.entities = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "entities", ConstLabels: cl,
+		Help: "Entities in the partition's table: those with open windows, or closed ones not yet acknowledged.",
+	}, []string{"partition"})
+	m.scheduled = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "close_schedule_entries", ConstLabels: cl,
+		Help: "Entries of the partition's close schedule: one per entity with a window whose final is not emitted.",
+	}, []string{"partition"})
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "user_code_panics_total", ConstLabels: cl,
+		Help: "Panics of user code (codecs, extractors, aggregations): on a record (dead-lettered) or at a window's close.",
+	}, []string{"stage"})
+	m.unknownLayout = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "unknown_layout_reads_total", ConstLabels: cl,
+		Help: "Entities read that were written under a topology layout the partition's record does not hold (read by position).",
+	})
 	for _, c := range []prometheus.Collector{m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
-		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag} {
+		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
