@@ -57,6 +57,9 @@ type Options struct {
 	AckLag int
 	// Logger receives the engine's logs (default: none).
 	Logger *slog.Logger
+	// OnFail, if set, is told when the processor stops on an error (corrupt state, a topology
+	// change it refuses) instead of the test failing; the driver then takes no more records.
+	OnFail func(error)
 }
 
 // Driver runs one topology in memory. It is not safe for concurrent use.
@@ -285,8 +288,22 @@ func (d *Driver) Redeliver(topic string, partition int32, from int64) {
 // Restart stops the processor and starts a new one, as a deployment does. With loseStorage the
 // local tables are lost and rebuilt from the changelog, as after a crash or on another machine;
 // otherwise they are kept, as after a clean stop.
-func (d *Driver) Restart(loseStorage bool) {
+func (d *Driver) Restart(loseStorage bool) { d.RestartWith(d.topo, loseStorage) }
+
+// RestartWith restarts the processor (as Restart) running another version of the topology: sets
+// and aggregations added, removed or reordered keep the state of those that stay.
+func (d *Driver) RestartWith(topo *topology.Topology, loseStorage bool) {
 	d.t.Helper()
+	p := plan.Of(topo)
+	if p.Name != d.plan.Name {
+		d.t.Fatalf("abacustest: topology %s is not %s: a processor group runs one topology", p.Name, d.plan.Name)
+	}
+	d.topo, d.plan, d.failed = topo, p, nil
+	for _, s := range p.Sources {
+		if d.logs[s.Topic] == nil {
+			d.logs[s.Topic] = make([][]record, d.opts.Partitions)
+		}
+	}
 	if loseStorage {
 		for p, changes := range d.changelog {
 			st := newMemStorage()
@@ -301,11 +318,28 @@ func (d *Driver) Restart(loseStorage bool) {
 		}
 	}
 	d.start()
+	d.drain() // a fresh processor rebuilds its partitions at their first record; make that now
+	for p := range d.tables {
+		d.queue = append(d.queue, d.rebuildProbe(int32(p)))
+	}
+	d.drain()
+}
+
+// rebuildProbe is a tick to one partition: the first callback after a start rebuilds the
+// partition from its table (and refuses a topology it cannot read) before any record.
+func (d *Driver) rebuildProbe(p int32) delivery {
+	loop := d.logs[d.loopTopic()]
+	loop[p] = append(loop[p], record{key: d.tickKeys[p], value: engine.TickMessage(), ts: d.now})
+	return delivery{d.loopTopic(), p, int64(len(loop[p]) - 1)}
 }
 
 // drain processes queued deliveries, and what they cause, until none is left.
 func (d *Driver) drain() {
 	d.t.Helper()
+	if d.failed != nil && d.opts.OnFail != nil {
+		d.queue = nil
+		return
+	}
 	for len(d.queue) > 0 && d.failed == nil {
 		dl := d.queue[0]
 		d.queue = d.queue[1:]
@@ -313,6 +347,11 @@ func (d *Driver) drain() {
 		d.delivered()
 	}
 	if d.failed != nil {
+		if d.opts.OnFail != nil {
+			d.opts.OnFail(d.failed)
+			d.queue = nil
+			return
+		}
 		d.t.Fatalf("abacustest: the processor stopped: %v", d.failed)
 	}
 }

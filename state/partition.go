@@ -13,6 +13,10 @@ import (
 // table (its tick key): what cannot be found in its entities. The processor writes it from its
 // ticks, and reads it back when it takes the partition over.
 type Partition struct {
+	// StreamTime is the partition's stream time when the record was written. It never goes
+	// back, even when an input that joins later has older events; entities carry it too, but an
+	// entity may leave the table, and this record keeps it.
+	StreamTime int64
 	// IdleStreamTime is the stream time the partition reached by idle advances (its inputs quiet
 	// for the idle timeout). Once written it is applied: a window it closes is closed for good.
 	IdleStreamTime int64
@@ -94,12 +98,13 @@ func (p *Partition) Layout(hash uint32) *Layout {
 
 // Append appends the encoding of p:
 //
-//	byte 'P', byte 1 (version), varint idle stream time,
+//	byte 'P', byte 1 (version), varint stream time, varint idle stream time,
 //	uvarint #origins, each: 4 bytes topic ID, varint partition, varint watermark, varint last advance,
 //	uvarint #layouts, each: 4 bytes hash, uvarint #sets, each: string name, string window,
 //	  uvarint #aggs, each string.
 func (p *Partition) Append(b []byte) []byte {
 	b = append(b, partitionTag, 1)
+	b = binary.AppendVarint(b, p.StreamTime)
 	b = binary.AppendVarint(b, p.IdleStreamTime)
 	b = binary.AppendUvarint(b, uint64(len(p.Origins)))
 	for _, o := range p.Origins {
@@ -122,7 +127,7 @@ func DecodePartition(b []byte) (*Partition, error) {
 	if tag, v := d.Byte(), d.Byte(); d.Err() == nil && (tag != partitionTag || v != 1) {
 		return nil, fmt.Errorf("%w: not a partition record (%q version %d)", ErrCorrupt, tag, v)
 	}
-	p := &Partition{IdleStreamTime: d.Varint()}
+	p := &Partition{StreamTime: d.Varint(), IdleStreamTime: d.Varint()}
 	n := d.Count()
 	for i := 0; i < n && d.Err() == nil; i++ {
 		o := Origin{Topic: binary.BigEndian.Uint32(d.Next(4))}
@@ -132,21 +137,32 @@ func DecodePartition(b []byte) (*Partition, error) {
 	n = d.Count()
 	for i := 0; i < n && d.Err() == nil; i++ {
 		l := Layout{Hash: binary.BigEndian.Uint32(d.Next(4))}
-		ns := d.Count()
-		for j := 0; j < ns && d.Err() == nil; j++ {
-			s := LayoutSet{Name: d.String(), Window: d.String()}
-			na := d.Count()
-			for k := 0; k < na && d.Err() == nil; k++ {
-				s.Aggs = append(s.Aggs, d.String())
-			}
-			l.Sets = append(l.Sets, s)
+		sets, err := readSets(d)
+		if err != nil {
+			return nil, err
 		}
+		l.Sets = sets
 		p.Layouts = append(p.Layouts, l)
 	}
 	if err := d.Done(); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// readSets reads what Layout.appendSets wrote.
+func readSets(d *wire.Reader) ([]LayoutSet, error) {
+	var sets []LayoutSet
+	ns := d.Count()
+	for j := 0; j < ns && d.Err() == nil; j++ {
+		s := LayoutSet{Name: d.String(), Window: d.String()}
+		na := d.Count()
+		for k := 0; k < na && d.Err() == nil; k++ {
+			s.Aggs = append(s.Aggs, d.String())
+		}
+		sets = append(sets, s)
+	}
+	return sets, d.Err()
 }
 
 // AddLayout records l if the partition does not know it yet, and reports whether it was new.

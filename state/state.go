@@ -62,7 +62,11 @@ func (w *Window) Span() windows.Window { return windows.Window{Start: w.Start, E
 type Entity struct {
 	// Layout names the topology layout its windows follow (Layout.Hash); 0 in version-1 state,
 	// which followed the topology of its time by position.
-	Layout     uint32
+	Layout uint32
+	// LayoutDesc, when set, describes Layout in the entity itself: the processor writes it until
+	// its partition's record, which describes the layouts once for all entities, is acknowledged
+	// with this layout, so that a restart under another topology can always read the entity.
+	LayoutDesc *Layout
 	StreamTime int64 // partition stream time after this entity's last write, ms
 	Fences     []Fence
 	Windows    []Window
@@ -111,7 +115,8 @@ func (e *Entity) Find(set uint16, start int64) int {
 // Append appends the version-2 encoding of e to b. Times are written as differences from the
 // stream time, which they are close to, so they take two or three bytes instead of six:
 //
-//	byte 2, 4 bytes layout (big endian), varint stream time,
+//	byte 2, 4 bytes layout (big endian), uvarint len + layout description (0: none; see
+//	  Partition.Append for its form), varint stream time,
 //	uvarint #fences, each: 4 bytes topic ID, varint partition, varint offset,
 //	  varint watermark - stream time,
 //	uvarint #windows, each: uvarint set, varint start - stream time, uvarint end - start,
@@ -120,6 +125,13 @@ func (e *Entity) Find(set uint16, start int64) int {
 func (e *Entity) Append(b []byte) []byte {
 	b = append(b, Version)
 	b = binary.BigEndian.AppendUint32(b, e.Layout)
+	if e.LayoutDesc == nil {
+		b = append(b, 0)
+	} else {
+		desc := e.LayoutDesc.appendSets(nil)
+		b = binary.AppendUvarint(b, uint64(len(desc)))
+		b = append(b, desc...)
+	}
 	b = binary.AppendVarint(b, e.StreamTime)
 	b = binary.AppendUvarint(b, uint64(len(e.Fences)))
 	for _, f := range e.Fences {
@@ -162,6 +174,13 @@ func Decode(b []byte) (*Entity, error) {
 			return nil, fmt.Errorf("%w: truncated layout", ErrCorrupt)
 		}
 		e.Layout = binary.BigEndian.Uint32(d.Next(4))
+		if desc := d.Bytes(); len(desc) > 0 {
+			sets, err := readSets(wire.NewReader(desc, ErrCorrupt))
+			if err != nil {
+				return nil, err
+			}
+			e.LayoutDesc = &Layout{Hash: e.Layout, Sets: sets}
+		}
 	}
 	e.StreamTime = d.Varint()
 	nf := d.Count()

@@ -22,7 +22,10 @@ func sample() *Entity {
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, e := range []*Entity{sample(), {}} {
+	withDesc := sample()
+	l := NewLayout([]LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"n"}}})
+	withDesc.Layout, withDesc.LayoutDesc = l.Hash, &l
+	for _, e := range []*Entity{sample(), {}, withDesc} {
 		b := e.Append(nil)
 		got, err := Decode(b)
 		if err != nil {
@@ -71,7 +74,7 @@ func TestReadsVersion1(t *testing.T) {
 
 func TestPartitionRoundTrip(t *testing.T) {
 	l := NewLayout([]LayoutSet{{Name: "minute", Window: "tumbling 60000", Aggs: []string{"count", "max"}}})
-	p := &Partition{IdleStreamTime: 1_767_225_600_000,
+	p := &Partition{StreamTime: 1_767_225_700_000, IdleStreamTime: 1_767_225_600_000,
 		Origins: []Origin{{Topic: TopicID("a"), Partition: 2, Watermark: 99, LastAdvance: 1_767_225_601_000}},
 		Layouts: []Layout{l}}
 	b := p.Append(nil)

@@ -41,7 +41,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	}
 	isNew := ent == nil
 	if isNew {
-		ent = &state.Entity{Layout: e.layout.Hash}
+		ent = &state.Entity{}
 	}
 	if ent.Applied(from.topic, from.partition, at.Offset) {
 		// A replay: the local table has this event, but what was sent to Kafka when it was
@@ -57,6 +57,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 			e.fail(ctx, err)
 			return
 		}
+		pt.describe(ent)
 		ctx.SetValue(ent)
 		pt.wrote(ctx.Key())
 		for _, u := range ups {
@@ -65,7 +66,9 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		return
 	}
 	og := pt.originOf(from)
-	judge := max(og.wm, pt.idleST) // lateness follows the event's own origin (package comment)
+	// Lateness follows the event's own origin (package comment); the partition's stream time is
+	// below it unless the origin joined late, and then what closed stays closed.
+	judge := max(og.wm, pt.st)
 	typ := src.Type(ev)
 	before := len(ent.Windows)
 	var (
@@ -104,7 +107,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		return
 	}
 	if t > og.wm {
-		wasMin := og.wm == pt.eventST || pt.eventST == minTime
+		wasMin := og.wm <= pt.eventST
 		og.wm, og.lastAdvance = t, now
 		pt.metaDirty = true
 		if wasMin {
@@ -114,8 +117,9 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	pt.windowsDelta(len(ent.Windows)-before, len(ent.Windows)-before)
 	pt.prune(ctx.Key(), ent)
 	ent.Advance(from.topic, from.partition, at.Offset, og.wm)
+	ent.Fences = pt.spentFences(ent.Fences, from)
 	ent.StreamTime = pt.closeST()
-	ent.Layout = e.layout.Hash
+	pt.describe(ent)
 	ctx.SetValue(ent)
 	pt.wrote(ctx.Key())
 	if isNew {
@@ -295,4 +299,25 @@ func (pt *partition) currentUpdates(ent *state.Entity, src *plan.Source, t int64
 		}
 	}
 	return ups, nil
+}
+
+// spentFences drops the fences no replay can need any more. A fence's events all have times up to
+// its watermark (an event later than its origin's watermark is never applied); once the origin's
+// watermark, as the partition's acknowledged record holds it, is past the last window such a time
+// can fall in, a replayed one is late for every window and cannot count twice. So an entity that
+// gets re-keyed events from many source partitions keeps fences only for those of its open windows.
+// With session windows (which a replayed event could merge into whatever time back) every fence
+// stays. The fence of the event being applied always stays.
+func (pt *partition) spentFences(fs []state.Fence, current originKey) []state.Fence {
+	if pt.e.span < 0 || len(fs) < 2 {
+		return fs
+	}
+	kept := fs[:0]
+	for _, f := range fs {
+		k := originKey{f.Topic, f.Partition}
+		if wm, ok := pt.metaWM[k]; k == current || !ok || f.Watermark+pt.e.span >= wm {
+			kept = append(kept, f)
+		}
+	}
+	return kept
 }

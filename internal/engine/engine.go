@@ -73,6 +73,7 @@ import (
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/windows"
 )
 
 // Config is what the engine needs of the processor's configuration (package processors fills it
@@ -108,6 +109,9 @@ type Engine struct {
 	log      *slog.Logger
 	layout   state.Layout
 	topicIDs []uint32 // per source
+	// span is how far past an event's time its last window closes (largest window size plus
+	// grace); -1 when a set has session windows, whose merges can reach any time back.
+	span int64
 
 	mu       sync.Mutex
 	parts    map[int32]*partition
@@ -154,7 +158,15 @@ func New(p *plan.Plan, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: register metrics: %w", err)
 	}
-	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids,
+	var span int64
+	for _, s := range p.Sets {
+		if s.Window.Kind() == windows.KindSession {
+			span = -1
+			break
+		}
+		span = max(span, s.Window.Size()+s.Grace)
+	}
+	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span,
 		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}}, nil
 }
 
@@ -175,7 +187,7 @@ func (e *Engine) SetStorage(part int32, st storage.Storage) {
 	e.mu.Lock()
 	e.storages[part] = st
 	if pt := e.parts[part]; pt != nil {
-		pt.st = st
+		pt.tbl = st
 	}
 	e.mu.Unlock()
 }
@@ -190,7 +202,7 @@ func (e *Engine) Rebalanced(a goka.Assignment) {
 			continue
 		}
 		label := strconv.Itoa(int(id))
-		for _, g := range []*prometheus.GaugeVec{e.m.windowsOpen, e.m.windowsHeld, e.m.streamTimeLag, e.m.entities, e.m.scheduled} {
+		for _, g := range []*prometheus.GaugeVec{e.m.windowsOpen, e.m.windowsHeld, e.m.streamTimeLag, e.m.entities, e.m.scheduled, e.m.waiting} {
 			g.DeleteLabelValues(label)
 		}
 		delete(e.parts, id)

@@ -21,6 +21,8 @@ type metrics struct {
 	scheduled     *prometheus.GaugeVec   // partition
 	panics        *prometheus.CounterVec // stage
 	unknownLayout prometheus.Counter
+	ticks         *prometheus.CounterVec // partition
+	waiting       *prometheus.GaugeVec   // partition
 }
 
 func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
@@ -79,8 +81,17 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 		Namespace: "abacus", Subsystem: "processor", Name: "unknown_layout_reads_total", ConstLabels: cl,
 		Help: "Entities read that were written under a topology layout the partition's record does not hold (read by position).",
 	})
+	m.ticks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "ticks_total", ConstLabels: cl,
+		Help: "Ticks a partition handled (idle advances, retention, the partition's record).",
+	}, []string{"partition"})
+	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "waiting_for_acks", ConstLabels: cl,
+		Help: "Closes and idle advances of the partition waiting for Kafka to acknowledge the state they follow.",
+	}, []string{"partition"})
 	for _, c := range []prometheus.Collector{m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
-		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout} {
+		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout,
+		m.ticks, m.waiting} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

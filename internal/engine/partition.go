@@ -28,6 +28,10 @@ type originKey struct {
 type origin struct {
 	wm          int64     // largest event time applied from it
 	lastAdvance time.Time // wall time its watermark last moved
+	// expected marks an input the partition reads for sure (a source topic's own partition): the
+	// partition's stream time waits for it from the start, even before it has data, so that one
+	// source read ahead of another cannot close windows the other still has events for.
+	expected bool
 }
 
 // partition is the in-memory view of one assigned partition. Only that partition's goroutine
@@ -36,11 +40,14 @@ type partition struct {
 	e     *Engine
 	id    int32
 	label string
-	st    storage.Storage // the partition's local table, read to emit other entities' finals
+	tbl   storage.Storage // the partition's local table, read to emit other entities' finals
 
 	origins map[originKey]*origin
-	eventST int64 // smallest watermark of the origins with data; MinInt64 when none
+	eventST int64 // smallest watermark of the origins with data or expected; MinInt64 when none
 	idleST  int64 // stream time reached by idle advances that Kafka acknowledged
+	// st is the partition's stream time: the largest eventST and idleST ever reached. It never
+	// goes back, not even when an input joins with older events than the others'.
+	st int64
 	// pendingIdle is an idle advance written to the partition's record and not acknowledged yet.
 	pendingIdle struct {
 		target int64
@@ -54,6 +61,10 @@ type partition struct {
 	metaDirty    bool                   // the record in the table is older than what it should say
 	metaFlight   []metaWrite            // record writes not acknowledged yet, oldest first
 	metaWM       map[originKey]int64    // origins' watermarks in the last acknowledged record
+	metaST       int64                  // stream time in the last acknowledged record
+	// layoutHeld says the acknowledged record describes the current layout; until it does,
+	// entities are written with their layout described in them.
+	layoutHeld bool
 
 	due  closeHeap // one entry per entity with a window whose final is not emitted yet
 	held int       // windows in the table
@@ -81,6 +92,8 @@ type partition struct {
 	heldGauge  prometheus.Gauge
 	entities   prometheus.Gauge
 	scheduled  prometheus.Gauge
+	ticks      prometheus.Counter
+	waits      prometheus.Gauge
 }
 
 // emission is one close of an entity: windows closing at or before upTo were emitted at wall time
@@ -97,8 +110,10 @@ type retainedEntry struct {
 }
 
 type metaWrite struct {
-	bound uint64
-	wm    map[originKey]int64
+	bound  uint64
+	st     int64
+	wm     map[originKey]int64
+	layout bool // the record describes the current layout
 }
 
 // partition returns the partition's view, rebuilding it from its local table the first time
@@ -114,7 +129,7 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	if st == nil {
 		return nil, fmt.Errorf("partition %d: no storage for the group table", id)
 	}
-	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), st: st, eventST: math.MinInt64, idleST: math.MinInt64,
+	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64,
 		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{},
 		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap()}
 	for _, src := range e.plan.Sources {
@@ -123,12 +138,20 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	if int(id) < len(e.tickKeys) {
 		pt.tickKey = e.tickKeys[id]
 	}
+	for i, src := range e.plan.Sources {
+		if !src.Repartition {
+			og := pt.originOf(originKey{e.topicIDs[i], id})
+			og.expected, og.lastAdvance = true, e.cfg.Now()
+		}
+	}
 	pt.duplicates = e.m.duplicates.WithLabelValues(pt.label)
 	pt.lag = e.m.streamTimeLag.WithLabelValues(pt.label)
 	pt.openGauge = e.m.windowsOpen.WithLabelValues(pt.label)
 	pt.heldGauge = e.m.windowsHeld.WithLabelValues(pt.label)
 	pt.entities = e.m.entities.WithLabelValues(pt.label)
 	pt.scheduled = e.m.scheduled.WithLabelValues(pt.label)
+	pt.ticks = e.m.ticks.WithLabelValues(pt.label)
+	pt.waits = e.m.waiting.WithLabelValues(pt.label)
 	if err := pt.rebuild(); err != nil {
 		return nil, err
 	}
@@ -145,7 +168,7 @@ func (e *Engine) partition(id int32) (*partition, error) {
 // is unknown, and the totals are the same.
 func (pt *partition) rebuild() error {
 	e := pt.e
-	it, err := pt.st.Iterator()
+	it, err := pt.tbl.Iterator()
 	if err != nil {
 		return fmt.Errorf("partition %d: iterate table: %w", pt.id, err)
 	}
@@ -168,6 +191,8 @@ func (pt *partition) rebuild() error {
 				return fmt.Errorf("partition %d: record %q: %w", pt.id, key, err)
 			}
 			pt.idleST = max(pt.idleST, rec.IdleStreamTime)
+			pt.st = max(pt.st, rec.StreamTime)
+			pt.metaST = max(pt.metaST, rec.StreamTime)
 			for _, o := range rec.Origins {
 				k := originKey{o.Topic, o.Partition}
 				og := pt.originOf(k)
@@ -177,6 +202,9 @@ func (pt *partition) rebuild() error {
 			for _, l := range rec.Layouts {
 				if err := pt.knowLayout(l); err != nil {
 					return err
+				}
+				if l.Hash == e.layout.Hash {
+					pt.layoutHeld = true
 				}
 			}
 			continue
@@ -189,6 +217,7 @@ func (pt *partition) rebuild() error {
 			og := pt.originOf(originKey{f.Topic, f.Partition})
 			og.wm = max(og.wm, f.Watermark)
 		}
+		pt.st = max(pt.st, ent.StreamTime)
 		ents = append(ents, stored{key, ent})
 	}
 	if err := it.Err(); err != nil {
@@ -205,7 +234,9 @@ func (pt *partition) rebuild() error {
 		return err
 	}
 	for _, s := range ents {
-		pt.convert(s.ent)
+		if err := pt.convert(s.key, s.ent); err != nil {
+			return err
+		}
 		pt.held += len(s.ent.Windows)
 		pt.open += len(s.ent.Windows)
 		pt.schedule(s.key, s.ent)
@@ -236,21 +267,35 @@ func (pt *partition) knowLayout(l state.Layout) error {
 }
 
 // convert brings an entity read from the table to the current layout.
-func (pt *partition) convert(ent *state.Entity) {
+func (pt *partition) convert(key string, ent *state.Entity) error {
 	cur := pt.e.layout.Hash
-	if ent.Layout == cur || ent.Layout == 0 {
+	desc := ent.LayoutDesc
+	ent.LayoutDesc = nil
+	if ent.Layout == cur || ent.Layout == 0 { // version-1 state follows the plan by position
 		ent.Layout = cur
-		return
+		return nil
 	}
 	c := pt.layouts[ent.Layout]
+	if c == nil && desc != nil {
+		if err := pt.knowLayout(*desc); err != nil {
+			return err
+		}
+		c = pt.layouts[ent.Layout]
+	}
 	if c == nil {
-		// Written under a layout the partition's record does not hold: a crash before the record
-		// was written, then another topology. Read it by position, as version-1 state is read.
 		pt.e.m.unknownLayout.Inc()
-		ent.Layout = cur
-		return
+		return fmt.Errorf("partition %d: entity %q was written under topology layout %08x, which neither it nor the partition's record describes", pt.id, key, ent.Layout)
 	}
 	c.convert(pt.e.plan, ent, cur)
+	return nil
+}
+
+// describe sets what an entity about to be written says of its layout (see state.Entity.LayoutDesc).
+func (pt *partition) describe(ent *state.Entity) {
+	ent.Layout, ent.LayoutDesc = pt.e.layout.Hash, nil
+	if !pt.layoutHeld {
+		ent.LayoutDesc = &pt.e.layout
+	}
 }
 
 // load reads the callback's entity from the table, in the current layout.
@@ -263,13 +308,15 @@ func (pt *partition) load(ctx goka.Context) (*state.Entity, error) {
 	if !ok {
 		return nil, fmt.Errorf("table value of %q is %T, want *state.Entity", ctx.Key(), v)
 	}
-	pt.convert(ent)
+	if err := pt.convert(ctx.Key(), ent); err != nil {
+		return nil, err
+	}
 	return ent, nil
 }
 
 // read reads another entity from the local table (closing it), in the current layout.
 func (pt *partition) read(entity string) (*state.Entity, error) {
-	raw, err := pt.st.Get(entity)
+	raw, err := pt.tbl.Get(entity)
 	if err != nil || raw == nil {
 		return nil, err
 	}
@@ -277,7 +324,9 @@ func (pt *partition) read(entity string) (*state.Entity, error) {
 	if err != nil {
 		return nil, err
 	}
-	pt.convert(ent)
+	if err := pt.convert(entity, ent); err != nil {
+		return nil, err
+	}
 	return ent, nil
 }
 
@@ -291,11 +340,11 @@ func (pt *partition) originOf(k originKey) *origin {
 }
 
 // recomputeEventST sets the stream time the origins agree on: the smallest watermark of those
-// that have data.
+// that have data or are expected, and moves the partition's stream time up to it.
 func (pt *partition) recomputeEventST() {
 	st := int64(math.MaxInt64)
 	for _, og := range pt.origins {
-		if og.wm != math.MinInt64 {
+		if og.wm != math.MinInt64 || og.expected {
 			st = min(st, og.wm)
 		}
 	}
@@ -303,10 +352,11 @@ func (pt *partition) recomputeEventST() {
 		st = math.MinInt64
 	}
 	pt.eventST = st
+	pt.st = max(pt.st, st, pt.idleST)
 }
 
 // closeST is the partition's stream time: windows that close at or before it are closed.
-func (pt *partition) closeST() int64 { return max(pt.eventST, pt.idleST) }
+func (pt *partition) closeST() int64 { return pt.st }
 
 // closesAt is the stream time at which window w closes.
 func (pt *partition) closesAt(w *state.Window) int64 {
@@ -371,6 +421,8 @@ func (pt *partition) catchUp(ctx goka.Context) {
 		for k, wm := range pt.metaFlight[0].wm {
 			pt.metaWM[k] = max(pt.metaWM[k], wm)
 		}
+		pt.metaST = max(pt.metaST, pt.metaFlight[0].st)
+		pt.layoutHeld = pt.layoutHeld || pt.metaFlight[0].layout
 		pt.metaFlight = pt.metaFlight[1:]
 	}
 	if len(pt.writes) > 1024 {
@@ -383,6 +435,7 @@ func (pt *partition) catchUp(ctx goka.Context) {
 	closes := false
 	if pt.pendingIdle.set && pt.pendingIdle.bound <= a {
 		pt.idleST = max(pt.idleST, pt.pendingIdle.target)
+		pt.st = max(pt.st, pt.idleST)
 		pt.pendingIdle.set = false
 		closes = true
 	}
@@ -408,6 +461,16 @@ func (pt *partition) catchUp(ctx goka.Context) {
 	if closes {
 		pt.closeDue(ctx)
 	}
+	pt.countWaits()
+}
+
+// countWaits sets the gauge of what waits for Kafka's acknowledgement.
+func (pt *partition) countWaits() {
+	n := len(pt.waiting)
+	if pt.pendingIdle.set {
+		n++
+	}
+	pt.waits.Set(float64(n))
 }
 
 // nudge sends the partition a message to itself while closes or an idle advance wait for
@@ -431,6 +494,7 @@ func (pt *partition) closeDue(ctx goka.Context) {
 		pt.due.remove(entity)
 		if !pt.durable(entity) {
 			pt.waiting = append(pt.waiting, entity)
+			pt.countWaits()
 			pt.nudge(ctx)
 			continue
 		}
@@ -520,9 +584,12 @@ func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	return pruned > 0
 }
 
-// covered reports whether the partition's acknowledged record holds every watermark the entity's
-// fences carry, so that deleting the entity loses nothing a restart needs.
+// covered reports whether the partition's acknowledged record holds the stream time and every
+// watermark the entity carries, so that deleting the entity loses nothing a restart needs.
 func (pt *partition) covered(ent *state.Entity) bool {
+	if pt.metaST < ent.StreamTime {
+		return false
+	}
 	for _, f := range ent.Fences {
 		wm, ok := pt.metaWM[originKey{f.Topic, f.Partition}]
 		if !ok || wm < f.Watermark {

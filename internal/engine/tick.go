@@ -43,6 +43,7 @@ func TickMessage() []byte { return (&loopMsg{kind: loopTick}).encode() }
 func (pt *partition) onTick(ctx goka.Context) {
 	e := pt.e
 	now := e.cfg.Now()
+	pt.ticks.Inc()
 	if target, ok := pt.idleTarget(now); ok {
 		pt.pendingIdle.target, pt.pendingIdle.set = target, true
 		pt.metaDirty = true
@@ -52,13 +53,14 @@ func (pt *partition) onTick(ctx goka.Context) {
 		rec, wms := pt.record()
 		ctx.SetValue(rec)
 		bound := e.cfg.Durability.Sent()
-		pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, wm: wms})
+		pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, layout: true})
 		if pt.pendingIdle.set {
 			pt.pendingIdle.bound = bound
 		}
 		pt.metaDirty = false
 	}
 	pt.catchUp(ctx) // an in-memory store acknowledges at once
+	pt.countWaits()
 	pt.nudge(ctx)
 	if st := pt.closeST(); st != minTime {
 		pt.lag.Set(float64(now.UnixMilli()-st) / 1000)
@@ -107,7 +109,7 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 	active := int64(math.MaxInt64)
 	quiet := false
 	for _, og := range pt.origins {
-		if og.wm == minTime {
+		if og.wm == minTime && !og.expected {
 			continue
 		}
 		if og.lastAdvance.After(cutoff) {
@@ -120,6 +122,8 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 	switch {
 	case !quiet:
 		return 0, false
+	case active == minTime:
+		return 0, false // an input that is not quiet has no data yet
 	case active != math.MaxInt64:
 		target = active
 	default:
@@ -138,7 +142,7 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 // record is the partition's record as it should be in the table, and the origin watermarks it
 // holds.
 func (pt *partition) record() (*state.Partition, map[originKey]int64) {
-	rec := &state.Partition{IdleStreamTime: pt.idleST, Layouts: slices.Clone(pt.recordLayout)}
+	rec := &state.Partition{StreamTime: pt.st, IdleStreamTime: pt.idleST, Layouts: slices.Clone(pt.recordLayout)}
 	if pt.pendingIdle.set {
 		rec.IdleStreamTime = max(rec.IdleStreamTime, pt.pendingIdle.target)
 	}
@@ -192,6 +196,7 @@ func (pt *partition) closeEntity(ctx goka.Context) {
 	}
 	if changed {
 		ent.StreamTime = max(ent.StreamTime, pt.closeST())
+		pt.describe(ent)
 		ctx.SetValue(ent)
 		pt.wrote(ctx.Key())
 	}
