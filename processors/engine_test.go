@@ -138,8 +138,8 @@ func TestTwoSourcesIndependentOfInterleaving(t *testing.T) {
 	eachRunner(t, func(t *testing.T) (*topology.Topology, runnerOptions) {
 		name := uniqueTopology(t, "two")
 		b := topology.New(name)
-		source(b, name+"-a").Aggregate("a", windows.Tumbling(time.Minute)).Grace(30 * time.Second).Count("n").Sum("sum", "V")
-		source(b, name+"-b").Aggregate("b", windows.Tumbling(time.Minute)).Grace(30 * time.Second).Count("n").Sum("sum", "V")
+		source(b, name+"-a").Aggregate("a", windows.Tumbling(time.Minute)).Grace(30*time.Second).Count("n").Sum("sum", "V")
+		source(b, name+"-b").Aggregate("b", windows.Tumbling(time.Minute)).Grace(30*time.Second).Count("n").Sum("sum", "V")
 		return build(t, b), runnerOptions{partitions: 1, start: start, idleTimeout: 4 * time.Second}
 	}, func(t *testing.T, r runner, topo *topology.Topology) {
 		for _, topic := range topo.SourceTopics() {
@@ -198,9 +198,9 @@ func TestFutureJudgedByRecordTime(t *testing.T) {
 		return build(t, b), runnerOptions{partitions: 1, start: base.Add(-7 * 24 * time.Hour), idleTimeout: 4 * time.Second}
 	}, func(t *testing.T, r runner, topo *topology.Topology) {
 		in := topo.SourceTopics()[0]
-		r.send(in, "f", ev{Entity: "f", TS: ms(time.Second)}.json(), base)                         // on time
-		r.send(in, "f", ev{Entity: "f", TS: ms(4 * time.Minute)}.json(), base)                     // within the skew
-		r.send(in, "f", ev{Entity: "f", TS: ms(6 * time.Minute)}.json(), base)                     // from the future
+		r.send(in, "f", ev{Entity: "f", TS: ms(time.Second)}.json(), base)                        // on time
+		r.send(in, "f", ev{Entity: "f", TS: ms(4 * time.Minute)}.json(), base)                    // within the skew
+		r.send(in, "f", ev{Entity: "f", TS: ms(6 * time.Minute)}.json(), base)                    // from the future
 		r.send(in, "f", ev{Entity: "f", TS: ms(4*time.Minute + time.Second)}.json(), time.Time{}) // no record time: not judged
 		dls := r.deadLetters()
 		if len(dls) != 1 || dls[0].Reason != deadletter.Future {

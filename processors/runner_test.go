@@ -129,9 +129,11 @@ func (r *driverRunner) finals() []abacustest.Total       { return r.d.Finals() }
 func (r *driverRunner) totals() []abacustest.Total       { return r.d.Totals() }
 func (r *driverRunner) deadLetters() []deadletter.Record { return r.d.DeadLetters() }
 func (r *driverRunner) late() []deadletter.Record        { return r.d.Late() }
-func (r *driverRunner) counter(name string) float64      { return r.base[name] + counter(r.t, r.d.Registry(), name) }
-func (r *driverRunner) gauge(name string) float64        { return gauge(r.t, r.d.Registry(), name) }
-func (r *driverRunner) now() time.Time                   { return r.d.Now() }
+func (r *driverRunner) counter(name string) float64 {
+	return r.base[name] + counter(r.t, r.d.Registry(), name)
+}
+func (r *driverRunner) gauge(name string) float64 { return gauge(r.t, r.d.Registry(), name) }
+func (r *driverRunner) now() time.Time            { return r.d.Now() }
 
 // kafkaRunner runs a real processor group on Kafka with a wall clock of the test's own: ticks
 // come every 20 ms of real time, but what they decide follows the test's clock.
