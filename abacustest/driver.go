@@ -715,3 +715,20 @@ func (d *Driver) Entities() int {
 
 // Unwrap returns the error the processor failed with.
 func (f failure) Unwrap() error { return f.err }
+
+// Fences is the number of source positions the processor remembers for an entity (what keeps
+// replays from counting twice): it follows the sources the entity's open windows may still get
+// replayed records from.
+func (d *Driver) Fences(entity string) int {
+	d.t.Helper()
+	p := partitioner.Partition([]byte(entity), int32(d.opts.Partitions))
+	b, _ := d.tables[p].Get(entity)
+	if b == nil {
+		return 0
+	}
+	ent, err := state.Decode(b)
+	if err != nil {
+		d.t.Fatalf("abacustest: state of %q: %v", entity, err)
+	}
+	return len(ent.Fences)
+}

@@ -1,6 +1,7 @@
 package processors_test
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
 )
@@ -372,4 +374,38 @@ func TestTopologyChangeKeepsState(t *testing.T) {
 			t.Fatalf("a changed window: %v, want a refusal naming set a", err)
 		}
 	})
+}
+
+// TestStorageFolderLocked (issue 10, item 15): a second processor on a storage folder another
+// process uses is refused at start, naming the folder, instead of taking the first one's tables
+// for a crashed run's and deleting them.
+func TestStorageFolderLocked(t *testing.T) {
+	brokers := kfakeBrokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	name := uniqueTopology(t, "lock")
+	createTopic(ctx, t, brokers, name+"-in", 2)
+	b := topology.New(name)
+	source(b, name+"-in").Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+	topo := build(t, b)
+	storage := t.TempDir()
+	cfg := processors.Config{Brokers: brokers, StoragePath: storage, Logger: testLogger(t)}
+	stop := runProcessor(t, topo, cfg)
+	defer stop()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, err := processors.New(topo, processors.Config{Brokers: brokers, StoragePath: storage, Logger: testLogger(t), Group: name + "-other"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, runCancel := context.WithTimeout(ctx, 10*time.Second)
+		err = p.Run(runCtx)
+		runCancel()
+		if err != nil && strings.Contains(err.Error(), "is in use by another process") && strings.Contains(err.Error(), storage) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second processor on %s: %v, want a refusal naming the folder", storage, err)
+		}
+	}
 }

@@ -27,8 +27,9 @@ import (
 //   - Headers go out in key order: goka's map order would make a dead letter repeated after a
 //     crash differ from the first.
 type producer struct {
-	p  sarama.AsyncProducer
-	wg sync.WaitGroup
+	p   sarama.AsyncProducer
+	cfg *sarama.Config // as built
+	wg  sync.WaitGroup
 
 	sent  atomic.Uint64 // messages handed to sarama, numbered from 1
 	acked atomic.Uint64 // every message up to this one is acknowledged
@@ -57,7 +58,7 @@ func newProducer(brokers []string, c *sarama.Config) (*producer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka producer: %w", err)
 	}
-	p := &producer{p: ap, settled: map[uint64]settlement{}, next: 1}
+	p := &producer{p: ap, cfg: c, settled: map[uint64]settlement{}, next: 1}
 	p.wg.Add(1)
 	go p.settle()
 	return p, nil

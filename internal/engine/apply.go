@@ -302,9 +302,9 @@ func (pt *partition) currentUpdates(ent *state.Entity, src *plan.Source, t int64
 }
 
 // spentFences drops the fences no replay can need any more. A fence's events all have times up to
-// its watermark (an event later than its origin's watermark is never applied); once the origin's
-// watermark, as the partition's acknowledged record holds it, is past the last window such a time
-// can fall in, a replayed one is late for every window and cannot count twice. So an entity that
+// its watermark (an event later than its origin's watermark is never applied); once what judges a
+// replay from that origin (its watermark, or the partition's stream time) is past the last window
+// such a time can fall in, a replayed one is late for every window and cannot count twice. So an entity that
 // gets re-keyed events from many source partitions keeps fences only for those of its open windows.
 // With session windows (which a replayed event could merge into whatever time back) every fence
 // stays. The fence of the event being applied always stays.
@@ -314,8 +314,10 @@ func (pt *partition) spentFences(fs []state.Fence, current originKey) []state.Fe
 	}
 	kept := fs[:0]
 	for _, f := range fs {
+		// A replayed event from k is judged by k's watermark or the partition's stream time,
+		// whichever is later: as the acknowledged record holds them, they survive a restart.
 		k := originKey{f.Topic, f.Partition}
-		if wm, ok := pt.metaWM[k]; k == current || !ok || f.Watermark+pt.e.span >= wm {
+		if k == current || f.Watermark+pt.e.span >= max(pt.metaWM[k], pt.metaST) {
 			kept = append(kept, f)
 		}
 	}
