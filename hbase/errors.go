@@ -93,6 +93,13 @@ func IsRetriable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
+// ErrAuthentication is wrapped by errors of connections the server did not authenticate or that could
+// not authenticate (Kerberos login, service ticket, SASL handshake, a cluster that requires Kerberos
+// from a client without it). Such errors are of KindReconnect, since fixing credentials or
+// restarting a KDC makes a retry succeed and a mutation must not be dead-lettered for it; callers
+// test errors.Is(err, ErrAuthentication) to report them as a configuration problem.
+var ErrAuthentication = errors.New("hbase: authentication failed")
+
 // ErrClosed is returned by calls on a Client (or connection) after Close.
 var ErrClosed = errors.New("hbase: client closed")
 
