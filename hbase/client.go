@@ -2,7 +2,6 @@ package hbase
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -134,13 +133,13 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 	if c.quorum == "" && len(c.cfg.Bootstrap) == 0 {
 		return nil, errInvalid("new client", "neither a ZooKeeper quorum nor bootstrap servers given")
 	}
-	if err := c.cfg.validate(); err != nil {
+	if err := c.cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if c.cfg.Auth == AuthKerberos {
 		a, err := newKerberosAuth(ctx, c.cfg.Kerberos)
 		if err != nil {
-			return nil, &Error{Op: "new client", Kind: KindPermanent, Err: errors.Join(ErrAuthentication, err)}
+			return nil, &Error{Op: "new client", Kind: KindPermanent, Err: &authError{err}}
 		}
 		c.auth = a
 	}

@@ -87,7 +87,7 @@ func dial(ctx context.Context, addr, service, user string, timeout time.Duration
 		// Before the TCP connect, so that a KDC problem never holds a socket to the server.
 		tkt, key, spn, err = auth.serviceTicket(ctx, host)
 		if err != nil {
-			return nil, &Error{Op: "authenticate " + service, Server: addr, Kind: KindReconnect, Err: errors.Join(ErrAuthentication, err)}
+			return nil, &Error{Op: "authenticate " + service, Server: addr, Kind: KindReconnect, Err: &authError{err}}
 		}
 		user = auth.principalString()
 	}
@@ -117,7 +117,7 @@ func dial(ctx context.Context, addr, service, user string, timeout time.Duration
 		if err != nil {
 			nc.Close()
 			return nil, &Error{Op: "authenticate " + service, Server: addr, Kind: KindReconnect,
-				Err: errors.Join(ErrAuthentication, auth.explainServer(spn, err))}
+				Err: &authError{auth.explainServer(spn, err)}}
 		}
 		nc = newSASLConn(nc, g)
 		pre = pre[:0]
@@ -376,8 +376,8 @@ func (c *conn) readLoop() {
 			// A connection-level failure (e.g. a rejected header): every call on it is lost.
 			e := remoteError("connection", c.addr, f.exc.class, f.exc.stack, f.exc.doNotRetry)
 			if strings.Contains(e.Message, "Authentication is required") {
-				e.Message += " (the cluster uses Kerberos: set Auth to kerberos, with the Kerberos settings)"
-				c.fail(errors.Join(ErrAuthentication, e))
+				// The connection is what failed, not a request: no Kind of its own.
+				c.fail(&authError{fmt.Errorf("%s: %s (the cluster uses Kerberos: set Auth to kerberos, with the Kerberos settings)", e.Class, e.Message)})
 				return
 			}
 			c.fail(e)

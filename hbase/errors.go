@@ -100,6 +100,14 @@ func IsRetriable(err error) bool {
 // test errors.Is(err, ErrAuthentication) to report them as a configuration problem.
 var ErrAuthentication = errors.New("hbase: authentication failed")
 
+// authError marks err as an authentication failure (errors.Is(err, ErrAuthentication)) without
+// changing its text.
+type authError struct{ err error }
+
+func (e *authError) Error() string        { return e.err.Error() }
+func (e *authError) Unwrap() error        { return e.err }
+func (e *authError) Is(target error) bool { return target == ErrAuthentication }
+
 // ErrClosed is returned by calls on a Client (or connection) after Close.
 var ErrClosed = errors.New("hbase: client closed")
 

@@ -49,8 +49,9 @@ type KerberosConfig struct {
 	Keytab string
 	// TicketCache is the path of a credential cache made by kinit, used when Keytab is empty:
 	// $KRB5CCNAME (FILE: caches only), else /tmp/krb5cc_<uid>. The client renews the ticket it
-	// finds there while it is renewable, and re-reads the file when it changes (kinit or k5start
-	// refreshing it), so a long-running process outlives the first ticket.
+	// read from there (in memory) until the ticket's renew-till time, and re-reads the file when
+	// it changes, so a long-running process lives on as long as something (kinit -R, k5start)
+	// keeps the cache fresh; a keytab needs nothing of the kind.
 	TicketCache string
 	// Krb5Conf is the path of the krb5.conf naming the realms and their KDCs: $KRB5_CONFIG, else
 	// /etc/krb5.conf.
@@ -70,9 +71,10 @@ type KerberosConfig struct {
 // hostPlaceholder stands for a server's host name in KerberosConfig.ServerPrincipal.
 const hostPlaceholder = "_HOST"
 
-// validate checks the Auth and Kerberos fields and names the one that is wrong. It does not touch
-// the files or the KDC: newKerberosAuth does.
-func (c *Config) validate() error {
+// Validate checks the Auth and Kerberos fields and names the one that is wrong, so a program can
+// check its settings before it starts anything; NewClient calls it too. It reads no file and asks
+// no KDC: NewClient's login does, and names the setting when it fails.
+func (c *Config) Validate() error {
 	switch c.Auth {
 	case "", AuthSimple:
 		k := c.Kerberos
@@ -288,10 +290,6 @@ func (a *kerberosAuth) close() {
 	}
 }
 
-// errKerberos marks errors of the Kerberos login or handshake, so callers can tell a credentials
-// problem (fix the settings) from an unreachable server (retry).
-var errKerberos = errors.New("kerberos")
-
 // explain turns a gokrb5 error into one that names the setting to fix. gokrb5 reports KDC errors as
 // text (its error type does not unwrap), so the codes are recognised by their names.
 func (a *kerberosAuth) explain(what string, err error) error {
@@ -324,9 +322,9 @@ func (a *kerberosAuth) explain(what string, err error) error {
 		hint = "a ticket expired and could not be renewed (run kinit again, or use Kerberos.Keytab)"
 	}
 	if hint != "" {
-		return fmt.Errorf("%w: %s: %s: %w", errKerberos, what, hint, err)
+		return fmt.Errorf("kerberos: %s: %s: %w", what, hint, err)
 	}
-	return fmt.Errorf("%w: %s as %s: %w", errKerberos, what, a.principalString(), err)
+	return fmt.Errorf("kerberos: %s as %s: %w", what, a.principalString(), err)
 }
 
 // splitPrincipal splits "name@REALM" into name and realm, with def as the realm when none is given.
@@ -383,7 +381,7 @@ func (a *kerberosAuth) explainServer(spn string, err error) error {
 		hint = "the server refused the authentication of " + a.principalString() + " as " + spn
 	}
 	if hint != "" {
-		return fmt.Errorf("%w: SASL GSSAPI with %s: %s: %w", errKerberos, spn, hint, err)
+		return fmt.Errorf("kerberos: SASL GSSAPI with %s: %s: %w", spn, hint, err)
 	}
-	return fmt.Errorf("%w: SASL GSSAPI with %s: %w", errKerberos, spn, err)
+	return fmt.Errorf("kerberos: SASL GSSAPI with %s: %w", spn, err)
 }

@@ -21,8 +21,11 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
-started=0
-cleanup() { if [ "$started" = 1 ]; then "$services" stop || true; fi; }
+started=0 secure_started=0
+cleanup() {
+  if [ "$secure_started" = 1 ]; then SERVICES="kdc secure-hbase" "$services" stop || true; fi
+  if [ "$started" = 1 ]; then "$services" stop || true; fi
+}
 trap cleanup EXIT INT TERM
 
 # Leave servers alone that a developer already runs; stop only what this run started.
@@ -45,3 +48,25 @@ echo "[run-tests] go test ./... (disruptive tests: services are stopped and rest
 ABACUS_DISRUPTIVE=1 go test -count=1 -timeout 30m -p 1 -run '^TestDisruptive' "$@" ./...
 echo "[run-tests] go test ./... (everything else)"
 go test -count=1 -timeout 45m -skip '^TestDisruptive' "$@" ./...
+
+# Kerberos (issue 17): an MIT KDC and a Kerberized HBase beside the plain services, on their own
+# ports and data folder. HBase's own Java client first proves the server (and that it refuses a
+# client without credentials), then the Go client's TestKerberos* tests run against it, and tests
+# written for the plain HBase that take their settings from testenv.HBaseConfig run again with
+# Kerberos. The services are stopped afterwards unless they were already running.
+secure=(env SERVICES="kdc secure-hbase" "$services")
+if [[ $("${secure[@]}" status) != *stopped* ]]; then
+  echo "[run-tests] Kerberos: KDC and Kerberized HBase already running: using them and leaving them up"
+else
+  secure_started=1
+  echo "[run-tests] Kerberos: starting the KDC and the Kerberized HBase"
+  "${secure[@]}" start
+fi
+echo "[run-tests] Kerberos: HBase's Java client against the Kerberized HBase"
+"${secure[@]}" check-secure-java
+eval "$("${secure[@]}" env)"
+echo "[run-tests] Kerberos: go test -run '^TestKerberos' ./hbase/"
+ABACUS_REQUIRE_SECURE_HBASE=1 go test -count=1 -timeout 15m -run '^TestKerberos' "$@" ./hbase/
+echo "[run-tests] Kerberos: tests of the plain HBase, again with Kerberos"
+ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
+  go test -count=1 -timeout 15m -run '^TestHBaseMetaRegionServer$' "$@" ./internal/testenv/

@@ -1,0 +1,440 @@
+package hbase
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/jcmturner/gokrb5/v8/iana/etypeID"
+	"github.com/jcmturner/gokrb5/v8/keytab"
+)
+
+// secureEnv is the Kerberized HBase of testenv/services.sh's secure mode, as its `env` prints it.
+type secureEnv struct {
+	zk, krb5, principal, keytab, staleKeytab, shortlivedKeytab, serverPrincipal string
+}
+
+// secureHBase returns the secure test cluster, skipping the test when it is not running (failing it
+// when ABACUS_REQUIRE_SECURE_HBASE=1, as testenv/run-tests.sh sets in its Kerberos stage).
+func secureHBase(t *testing.T) secureEnv {
+	t.Helper()
+	e := secureEnv{
+		zk:               os.Getenv("ABACUS_SECURE_HBASE_ZK"),
+		krb5:             os.Getenv("ABACUS_KRB5_CONF"),
+		principal:        os.Getenv("ABACUS_KRB_PRINCIPAL"),
+		keytab:           os.Getenv("ABACUS_KRB_KEYTAB"),
+		staleKeytab:      os.Getenv("ABACUS_KRB_STALE_KEYTAB"),
+		shortlivedKeytab: os.Getenv("ABACUS_KRB_SHORTLIVED_KEYTAB"),
+		serverPrincipal:  os.Getenv("ABACUS_KRB_SERVER_PRINCIPAL"),
+	}
+	const hint = "start it with SERVICES=\"kdc secure-hbase\" testenv/services.sh start and " +
+		"eval \"$(SERVICES=\"kdc secure-hbase\" testenv/services.sh env)\""
+	var msg string
+	if e.zk == "" || e.krb5 == "" || e.keytab == "" {
+		msg = "no Kerberized HBase given (ABACUS_SECURE_HBASE_ZK, ABACUS_KRB5_CONF, ABACUS_KRB_KEYTAB unset): " + hint
+	} else if c, err := net.DialTimeout("tcp", e.zk, 2*time.Second); err != nil {
+		msg = fmt.Sprintf("Kerberized HBase's ZooKeeper not reachable at %s: %v; %s", e.zk, err, hint)
+	} else {
+		c.Close()
+		return e
+	}
+	if os.Getenv("ABACUS_REQUIRE_SECURE_HBASE") == "1" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return e
+}
+
+// config is a Kerberos client configuration for the secure cluster with the client keytab.
+func (e secureEnv) config() Config {
+	return Config{ZooKeeper: e.zk, Auth: AuthKerberos, Kerberos: KerberosConfig{
+		Principal: e.principal, Keytab: e.keytab, Krb5Conf: e.krb5, ServerPrincipal: e.serverPrincipal,
+	}}
+}
+
+// negotiated returns the protection of every open connection of c.
+func negotiated(c *Client) map[string]string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]string{}
+	for k, cn := range c.conns {
+		sc, ok := cn.nc.(*saslConn)
+		if !ok {
+			out[k] = "none"
+			continue
+		}
+		out[k] = qopName(sc.g.qop)
+	}
+	return out
+}
+
+// roundTrip creates a table, writes rows (one of them big, so that wrap tokens span many reads),
+// reads them back with Get and Scan, and drops the table.
+func roundTrip(t *testing.T, c *Client, name string) {
+	t.Helper()
+	ctx := testContext(t)
+	table := fmt.Sprintf("krbtest_%s_%d", name, time.Now().UnixNano())
+	if err := c.Admin().CreateTable(ctx, TableSpec{Name: table, Families: fam("f")}); err != nil {
+		t.Fatalf("create table %s: %v", table, err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := c.Admin().DisableTable(ctx, table); err != nil {
+			t.Errorf("disable %s: %v", table, err)
+			return
+		}
+		if err := c.Admin().DeleteTable(ctx, table); err != nil {
+			t.Errorf("delete %s: %v", table, err)
+		}
+	}()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	var muts []*Mutation
+	for i := range 200 {
+		muts = append(muts, NewPut(table, fmt.Appendf(nil, "row%03d", i)).Add("f", []byte("q"), int64(1000+i), fmt.Appendf(nil, "v%d", i)))
+	}
+	muts = append(muts, NewPut(table, []byte("row999")).Add("f", []byte("big"), 7, big))
+	if err := c.Apply(ctx, muts); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	res, err := c.Get(ctx, Get{Table: table, Row: []byte("row042")})
+	if err != nil || len(res.Cells) != 1 || string(res.Cells[0].Value) != "v42" || res.Cells[0].Timestamp != 1042 {
+		t.Fatalf("get row042: %v %+v", err, res)
+	}
+	res, err = c.Get(ctx, Get{Table: table, Row: []byte("row999")})
+	if err != nil || len(res.Cells) != 1 || !bytes.Equal(res.Cells[0].Value, big) {
+		t.Fatalf("get of the 1 MiB cell: %v, %d cells", err, len(res.Cells))
+	}
+	sc := c.Scan(Scan{Table: table, Caching: 50})
+	defer sc.Close()
+	n := 0
+	for {
+		r, err := sc.Next(ctx)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("scan: %v", err)
+		}
+		if n < 200 && string(r.Row()) != fmt.Sprintf("row%03d", n) {
+			t.Fatalf("scan row %d is %q", n, r.Row())
+		}
+		n++
+	}
+	if n != 201 {
+		t.Fatalf("scan returned %d rows, want 201", n)
+	}
+}
+
+// TestKerberosKeytabRoundTrip logs in from the client keytab and creates a table, writes, reads and
+// scans on the Kerberized cluster; the server offers every protection and the client, asking for
+// none in particular, takes authentication only.
+func TestKerberosKeytabRoundTrip(t *testing.T) {
+	e := secureHBase(t)
+	c, err := NewClient(testContext(t), e.config())
+	if err != nil {
+		t.Fatalf("new client with keytab %s: %v", e.keytab, err)
+	}
+	defer c.Close()
+	roundTrip(t, c, "keytab")
+	qops := negotiated(c)
+	if len(qops) < 2 { // ClientService on the region server and MasterService at least
+		t.Fatalf("connections after a round trip: %v", qops)
+	}
+	for k, q := range qops {
+		if q != ProtectionAuthentication {
+			t.Errorf("connection %s negotiated %s, want authentication (the weakest the server offers)", k, q)
+		}
+	}
+}
+
+// TestKerberosProtection runs the round trip with integrity (signed wrap tokens) and privacy
+// (encrypted wrap tokens) asked for, and checks every connection negotiated it.
+func TestKerberosProtection(t *testing.T) {
+	e := secureHBase(t)
+	for _, p := range []string{ProtectionIntegrity, ProtectionPrivacy} {
+		t.Run(p, func(t *testing.T) {
+			cfg := e.config()
+			cfg.Kerberos.Protection = p
+			c, err := NewClient(testContext(t), cfg)
+			if err != nil {
+				t.Fatalf("new client with Protection %s: %v", p, err)
+			}
+			defer c.Close()
+			roundTrip(t, c, p)
+			for k, q := range negotiated(c) {
+				if q != p {
+					t.Errorf("connection %s negotiated %s, want %s", k, q, p)
+				}
+			}
+		})
+	}
+}
+
+// kinit fills a fresh ticket cache from keytab with MIT's kinit, as a user would.
+func kinit(t *testing.T, e secureEnv, principal, kt string) string {
+	t.Helper()
+	bin, err := exec.LookPath("kinit")
+	if err != nil {
+		t.Fatalf("kinit not found (Debian package krb5-user, which testenv/services.sh installs with the KDC): %v", err)
+	}
+	cache := filepath.Join(t.TempDir(), "ccache")
+	cmd := exec.Command(bin, "-k", "-t", kt, principal)
+	cmd.Env = append(os.Environ(), "KRB5_CONFIG="+e.krb5, "KRB5CCNAME=FILE:"+cache)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kinit -k -t %s %s: %v\n%s", kt, principal, err, out)
+	}
+	return cache
+}
+
+// TestKerberosTicketCache authenticates from a ticket cache made by kinit, with no keytab, and
+// checks the errors for a cache of another principal and a missing cache.
+func TestKerberosTicketCache(t *testing.T) {
+	e := secureHBase(t)
+	cache := kinit(t, e, e.principal, e.keytab)
+	cfg := Config{ZooKeeper: e.zk, Auth: AuthKerberos, Kerberos: KerberosConfig{TicketCache: cache, Krb5Conf: e.krb5, ServerPrincipal: e.serverPrincipal}}
+	c, err := NewClient(testContext(t), cfg)
+	if err != nil {
+		t.Fatalf("new client from ticket cache: %v", err)
+	}
+	roundTrip(t, c, "ccache")
+	c.Close()
+
+	cfg.Kerberos.Principal = "someone-else@ABACUS.TEST"
+	_, err = NewClient(testContext(t), cfg)
+	if err == nil || !strings.Contains(err.Error(), "Kerberos.Principal") || !strings.Contains(err.Error(), "Kerberos.TicketCache") {
+		t.Fatalf("ticket cache of another principal: %v, want an error naming Kerberos.Principal and Kerberos.TicketCache", err)
+	}
+	cfg.Kerberos.Principal = ""
+	cfg.Kerberos.TicketCache = filepath.Join(t.TempDir(), "nothing-here")
+	_, err = NewClient(testContext(t), cfg)
+	if err == nil || !strings.Contains(err.Error(), "Kerberos.TicketCache") || !strings.Contains(err.Error(), "kinit") {
+		t.Fatalf("missing ticket cache: %v, want an error naming Kerberos.TicketCache and kinit", err)
+	}
+}
+
+// TestKerberosNoCredentialsRefused: a client without Kerberos is refused by the secure cluster,
+// with the server's reason and what to set, and the error is marked ErrAuthentication.
+func TestKerberosNoCredentialsRefused(t *testing.T) {
+	e := secureHBase(t)
+	ctx := testContext(t)
+	// NewClient of a simple client only reads ZooKeeper, whose HBase znodes are world-readable.
+	c, err := NewClient(ctx, Config{ZooKeeper: e.zk, MaxRounds: 2})
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	defer c.Close()
+	start := time.Now()
+	_, err = c.Admin().ListTables(ctx, "")
+	if err == nil {
+		t.Fatal("list tables without credentials succeeded")
+	}
+	if !errors.Is(err, ErrAuthentication) || !strings.Contains(err.Error(), "Authentication is required") ||
+		!strings.Contains(err.Error(), "set Auth to kerberos") {
+		t.Fatalf("list tables without credentials: %v, want ErrAuthentication with the server's reason and the setting", err)
+	}
+	if _, err := c.Get(ctx, Get{Table: "hbase:meta", Row: []byte("x")}); !errors.Is(err, ErrAuthentication) {
+		t.Fatalf("get without credentials: %v, want ErrAuthentication", err)
+	}
+	t.Logf("refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
+}
+
+// TestKerberosBadCredentials: a stale keytab, a keytab without the principal, an unknown principal
+// and an unknown server principal each fail NewClient at once with the setting named.
+func TestKerberosBadCredentials(t *testing.T) {
+	e := secureHBase(t)
+	ghost := filepath.Join(t.TempDir(), "ghost.keytab")
+	kt := keytab.New()
+	if err := kt.AddEntry("ghost", "ABACUS.TEST", "no-such-user", time.Now(), 1, etypeID.AES256_CTS_HMAC_SHA1_96); err != nil {
+		t.Fatal(err)
+	}
+	b, err := kt.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ghost, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mod    func(*Config)
+		expect []string
+	}{
+		{"stale keytab", func(c *Config) { c.Kerberos.Keytab = e.staleKeytab },
+			[]string{"Kerberos.Keytab", e.staleKeytab, "not the current keys"}},
+		{"keytab of another principal", func(c *Config) { c.Kerberos.Principal = "shortlived@ABACUS.TEST" },
+			[]string{"Kerberos.Keytab", "holds no key for Kerberos.Principal shortlived@ABACUS.TEST"}},
+		{"unknown principal", func(c *Config) { c.Kerberos.Principal, c.Kerberos.Keytab = "ghost@ABACUS.TEST", ghost },
+			[]string{"Kerberos.Principal", "does not know the client principal ghost@ABACUS.TEST"}},
+		{"unknown server principal", func(c *Config) { c.Kerberos.ServerPrincipal = "hbase/_HOST.wrong@ABACUS.TEST" },
+			[]string{"Kerberos.ServerPrincipal", "hbase/127.0.0.1.wrong@ABACUS.TEST"}},
+		{"missing keytab", func(c *Config) { c.Kerberos.Keytab = "/nonexistent/client.keytab" },
+			[]string{"Kerberos.Keytab /nonexistent/client.keytab"}},
+		{"missing krb5.conf", func(c *Config) { c.Kerberos.Krb5Conf = "/nonexistent/krb5.conf" },
+			[]string{"Kerberos.Krb5Conf /nonexistent/krb5.conf"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := e.config()
+			tc.mod(&cfg)
+			start := time.Now()
+			c, err := NewClient(testContext(t), cfg)
+			took := time.Since(start)
+			if err == nil {
+				c.Close()
+				t.Fatal("NewClient succeeded")
+			}
+			for _, s := range tc.expect {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error does not say %q: %v", s, err)
+				}
+			}
+			if !errors.Is(err, ErrAuthentication) {
+				t.Errorf("error is not ErrAuthentication: %v", err)
+			}
+			if took > 5*time.Second {
+				t.Errorf("took %v to fail, want a quick failure", took)
+			}
+			t.Logf("%v: %v", took.Round(time.Millisecond), err)
+		})
+	}
+}
+
+// TestKerberosZooKeeperWorldReadable: the secure cluster's ZooKeeper authenticates HBase by SASL
+// and protects its znodes, but the two the client reads (master, meta-region-server) stay readable
+// by anyone: the client needs no ZooKeeper SASL, while other znodes refuse it.
+func TestKerberosZooKeeperWorldReadable(t *testing.T) {
+	e := secureHBase(t)
+	zc, _, err := zk.Connect([]string{e.zk}, 5*time.Second, zk.WithLogInfo(false), zk.WithLogger(discardLogger{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zc.Close()
+	for _, node := range []string{"/hbase/master", "/hbase/meta-region-server"} {
+		acl, _, err := zc.GetACL(node)
+		if err != nil {
+			t.Fatalf("acl of %s: %v", node, err)
+		}
+		world, sasl := false, false
+		for _, a := range acl {
+			world = world || (a.Scheme == "world" && a.ID == "anyone" && a.Perms == zk.PermRead)
+			sasl = sasl || (a.Scheme == "sasl" && a.ID == "hbase" && a.Perms == zk.PermAll)
+		}
+		if !world || !sasl {
+			t.Fatalf("acl of %s is %v, want world:anyone read and sasl:hbase all", node, acl)
+		}
+	}
+	if _, _, err := zc.Get("/hbase/running"); !errors.Is(err, zk.ErrNoAuth) {
+		t.Fatalf("read of /hbase/running without SASL: %v, want zk.ErrNoAuth (the ZooKeeper is not secured)", err)
+	}
+	sn, err := ZooKeeperLocator{Quorum: e.zk}.Master(testContext(t))
+	if err != nil || sn.Host == "" {
+		t.Fatalf("master from the secure ZooKeeper: %v %v", sn, err)
+	}
+}
+
+// TestKerberosRenewal: with 1-minute tickets (principal shortlived), a long-running client keeps
+// opening new connections after its first tickets expired. From a keytab the login renews itself
+// (three rounds, a minute apart). From a ticket cache the client renews the cached ticket while it is
+// renewable, and re-reads the cache file when it changes (kinit, k5start): a broken file is
+// reported with the setting named, a fresh one is taken up.
+func TestKerberosRenewal(t *testing.T) {
+	t.Parallel() // it mostly sleeps: let the other Kerberos tests run meanwhile
+	e := secureHBase(t)
+	if e.shortlivedKeytab == "" {
+		t.Fatal("ABACUS_KRB_SHORTLIVED_KEYTAB unset: testenv/services.sh env prints it")
+	}
+	const principal = "shortlived@ABACUS.TEST"
+	t.Run("keytab", func(t *testing.T) {
+		t.Parallel()
+		cfg := e.config()
+		cfg.Kerberos.Principal, cfg.Kerberos.Keytab = principal, e.shortlivedKeytab
+		c := renewalClient(t, cfg)
+		for round := range 3 {
+			if round > 0 {
+				time.Sleep(65 * time.Second) // past the 1-minute lifetime of every ticket held
+			}
+			if err := freshConnections(c); err != nil {
+				t.Fatalf("round %d (%d s after login): %v", round, round*65, err)
+			}
+		}
+	})
+	t.Run("ticket cache", func(t *testing.T) {
+		t.Parallel()
+		cache := kinit(t, e, principal, e.shortlivedKeytab)
+		cfg := Config{ZooKeeper: e.zk, Auth: AuthKerberos, Kerberos: KerberosConfig{TicketCache: cache, Krb5Conf: e.krb5, ServerPrincipal: e.serverPrincipal}}
+		c := renewalClient(t, cfg)
+		if err := freshConnections(c); err != nil {
+			t.Fatalf("first round: %v", err)
+		}
+		time.Sleep(65 * time.Second)
+		if err := freshConnections(c); err != nil {
+			t.Fatalf("after the cached ticket's minute (the client must renew it): %v", err)
+		}
+		replace := func(b []byte) {
+			if err := os.WriteFile(cache+".new", b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(cache+".new", cache); err != nil {
+				t.Fatal(err)
+			}
+		}
+		replace([]byte("not a ticket cache"))
+		err := freshConnections(c)
+		if !errors.Is(err, ErrAuthentication) || !strings.Contains(err.Error(), "Kerberos.TicketCache "+cache) {
+			t.Fatalf("with the cache file broken: %v, want ErrAuthentication naming Kerberos.TicketCache", err)
+		}
+		t.Logf("broken ticket cache: %v", err)
+		b, err := os.ReadFile(kinit(t, e, principal, e.shortlivedKeytab))
+		if err != nil {
+			t.Fatal(err)
+		}
+		replace(b) // what k5start or a cron'd kinit does: a fresh ticket in the same file
+		if err := freshConnections(c); err != nil {
+			t.Fatalf("after kinit refreshed the cache: %v", err)
+		}
+	})
+}
+
+func renewalClient(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	cfg.MaxRounds = 2
+	c, err := NewClient(testContext(t), cfg)
+	if err != nil {
+		t.Fatalf("new client: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// freshConnections drops every connection of c, so that the calls that follow need new service
+// tickets, and makes a master call and a region server call.
+func freshConnections(c *Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c.mu.Lock()
+	var addrs []string
+	for _, cn := range c.conns {
+		addrs = append(addrs, cn.addr)
+	}
+	c.mu.Unlock()
+	for _, a := range addrs {
+		c.dropConn(a)
+	}
+	if _, err := c.Admin().ListTables(ctx, ""); err != nil {
+		return fmt.Errorf("list tables: %w", err)
+	}
+	if _, err := c.Get(ctx, Get{Table: "hbase:meta", Row: []byte("hbase:namespace")}); err != nil {
+		return fmt.Errorf("get: %w", err)
+	}
+	return nil
+}
