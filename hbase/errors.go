@@ -108,6 +108,12 @@ func (e *authError) Error() string        { return e.err.Error() }
 func (e *authError) Unwrap() error        { return e.err }
 func (e *authError) Is(target error) bool { return target == ErrAuthentication }
 
+// retryHere reports whether the client's own retry loops should resend after err: a retriable
+// error that is not an authentication failure. Credentials do not mend within one call, so an
+// ErrAuthentication error goes back to the caller at once, still retriable for the caller's own
+// (longer) retries: a sink pauses rather than spinning here for MaxRounds backoffs.
+func retryHere(err error) bool { return IsRetriable(err) && !errors.Is(err, ErrAuthentication) }
+
 // ErrClosed is returned by calls on a Client (or connection) after Close.
 var ErrClosed = errors.New("hbase: client closed")
 

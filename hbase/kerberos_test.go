@@ -223,13 +223,15 @@ func TestKerberosTicketCache(t *testing.T) {
 	}
 }
 
-// TestKerberosNoCredentialsRefused: a client without Kerberos is refused by the secure cluster,
-// with the server's reason and what to set, and the error is marked ErrAuthentication.
+// TestKerberosNoCredentialsRefused: a client without Kerberos is refused by the secure cluster at
+// once, with the server's reason and what to set; the error is ErrAuthentication and retriable (a
+// sink pauses, it never dead-letters data because credentials are missing), and the client's own
+// retry loops do not spin on it.
 func TestKerberosNoCredentialsRefused(t *testing.T) {
 	e := secureHBase(t)
 	ctx := testContext(t)
 	// NewClient of a simple client only reads ZooKeeper, whose HBase znodes are world-readable.
-	c, err := NewClient(ctx, Config{ZooKeeper: e.zk, MaxRounds: 2})
+	c, err := NewClient(ctx, Config{ZooKeeper: e.zk})
 	if err != nil {
 		t.Fatalf("new client: %v", err)
 	}
@@ -245,6 +247,14 @@ func TestKerberosNoCredentialsRefused(t *testing.T) {
 	}
 	if _, err := c.Get(ctx, Get{Table: "hbase:meta", Row: []byte("x")}); !errors.Is(err, ErrAuthentication) {
 		t.Fatalf("get without credentials: %v, want ErrAuthentication", err)
+	}
+	err = c.Apply(ctx, []*Mutation{NewPut("hbase:meta", []byte("never")).Add("info", []byte("q"), 1, []byte("v"))})
+	var be *BatchError
+	if !errors.As(err, &be) || !errors.Is(be.Errs[0], ErrAuthentication) || !IsRetriable(be.Errs[0]) {
+		t.Fatalf("apply without credentials: %v, want a retriable ErrAuthentication", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("three refused calls took %v: the client retried what credentials must fix", took)
 	}
 	t.Logf("refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
 }
