@@ -113,7 +113,7 @@ func dial(ctx context.Context, addr, service, user string, timeout time.Duration
 			nc.Close()
 			return nil, &Error{Op: "connection preamble " + service, Server: addr, Kind: KindReconnect, Err: err}
 		}
-		g, err := saslHandshake(ctx, nc, auth, tkt, key, spn)
+		g, err := saslHandshake(ctx, nc, auth, tkt, key, spn, timeout)
 		if err != nil {
 			nc.Close()
 			return nil, &Error{Op: "authenticate " + service, Server: addr, Kind: KindReconnect,

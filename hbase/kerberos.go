@@ -252,10 +252,11 @@ func (a *kerberosAuth) serviceTicket(ctx context.Context, host string) (messages
 	var (
 		tkt messages.Ticket
 		key types.EncryptionKey
+		cl  = a.cl // the goroutine in kdc may outlive mu when ctx ends first
 	)
 	err := a.kdc(ctx, func() error {
 		var err error
-		tkt, key, err = a.cl.GetServiceTicket(spn)
+		tkt, key, err = cl.GetServiceTicket(spn)
 		return err
 	})
 	if err != nil {
@@ -307,7 +308,7 @@ func (a *kerberosAuth) explain(what string, err error) error {
 		} else {
 			hint = fmt.Sprintf("the KDC refused the credentials of %s from Kerberos.TicketCache %s", a.principalString(), a.cache)
 		}
-	case strings.Contains(msg, "KRB_AP_ERR_SKEW"):
+	case strings.Contains(msg, "KRB_AP_ERR_SKEW"), strings.Contains(strings.ToLower(msg), "clock skew"):
 		hint = "the clocks of this host and the KDC differ by more than the allowed skew (5 minutes by default): synchronise them"
 	case strings.Contains(msg, "KDC_ERR_ETYPE_NOSUPP"), strings.Contains(msg, "KDC_ERR_ETYPE_NOTSUPP"):
 		hint = "the KDC and the client share no encryption type (see the *_enctypes settings in Kerberos.Krb5Conf " + a.cfg.Krb5Conf + ")"

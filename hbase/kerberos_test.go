@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -447,4 +448,103 @@ func freshConnections(c *Client) error {
 		return fmt.Errorf("get: %w", err)
 	}
 	return nil
+}
+
+// TestKerberosClockSkew runs a second KDC of the test realm (same database) whose clock is ten
+// minutes ahead, under Debian's faketime (Go reads the clock through the vDSO, so the KDC is the
+// side whose clock can be moved), and logs in through it: NewClient must fail at once, saying the
+// clocks differ, rather than hang or blame the keytab.
+func TestKerberosClockSkew(t *testing.T) {
+	e := secureHBase(t)
+	faketime, err := exec.LookPath("faketime")
+	if err != nil {
+		t.Fatalf("faketime not found (Debian package faketime, which testenv/services.sh installs with the KDC): %v", err)
+	}
+	krb5kdc, err := exec.LookPath("krb5kdc")
+	if err != nil {
+		if krb5kdc, err = exec.LookPath("/usr/sbin/krb5kdc"); err != nil {
+			t.Fatalf("krb5kdc not found: %v", err)
+		}
+	}
+	realmDir := filepath.Dir(e.krb5)
+	kdcConf, err := os.ReadFile(filepath.Join(realmDir, "kdc.conf"))
+	if err != nil {
+		t.Fatalf("kdc.conf of the test realm: %v", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := t.TempDir()
+	oldPort := ""
+	for _, line := range strings.Split(string(kdcConf), "\n") {
+		if _, v, ok := strings.Cut(line, "kdc_tcp_listen = 127.0.0.1:"); ok {
+			oldPort = strings.TrimSpace(v)
+		}
+	}
+	if oldPort == "" {
+		t.Fatalf("no kdc_tcp_listen in %s/kdc.conf", realmDir)
+	}
+	swap := func(b []byte) []byte {
+		return []byte(strings.ReplaceAll(strings.ReplaceAll(string(b), "127.0.0.1:"+oldPort, fmt.Sprintf("127.0.0.1:%d", port)),
+			filepath.Join(realmDir, "kdc.log"), filepath.Join(dir, "kdc.log")))
+	}
+	krb5, err := os.ReadFile(e.krb5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kdc.conf"), swap(kdcConf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "krb5.conf"), swap(krb5), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(faketime, "-f", "+600s", krb5kdc, "-n")
+	cmd.Env = append(os.Environ(), "KRB5_CONFIG="+filepath.Join(dir, "krb5.conf"), "KRB5_KDC_PROFILE="+filepath.Join(dir, "kdc.conf"))
+	// faketime runs krb5kdc as its child: a process group of their own lets the cleanup end both.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	logPath := filepath.Join(dir, "kdc.stdout")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the skewed KDC: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(logPath)
+			t.Fatalf("skewed KDC not listening on %d: %s", port, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cfg := e.config()
+	cfg.Kerberos.Krb5Conf = filepath.Join(dir, "krb5.conf")
+	start := time.Now()
+	c, err := NewClient(testContext(t), cfg)
+	took := time.Since(start)
+	if err == nil {
+		c.Close()
+		t.Fatal("NewClient succeeded through a KDC ten minutes ahead")
+	}
+	if !errors.Is(err, ErrAuthentication) || !strings.Contains(err.Error(), "clocks of this host and the KDC differ") {
+		t.Fatalf("skewed KDC: %v, want ErrAuthentication saying the clocks differ", err)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("took %v to fail", took)
+	}
+	t.Logf("%v: %v", took.Round(time.Millisecond), err)
 }

@@ -96,6 +96,7 @@ func TestExplainKerberosErrors(t *testing.T) {
 	a.principal.NameString = []string{"app"}
 	for _, tc := range []struct{ in, want string }{
 		{"KRB Error: (37) KRB_AP_ERR_SKEW Clock skew too great", "clocks of this host and the KDC differ"},
+		{"KRBMessage_Handling_Error: AS Exchange Error: AS_REP is not valid < clock skew with KDC too large. Greater than 300 seconds", "clocks of this host and the KDC differ"},
 		{"KRB Error: (24) KDC_ERR_PREAUTH_FAILED", "not the current keys of app@R"},
 		{"KRB Error: (6) KDC_ERR_C_PRINCIPAL_UNKNOWN", "does not know the client principal app@R (Kerberos.Principal)"},
 		{"KRB Error: (7) KDC_ERR_S_PRINCIPAL_UNKNOWN", "Kerberos.ServerPrincipal"},

@@ -1,6 +1,7 @@
 package hbase
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/hmac"
@@ -117,12 +118,15 @@ type gssContext struct {
 
 // saslHandshake authenticates conn (the preamble already sent) to the server named by spn, with
 // a service ticket and its session key. It returns the context, whose qop says whether traffic
-// must be wrapped.
-func saslHandshake(ctx context.Context, nc net.Conn, auth *kerberosAuth, tkt messages.Ticket, key types.EncryptionKey, spn string) (*gssContext, error) {
-	if dl, ok := ctx.Deadline(); ok {
-		_ = nc.SetDeadline(dl)
-		defer nc.SetDeadline(time.Time{})
+// must be wrapped. The exchange ends by ctx's deadline, or after timeout when ctx has none, so that
+// a server that never answers cannot hang the dial.
+func saslHandshake(ctx context.Context, nc net.Conn, auth *kerberosAuth, tkt messages.Ticket, key types.EncryptionKey, spn string, timeout time.Duration) (*gssContext, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(timeout)
 	}
+	_ = nc.SetDeadline(dl)
+	defer nc.SetDeadline(time.Time{})
 	// AP-REQ with an authenticator whose GSS checksum asks for mutual authentication, integrity
 	// and confidentiality (the last two only make them available; the server decides).
 	authn, err := types.NewAuthenticator(auth.realm, auth.principal)
@@ -452,7 +456,7 @@ type saslConn struct {
 }
 
 func newSASLConn(nc net.Conn, g *gssContext) *saslConn {
-	return &saslConn{
+	c := &saslConn{
 		Conn:  nc,
 		g:     g,
 		wrap:  g.qop != qopAuth,
@@ -460,6 +464,12 @@ func newSASLConn(nc net.Conn, g *gssContext) *saslConn {
 		r:     nc,
 		first: true,
 	}
+	if c.wrap {
+		// Token headers are read 4 bytes at a time: buffer them. (Unwrapped traffic is buffered by
+		// the connection's reader.)
+		c.r = bufio.NewReaderSize(nc, 64<<10)
+	}
+	return c
 }
 
 // Read returns plain bytes of the response stream.
@@ -475,7 +485,7 @@ func (c *saslConn) Read(p []byte) (int, error) {
 		if int32(binary.BigEndian.Uint32(hdr[:])) == saslStatusError {
 			return 0, fmt.Errorf("authentication failed: %w", readSASLError(c.r, saslStatusError))
 		}
-		c.r = io.MultiReader(bytes.NewReader(hdr[:]), c.Conn)
+		c.r = io.MultiReader(bytes.NewReader(hdr[:]), c.r)
 	}
 	if !c.wrap {
 		return c.r.Read(p)

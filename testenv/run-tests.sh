@@ -55,6 +55,7 @@ go test -count=1 -timeout 45m -skip '^TestDisruptive' "$@" ./...
 # written for the plain HBase that take their settings from testenv.HBaseConfig run again with
 # Kerberos. The services are stopped afterwards unless they were already running.
 secure=(env SERVICES="kdc secure-hbase" "$services")
+kerberos_t0=$SECONDS
 if [[ $("${secure[@]}" status) != *stopped* ]]; then
   echo "[run-tests] Kerberos: KDC and Kerberized HBase already running: using them and leaving them up"
 else
@@ -70,3 +71,5 @@ ABACUS_REQUIRE_SECURE_HBASE=1 go test -count=1 -timeout 15m -run '^TestKerberos'
 echo "[run-tests] Kerberos: tests of the plain HBase, again with Kerberos"
 ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
   go test -count=1 -timeout 15m -run '^TestHBaseMetaRegionServer$' "$@" ./internal/testenv/
+"${secure[@]}" status
+echo "[run-tests] Kerberos stage: $((SECONDS - kerberos_t0)) s before stopping its services"

@@ -259,21 +259,22 @@ EOF
 # machine has none). Root runs apt-get itself; others need password-less sudo.
 need_krb5() {
   local tool missing=0
-  for tool in krb5kdc kdb5_util kadmin.local kinit; do
+  # faketime: the clock-skew test runs a second KDC whose clock is ten minutes ahead.
+  for tool in krb5kdc kdb5_util kadmin.local kinit faketime; do
     command -v "$tool" >/dev/null || missing=1
   done
   [ "$missing" = 0 ] && return 0
   local sudo=
   if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null && sudo -n true 2>/dev/null \
-      || die "MIT Kerberos missing: install krb5-kdc krb5-admin-server krb5-user (Debian), or run as root"
+      || die "MIT Kerberos missing: install krb5-kdc krb5-admin-server krb5-user faketime (Debian), or run as root"
     sudo="sudo"
   fi
-  log "installing MIT Kerberos from Debian's packages: krb5-kdc krb5-admin-server krb5-user"
+  log "installing MIT Kerberos from Debian's packages: krb5-kdc krb5-admin-server krb5-user faketime"
   # The packages' scripts may try to start system-wide daemons; this script never uses them: its
   # KDC runs from its own folder, on its own port.
   { $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq \
-      && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq krb5-kdc krb5-admin-server krb5-user; } \
+      && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq krb5-kdc krb5-admin-server krb5-user faketime; } \
     >"$data/krb5-apt.log" 2>&1 \
     || { tail -n 20 "$data/krb5-apt.log" >&2; die "apt-get install of MIT Kerberos failed (log: $data/krb5-apt.log)"; }
 }
