@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -115,6 +116,30 @@ func roundTrip(t *testing.T, c *Client, name string) {
 	res, err = c.Get(ctx, Get{Table: table, Row: []byte("row999")})
 	if err != nil || len(res.Cells) != 1 || !bytes.Equal(res.Cells[0].Value, big) {
 		t.Fatalf("get of the 1 MiB cell: %v, %d cells", err, len(res.Cells))
+	}
+	// Many calls in flight on one connection: requests and responses pipelined, each write and
+	// each response its own wrap token when the protection wraps.
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				n := (g*20 + i) % 200
+				row := fmt.Sprintf("row%03d", n)
+				res, err := c.Get(ctx, Get{Table: table, Row: []byte(row)})
+				if err != nil || len(res.Cells) != 1 || string(res.Cells[0].Value) != fmt.Sprintf("v%d", n) {
+					errc <- fmt.Errorf("concurrent get %s: %v %+v", row, err, res)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		t.Fatal(err)
 	}
 	sc := c.Scan(Scan{Table: table, Caching: 50})
 	defer sc.Close()
