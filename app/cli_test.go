@@ -3,6 +3,8 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -13,17 +15,18 @@ import (
 	"github.com/abacus-stream/abacus/app"
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// program is the abacus binary's program: the devices example.
+// program is the abacus binary's program: the devices example, with the demo's hour of history.
 var program = app.Program{
 	Topologies: []func() (*topology.Topology, error){devices.Topology},
 	DemoTopics: map[string]int32{devices.Topic: 4},
 	DemoGenerator: func(ctx context.Context, cl *kgo.Client) error {
-		_, err := devices.Generator{Devices: 5, PerSecond: 50, Jitter: time.Second, Seed: 1}.Run(ctx, cl)
+		_, err := devices.Generator{Devices: 5, PerSecond: 50, Jitter: time.Second, Seed: 1, History: time.Hour}.Run(ctx, cl)
 		return err
 	},
 }
@@ -55,13 +58,32 @@ func TestCLIRealServers(t *testing.T) {
 			e.Setenv("ABACUS_KAFKA_BROKERS", strings.Join(brokers, ","))
 			e.Setenv("ABACUS_HBASE_ZK", quorum)
 			e.Setenv("RUN", run)
-			return nil
+			// A free port for servers the script waits for (wait-http): the script must know the
+			// address before the server prints it.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			e.Setenv("PORT", strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+			return ln.Close()
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"sleep": func(ts *testscript.TestScript, neg bool, args []string) {
-				d, err := time.ParseDuration(args[0])
-				ts.Check(err)
-				time.Sleep(d)
+			// wait-http URL waits (up to a minute) until URL answers 200.
+			"wait-http": func(ts *testscript.TestScript, neg bool, args []string) {
+				deadline := time.Now().Add(time.Minute)
+				for {
+					resp, err := http.Get(args[0])
+					if err == nil {
+						resp.Body.Close()
+						if resp.StatusCode == http.StatusOK {
+							return
+						}
+					}
+					if time.Now().After(deadline) {
+						ts.Fatalf("%s did not answer 200 within a minute (last: %v)", args[0], err)
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
 			},
 			// produce-readings N writes N device readings with event times around now.
 			"produce-readings": func(ts *testscript.TestScript, neg bool, args []string) {
@@ -69,7 +91,7 @@ func TestCLIRealServers(t *testing.T) {
 				if err != nil {
 					ts.Fatalf("produce-readings N: %v", err)
 				}
-				cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(app.GokaPartitioner()))
+				cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(partitioner.Kgo()))
 				ts.Check(err)
 				defer cl.Close()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

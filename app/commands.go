@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,36 +13,48 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/sinks"
-	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
 
-// admin creates or verifies what a deployment needs: source, totals and dead-letter topics, and
-// the sink tables.
+const adminUsage = `Usage:
+  abacus admin create -config FILE [-partitions N]   create the topics and tables that are missing
+  abacus admin verify -config FILE                   check that every topic and table is as the config says
+
+Topics: the topology's sources, totals, dead-letter and late topics, the processor group's loop
+topic and table changelog, all with the sources' partition count (or -partitions for new sources)
+and processor.replication. Tables: the sink tables, pre-split on their salt buckets, and the
+offsets table when sinks.offsets is hbase.
+`
+
+// admin creates or verifies what a deployment needs: its topics and tables.
 func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "create" && args[0] != "verify") {
-		return usagef("want admin create or admin verify")
+	if len(args) == 0 || isHelp(args[0]) {
+		return groupHelp(args, stdout, adminUsage)
+	}
+	if args[0] != "create" && args[0] != "verify" {
+		return usagef("unknown subcommand %q\n%s", args[0], adminUsage)
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("admin "+verb, flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	partitions := fs.Int("partitions", 12, "partitions of source topics that admin create makes")
+	partitions := fs.Int("partitions", 12, "partitions of the topics admin create makes, when no source exists yet")
 	if err := parse(fs, args[1:], stderr); err != nil {
 		return err
 	}
 	if *partitions < 1 {
 		return usagef("-partitions must be at least 1, got %d", *partitions)
 	}
-	d, err := p.connect(ctx, &c, stderr)
+	d, err := p.connect(ctx, &c, stderr, func(*Config) needs { return needs{kafka: true, store: true} })
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	cfg, topo := d.cfg, d.topo
+	defer d.shutdown()
+	cfg := d.cfg
 	step := func(what string, f func() error) error {
 		t0 := time.Now()
 		fmt.Fprintf(stdout, "%s ... ", what)
@@ -52,28 +65,24 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		fmt.Fprintf(stdout, "ok (%s)\n", time.Since(t0).Round(time.Millisecond))
 		return nil
 	}
-	adm := kadm.NewClient(d.kafka)
-	for _, s := range topo.Sources {
-		if verb == "create" {
-			err = step(fmt.Sprintf("source topic %s (%d partitions)", s.Topic, *partitions), func() error {
-				return createTopics(ctx, d.kafka, map[string]int32{s.Topic: int32(*partitions)})
-			})
-		} else {
-			err = step("source topic "+s.Topic, func() error { return topicExists(ctx, adm, s.Topic) })
-		}
-		if err != nil {
-			return err
-		}
+	specs, err := d.topicSpecs(ctx, int32(*partitions))
+	if err != nil {
+		return err
 	}
-	if verb == "create" {
-		if err := step("totals and dead-letter topics", func() error { return d.ensureTopics(ctx) }); err != nil {
-			return err
-		}
-	} else {
-		for _, t := range []string{topo.TotalsTopic, topo.DeadLetter} {
-			if err := step("topic "+t, func() error { return topicExists(ctx, adm, t) }); err != nil {
-				return err
+	adm := kadm.NewClient(d.kafka)
+	var failed []error
+	for _, t := range specs {
+		what := fmt.Sprintf("%s topic %s (%d partitions, replication %d)", t.Role, t.Name, t.Partitions, t.Replication)
+		err := step(what, func() error {
+			if verb == "create" {
+				if err := d.ensureTopics(ctx, []processors.TopicSpec{t}); err != nil {
+					return err
+				}
 			}
+			return verifyTopic(ctx, adm, t)
+		})
+		if err != nil {
+			failed = append(failed, err)
 		}
 	}
 	for _, t := range []SinkTable{cfg.Sinks.Aggregates, cfg.Sinks.Facts} {
@@ -82,41 +91,23 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		what := fmt.Sprintf("table %s (family %s, %d salt buckets)", t.Table, t.Family, t.SaltBuckets)
 		err := step(what, func() error {
-			switch {
-			case d.cells != nil && verb == "create":
-				return d.cells.CreateTable(t.Table, map[string]int{t.Family: t.Versions})
-			case d.cells != nil:
-				if _, ok := d.cells.Families(t.Table); !ok {
-					return fmt.Errorf("no such table")
-				}
-				return nil
-			case verb == "create":
-				return sinks.EnsureTable(ctx, d.hb.Admin(), d.layout(t))
-			default:
-				return sinks.VerifyTable(ctx, d.hb.Admin(), d.layout(t))
+			if verb == "create" {
+				return d.st.EnsureTable(ctx, d.layout(t))
 			}
+			return d.st.VerifyTable(ctx, d.layout(t))
 		})
 		if err != nil {
-			return err
+			failed = append(failed, err)
 		}
 	}
 	if cfg.Sinks.Offsets == "hbase" && verb == "create" {
-		return step("offsets table "+cfg.Sinks.OffsetsTable, func() error {
+		if err := step("offsets table "+cfg.Sinks.OffsetsTable, func() error {
 			return sinks.EnsureOffsetsTable(ctx, d.hb.Admin(), cfg.Sinks.OffsetsTable)
-		})
+		}); err != nil {
+			failed = append(failed, err)
+		}
 	}
-	return nil
-}
-
-func topicExists(ctx context.Context, adm *kadm.Client, topic string) error {
-	td, err := adm.ListTopics(ctx, topic)
-	if err != nil {
-		return err
-	}
-	if t, ok := td[topic]; !ok || t.Err != nil {
-		return fmt.Errorf("topic %s does not exist", topic)
-	}
-	return nil
+	return errors.Join(failed...)
 }
 
 // query prints the windows of entities of an aggregate set.
@@ -144,16 +135,9 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	found := false
-	for _, s := range topo.Sets {
-		found = found || s.Name == *set
-	}
+	info, found := topo.Set(*set)
 	if !found {
-		var names []string
-		for _, s := range topo.Sets {
-			names = append(names, s.Name)
-		}
-		return usagef("-set %q: topology %s has %s", *set, topo.Name, strings.Join(names, ", "))
+		return usagef("-set %q: topology %s has %s", *set, topo.Name(), strings.Join(topo.SetNames(), ", "))
 	}
 	o := query.Options{Limit: *limit, OldestFirst: *oldest}
 	if o.From, err = parseTime(*from); err != nil {
@@ -166,20 +150,69 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	d, err := open(ctx, cfg, topo, log)
+	d, err := open(ctx, cfg, topo, log, needs{store: true})
 	if err != nil {
 		return err
 	}
-	defer d.close()
-	r := d.queryServer().Topologies[0].Reader
+	defer d.shutdown()
+	r, err := d.reader(ctx)
+	if err != nil {
+		return err
+	}
+	if *limit > 0 {
+		o.Limit = *limit + 1 // one more tells whether the limit cut the answer
+	}
 	res, err := r.Many(ctx, *set, splitList(*entity), o)
 	if err != nil {
 		return err
 	}
+	cut := truncate(res, *limit, o)
 	if *asJSON {
-		return printJSON(stdout, res)
+		if err := printJSON(stdout, res); err != nil {
+			return err
+		}
+		printTruncated(stderr, cut, *limit) // stdout stays one JSON array
+		return nil
 	}
-	return printTable(stdout, topo.Sets, *set, res)
+	if err := printTable(stdout, info.Aggregations, res); err != nil {
+		return err
+	}
+	printTruncated(stdout, cut, *limit)
+	return nil
+}
+
+// truncated is an entity whose windows the limit cut, and the flag that asks for the next ones.
+type truncated struct {
+	entity string
+	next   string
+}
+
+// truncate cuts each entity's windows to limit and says where the next page starts.
+func truncate(res map[string][]query.Window, limit int, o query.Options) []truncated {
+	var cut []truncated
+	if limit <= 0 {
+		return nil
+	}
+	for _, e := range sortedKeys(res) {
+		ws := res[e]
+		if len(ws) <= limit {
+			continue
+		}
+		res[e] = ws[:limit]
+		last := ws[limit-1].Start.UTC()
+		next := "-to " + last.Format(time.RFC3339Nano) // older windows: starts before the last shown
+		if o.OldestFirst {
+			next = "-from " + last.Add(time.Millisecond).Format(time.RFC3339Nano)
+		}
+		cut = append(cut, truncated{e, next})
+	}
+	return cut
+}
+
+func printTruncated(w io.Writer, cut []truncated, limit int) {
+	for _, c := range cut {
+		fmt.Fprintf(w, "%s: truncated at -limit %d windows; for the next ones repeat with %s (or -limit 0 for all)\n", c.entity, limit, c.next)
+	}
 }
 
 func parseTime(v string) (time.Time, error) { return query.ParseTime(v, time.Now()) }
@@ -219,15 +252,7 @@ func printJSON(w io.Writer, res map[string][]query.Window) error {
 	return enc.Encode(out)
 }
 
-func printTable(w io.Writer, sets []*topology.SetDef, set string, res map[string][]query.Window) error {
-	var aggs []string
-	for _, s := range sets {
-		if s.Name == set {
-			for _, a := range s.Aggs {
-				aggs = append(aggs, a.Name)
-			}
-		}
-	}
+func printTable(w io.Writer, aggs []string, res map[string][]query.Window) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "entity\twindow start (UTC)\tfinal\t%s\t\n", strings.Join(aggs, "\t"))
 	n := 0
@@ -282,9 +307,21 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // offsets shows a sink group's offsets and lag, follows the lag of a replay, or rewinds the group.
+const offsetsUsage = `Usage:
+  abacus offsets show   -config FILE -sink aggregates|facts    committed offset and lag per partition
+  abacus offsets lag    -config FILE -sink aggregates|facts [-follow]   total lag (of a replay)
+  abacus offsets rewind -config FILE -sink aggregates|facts -to-offset N | -to-time T
+
+Offsets are read from where the sinks keep them (sinks.offsets: kafka or hbase). Stop the sink's
+members before a rewind; on their next start they rewrite from there (identical cells).
+`
+
 func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || !contains([]string{"show", "lag", "rewind"}, args[0]) {
-		return usagef("want offsets show, offsets lag or offsets rewind")
+	if len(args) == 0 || isHelp(args[0]) {
+		return groupHelp(args, stdout, offsetsUsage)
+	}
+	if !contains([]string{"show", "lag", "rewind"}, args[0]) {
+		return usagef("unknown subcommand %q\n%s", args[0], offsetsUsage)
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("offsets "+verb, flag.ContinueOnError)
@@ -310,18 +347,18 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 			return usagef("-to-time: %v", err)
 		}
 	}
-	d, err := p.connect(ctx, &c, stderr)
+	// Offsets kept in Kafka need no HBase connection.
+	d, err := p.connect(ctx, &c, stderr, func(cfg *Config) needs {
+		return needs{kafka: true, store: cfg.Sinks.Offsets == "hbase"}
+	})
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.shutdown()
 	cfg, topo := d.cfg, d.topo
-	group, topics := cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic}
+	group, topics := cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic()}
 	if *sink == "facts" {
-		group, topics = cfg.Sinks.Facts.Group, nil
-		for _, s := range topo.Sources {
-			topics = append(topics, s.Topic)
-		}
+		group, topics = cfg.Sinks.Facts.Group, topo.SourceTopics()
 	}
 	adm := sinks.OffsetsAdmin{Kafka: kadm.NewClient(d.kafka)}
 	if cfg.Sinks.Offsets == "hbase" {

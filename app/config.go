@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/goccy/go-yaml"
 )
 
@@ -18,13 +18,25 @@ import (
 // top (flags win). Every field has a default but the topology's name.
 type Config struct {
 	// Topology names one of the topologies compiled into the binary.
-	Topology string      `yaml:"topology"`
-	Kafka    KafkaConfig `yaml:"kafka"`
-	HBase    HBaseConfig `yaml:"hbase"`
+	Topology string       `yaml:"topology"`
+	Topics   TopicsConfig `yaml:"topics"`
+	Kafka    KafkaConfig  `yaml:"kafka"`
+	HBase    HBaseConfig  `yaml:"hbase"`
 
 	Processor ProcessorConfig `yaml:"processor"`
 	Sinks     SinksConfig     `yaml:"sinks"`
 	Query     QueryConfig     `yaml:"query"`
+}
+
+// TopicsConfig names the topology's topics in this environment, so that one compiled topology runs
+// against dev-…, staging-… or prod-… topics. Every subcommand applies it, so they all see the
+// same topics.
+type TopicsConfig struct {
+	// Prefix goes before every topic the topology names (sources, totals, dead-letter, late) that
+	// Names does not rename, and before the default group names. Env ABACUS_TOPIC_PREFIX.
+	Prefix string `yaml:"prefix"`
+	// Names renames topics one by one: the name the topology declares -> its name here.
+	Names map[string]string `yaml:"names"`
 }
 
 // KafkaConfig says where the brokers are.
@@ -133,6 +145,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	if v := getenv("ABACUS_TOPOLOGY"); v != "" {
 		c.Topology = v
 	}
+	if v := getenv("ABACUS_TOPIC_PREFIX"); v != "" {
+		c.Topics.Prefix = v
+	}
 }
 
 func splitList(s string) []string {
@@ -148,8 +163,9 @@ func splitList(s string) []string {
 // EnsureDefaults fills unset fields from the topology's name.
 func (c *Config) EnsureDefaults() {
 	name := c.Topology
+	group := c.Topics.Prefix + name // groups of one environment stay apart from another's
 	if c.Processor.Group == "" {
-		c.Processor.Group = name
+		c.Processor.Group = group
 	}
 	if c.Processor.IdleTimeout == 0 {
 		c.Processor.IdleTimeout = Duration(time.Minute)
@@ -171,7 +187,7 @@ func (c *Config) EnsureDefaults() {
 			t.Versions = 1
 		}
 		if t.Group == "" {
-			t.Group = name + "-" + kind + "-sink"
+			t.Group = group + "-" + kind + "-sink"
 		}
 	}
 	fill(&c.Sinks.Aggregates, "aggregates")
@@ -224,8 +240,8 @@ func (c *Config) Validate(known []string) error {
 	}
 	for kind, t := range map[string]SinkTable{"aggregates": c.Sinks.Aggregates, "facts": c.Sinks.Facts} {
 		f := "sinks." + kind + "."
-		if t.SaltBuckets < 1 || t.SaltBuckets > sinks.MaxSaltBuckets {
-			bad(f+"salt_buckets", "%d is outside 1..%d", t.SaltBuckets, sinks.MaxSaltBuckets)
+		if t.SaltBuckets < 1 || t.SaltBuckets > schema.MaxSaltBuckets {
+			bad(f+"salt_buckets", "%d is outside 1..%d", t.SaltBuckets, schema.MaxSaltBuckets)
 		}
 		if t.Versions < 1 {
 			bad(f+"versions", "must be at least 1, got %d", t.Versions)

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
@@ -96,19 +95,29 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := cfg.Validate(names); err != nil {
 		return err
 	}
-	d, err := open(ctx, cfg, topo, log)
+	d, err := open(ctx, cfg, topo, log, needs{kafka: true, store: true})
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.shutdown()
 	if err := d.ensureTables(ctx); err != nil {
 		return err
 	}
-	if err := createTopics(ctx, d.kafka, p.DemoTopics); err != nil {
+	parts := int32(4)
+	for _, n := range p.DemoTopics {
+		parts = max(parts, n)
+	}
+	specs, err := d.topicSpecs(ctx, parts)
+	if err != nil {
 		return err
 	}
-	if err := d.ensureTopics(ctx); err != nil {
+	if err := d.ensureTopics(ctx, specs); err != nil {
 		return err
+	}
+	if len(splitList(*kafka)) > 0 {
+		if err := startAtEnd(ctx, d.kafka, cfg, d.topo.SourceTopics(), d.topo.TotalsTopic()); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "abacus demo: topology %q, broker %v, %s\n", name, brokers, storeName(cfg))
 	g, gctx := errgroup.WithContext(ctx)
@@ -119,7 +128,7 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	})
 	if p.DemoGenerator != nil {
 		g.Go(func() error {
-			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(GokaPartitioner()))
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(partitioner.Kgo()))
 			if err != nil {
 				return err
 			}
@@ -139,7 +148,7 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 func (p Program) firstTopology(topos map[string]*topology.Topology) string {
 	if len(p.Topologies) > 0 {
 		if t, err := p.Topologies[0](); err == nil {
-			return t.Name
+			return t.Name()
 		}
 	}
 	for n := range topos {
@@ -155,23 +164,34 @@ func storeName(cfg *Config) string {
 	return "embedded cell store in " + cfg.HBase.Embedded
 }
 
-// createTopics creates topics that do not exist yet.
-func createTopics(ctx context.Context, cl *kgo.Client, topics map[string]int32) error {
-	adm := kadm.NewClient(cl)
-	for t, parts := range topics {
-		if _, err := adm.CreateTopic(ctx, parts, 1, nil, t); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", t, err)
+// startAtEnd commits, for the demo's fresh groups, the end offsets their topics have before the
+// demo produces: against real servers the source topic keeps earlier runs' readings, and
+// replaying them first would move stream time past this run's history, which the processor would
+// then drop as late.
+func startAtEnd(ctx context.Context, kc *kgo.Client, cfg *Config, sources []string, totals string) error {
+	adm := kadm.NewClient(kc)
+	for group, topics := range map[string][]string{
+		cfg.Processor.Group:        sources,
+		cfg.Sinks.Facts.Group:      sources,
+		cfg.Sinks.Aggregates.Group: {totals},
+	} {
+		if len(topics) == 0 || group == "" {
+			continue
+		}
+		ends, err := adm.ListEndOffsets(ctx, topics...)
+		if err == nil {
+			err = ends.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("end offsets of %v: %w", topics, err)
+		}
+		resp, err := adm.CommitOffsets(ctx, group, ends.Offsets())
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			return fmt.Errorf("start group %s at the end of %v: %w", group, topics, err)
 		}
 	}
 	return nil
-}
-
-// GokaPartitioner places keys on partitions as goka (sarama) does. Producers of source topics must
-// use it, so that an event lands on the partition whose processor owns its entity.
-func GokaPartitioner() kgo.Partitioner {
-	return kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(func(b []byte) uint32 {
-		h := fnv.New32a()
-		h.Write(b)
-		return h.Sum32()
-	}))
 }

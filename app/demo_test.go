@@ -4,9 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +28,7 @@ func TestDemo(t *testing.T) {
 	}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			args := []string{"demo", "-listen", "127.0.0.1:0", "-for", "2m"}
+			args := []string{"demo", "-listen", "127.0.0.1:0", "-for", "6m"}
 			if mode == "real-servers" {
 				args = append(args, "-kafka", strings.Join(testenv.Kafka(t), ","), "-hbase", testenv.HBaseZooKeeper(t))
 			}
@@ -76,6 +81,7 @@ func TestDemo(t *testing.T) {
 				}
 				time.Sleep(time.Second)
 			}
+			checkGrafanaDoneWhen(t, base)
 			cancel()
 			if code := <-done; code != 0 {
 				t.Fatalf("demo exited with %d after Ctrl-C", code)
@@ -112,4 +118,175 @@ func countWindows(url string) (n, live int, err error) {
 		}
 	}
 	return n, live, nil
+}
+
+// checkGrafanaDoneWhen is issue 14's done-when: with the demo running, a POST to /api/query in the
+// shape Grafana's OpenTSDB data source sends, for devices.minute.count of one device from an hour
+// ago, answers 200 with an OpenTSDB result array whose dps hold about 60 points (the demo's hour
+// of history), and /api/suggest?type=metrics lists the topology's metrics.
+func checkGrafanaDoneWhen(t *testing.T, base string) {
+	t.Helper()
+	resp, err := http.Get(base + "api/suggest?type=metrics&q=&max=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var metrics []string
+	err = json.NewDecoder(resp.Body).Decode(&metrics)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || !slices.Contains(metrics, "devices.minute.count") ||
+		!slices.Contains(metrics, "devices.minute.temp_quantiles") || !slices.Contains(metrics, "devices.hour.max_humidity") {
+		t.Fatalf("suggest metrics: %d %v %v", resp.StatusCode, metrics, err)
+	}
+	// History is produced at full speed at the start; wait until the hour has gone through.
+	deadline := time.Now().Add(4 * time.Minute)
+	for {
+		now := time.Now()
+		body := fmt.Sprintf(`{"start":%d,"end":%d,"queries":[{"metric":"devices.minute.count","aggregator":"sum","downsample":"1m-avg","tags":{"entity":"device-001"}}]}`,
+			now.Add(-time.Hour).Unix(), now.Unix())
+		resp, err := http.Post(base+"api/query", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res []struct {
+			Metric string             `json:"metric"`
+			Tags   map[string]string  `json:"tags"`
+			DPS    map[string]float64 `json:"dps"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err != nil {
+			t.Fatalf("POST /api/query: %d %v", resp.StatusCode, err)
+		}
+		n := 0
+		if len(res) == 1 {
+			n = len(res[0].DPS)
+		}
+		if n >= 58 {
+			if n > 62 || res[0].Metric != "devices.minute.count" || res[0].Tags["entity"] != "device-001" {
+				t.Fatalf("an hour of minute windows: %d points, %s %v", n, res[0].Metric, res[0].Tags)
+			}
+			t.Logf("/api/query: %d points for device-001's last hour", n)
+			checkDashboard(t, base)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo's history did not reach /api/query: %d points for the last hour, want about 60", n)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// checkDashboard runs every query of the provisioned Grafana dashboard (deploy/grafana) against the
+// demo's API as Grafana's OpenTSDB data source would send it, with its device variable set to one
+// device and to All, and its variable's own look-up; each must answer series with points.
+func checkDashboard(t *testing.T, base string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "deploy", "grafana", "dashboards", "devices.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string           `json:"title"`
+			Targets []map[string]any `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name     string `json:"name"`
+				Query    string `json:"query"`
+				AllValue string `json:"allValue"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard: %v", err)
+	}
+	// The variable: tag_values(<metric>, <key>) is a look-up of <metric>{<key>=*}.
+	if len(dash.Templating.List) != 1 {
+		t.Fatalf("dashboard variables: %+v", dash.Templating.List)
+	}
+	v := dash.Templating.List[0]
+	m := regexp.MustCompile(`^tag_values\(([^,]+),\s*(\w+)\)$`).FindStringSubmatch(v.Query)
+	if m == nil {
+		t.Fatalf("variable %s: query %q", v.Name, v.Query)
+	}
+	resp, err := http.Get(base + "api/search/lookup?m=" + url.QueryEscape(m[1]+"{"+m[2]+"=*}") + "&limit=1000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lookup struct {
+		Results []struct {
+			Tags map[string]string `json:"tags"`
+		} `json:"results"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&lookup)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(lookup.Results) == 0 || lookup.Results[0].Tags[m[2]] == "" {
+		t.Fatalf("variable %s: look-up %d %+v %v", v.Name, resp.StatusCode, lookup, err)
+	}
+	device := lookup.Results[0].Tags[m[2]]
+	queries := 0
+	for _, value := range []string{device, v.AllValue} {
+		for _, p := range dash.Panels {
+			for _, target := range p.Targets {
+				now := time.Now()
+				body := grafanaQuery(t, target, "$"+v.Name, value, now.Add(-time.Hour), now)
+				resp, err := http.Post(base+"api/query", "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var res []struct {
+					DPS map[string]*float64 `json:"dps"`
+				}
+				err = json.NewDecoder(resp.Body).Decode(&res)
+				resp.Body.Close()
+				if resp.StatusCode != 200 || err != nil || len(res) == 0 || len(res[0].DPS) == 0 {
+					t.Fatalf("panel %q query %s with %s=%s: %d, %d series, %v\n%s", p.Title, target["refId"], v.Name, value, resp.StatusCode, len(res), err, body)
+				}
+				queries++
+			}
+		}
+	}
+	t.Logf("dashboard: %d queries answered", queries)
+}
+
+// grafanaQuery builds the /api/query body that Grafana's OpenTSDB data source sends for a saved
+// query: the variable interpolated (several values joined with |), downsampling unless disabled
+// (its auto interval taken as 1m), start and end in seconds.
+func grafanaQuery(t *testing.T, target map[string]any, variable, value string, from, to time.Time) string {
+	t.Helper()
+	str := func(k string) string { s, _ := target[k].(string); return s }
+	sub := map[string]any{"metric": str("metric"), "aggregator": str("aggregator")}
+	if off, _ := target["disableDownsampling"].(bool); !off {
+		interval := str("downsampleInterval")
+		if interval == "" {
+			interval = "1m"
+		}
+		ds := interval + "-" + str("downsampleAggregator")
+		if fill := str("downsampleFillPolicy"); fill != "" && fill != "none" {
+			ds += "-" + fill
+		}
+		sub["downsample"] = ds
+	}
+	if tags, ok := target["tags"].(map[string]any); ok && len(tags) > 0 {
+		out := map[string]any{}
+		for k, v := range tags {
+			out[k] = strings.ReplaceAll(v.(string), variable, value)
+		}
+		sub["tags"] = out
+	}
+	if filters, ok := target["filters"].([]any); ok && len(filters) > 0 {
+		var out []map[string]any
+		for _, f := range filters {
+			f := f.(map[string]any)
+			f["filter"] = strings.ReplaceAll(f["filter"].(string), variable, value)
+			out = append(out, f)
+		}
+		sub["filters"] = out
+	}
+	b, err := json.Marshal(map[string]any{"start": from.Unix(), "end": to.Unix(), "queries": []any{sub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -13,25 +13,20 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/processors"
-	"github.com/abacus-stream/abacus/processors/liveview"
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/live"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
-	"github.com/abacus-stream/abacus/sinks/cellstore"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/cellstore"
+	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 )
-
-// store is what the sinks write to and the queries read from.
-type store interface {
-	sinks.Store
-	sinks.Reader
-}
 
 // deployment holds the connections one topology's parts share.
 type deployment struct {
@@ -40,10 +35,10 @@ type deployment struct {
 	log  *slog.Logger
 	reg  *prometheus.Registry
 
-	hb    *hbase.Client    // real HBase, or nil
-	cells *cellstore.Store // embedded store, or nil
-	st    store
-	kafka *kgo.Client // admin use only
+	hb    *hbase.Client // real HBase, or nil (embedded store, or not connected)
+	st    store.Store   // HBase or the embedded cell store; nil when the command needs neither
+	close func()        // closes st
+	kafka *kgo.Client   // admin use only; nil when the command needs no Kafka
 }
 
 func parseDurability(s string) (hbase.Durability, error) {
@@ -62,56 +57,64 @@ func parseDurability(s string) (hbase.Durability, error) {
 	return 0, fmt.Errorf("%q is not table_default, sync_wal, fsync_wal, async_wal or skip_wal", s)
 }
 
-// open connects to Kafka and to HBase or the embedded store.
-func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger) (*deployment, error) {
+// needs says which connections a command opens: only what it uses.
+type needs struct {
+	kafka bool // an admin client of the brokers
+	store bool // HBase or the embedded cell store
+}
+
+// open connects to what the command needs: Kafka, and HBase or the embedded store.
+func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger, n needs) (*deployment, error) {
 	d := &deployment{cfg: cfg, topo: topo, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
-	if err != nil {
-		return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
+	if n.kafka {
+		kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+		if err != nil {
+			return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
+		}
+		d.kafka = kc
 	}
-	d.kafka = kc
+	if !n.store {
+		return d, nil
+	}
 	if cfg.HBase.Embedded != "" {
 		cs, err := cellstore.Open(cfg.HBase.Embedded)
 		if err != nil {
-			d.close()
+			d.shutdown()
 			return nil, err
 		}
-		d.cells, d.st = cs, cs
+		d.st, d.close = cs, func() { cs.Close() }
 		return d, nil
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	hc, err := hbase.NewClient(hctx, hbase.Config{ZooKeeper: cfg.HBase.ZooKeeper})
 	if err != nil {
-		d.close()
+		d.shutdown()
 		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)
 	}
 	d.hb = hc
 	dur, _ := parseDurability(cfg.Sinks.Durability)
-	hs, err := sinks.NewHBaseStore(hc, sinks.HBaseStoreConfig{Durability: dur, ForceSkipWAL: cfg.Sinks.ForceSkipWAL})
+	hs, err := hbasestore.New(hc, hbasestore.Config{Durability: dur, ForceSkipWAL: cfg.Sinks.ForceSkipWAL})
 	if err != nil {
-		d.close()
+		d.shutdown()
 		return nil, err
 	}
-	d.st = hs
+	d.st, d.close = hs, func() { hc.Close() }
 	return d, nil
 }
 
-func (d *deployment) close() {
+func (d *deployment) shutdown() {
 	if d.kafka != nil {
 		d.kafka.Close()
 	}
-	if d.hb != nil {
-		d.hb.Close()
-	}
-	if d.cells != nil {
-		d.cells.Close()
+	if d.close != nil {
+		d.close()
 	}
 }
 
-func (d *deployment) layout(t SinkTable) sinks.TableLayout {
-	return sinks.TableLayout{Name: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, Versions: t.Versions,
+func (d *deployment) layout(t SinkTable) schema.TableLayout {
+	return schema.TableLayout{Name: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, Versions: t.Versions,
 		TTL: time.Duration(t.TTL), BloomFilter: t.BloomFilter, Compression: t.Compression}
 }
 
@@ -121,14 +124,8 @@ func (d *deployment) ensureTables(ctx context.Context) error {
 		if t.Disabled {
 			continue
 		}
-		if d.cells != nil {
-			if err := d.cells.CreateTable(t.Table, map[string]int{t.Family: t.Versions}); err != nil {
-				return err
-			}
-			continue
-		}
 		d.log.Info("ensuring table", "table", t.Table, "salt_buckets", t.SaltBuckets)
-		if err := sinks.EnsureTable(ctx, d.hb.Admin(), d.layout(t)); err != nil {
+		if err := d.st.EnsureTable(ctx, d.layout(t)); err != nil {
 			return err
 		}
 	}
@@ -138,36 +135,25 @@ func (d *deployment) ensureTables(ctx context.Context) error {
 	return nil
 }
 
-// ensureTopics checks that the source topics exist and creates the totals and dead-letter topics
+// sinkTopics checks that the source topics exist and creates the totals and dead-letter topics
 // the sinks read and write, with the sources' partition count, if the processor has not yet.
-func (d *deployment) ensureTopics(ctx context.Context) error {
-	adm := kadm.NewClient(d.kafka)
-	var srcs []string
-	for _, s := range d.topo.Sources {
-		srcs = append(srcs, s.Topic)
-	}
-	details, err := adm.ListTopics(ctx, srcs...)
+func (d *deployment) sinkTopics(ctx context.Context) error {
+	specs, err := d.topicSpecs(ctx, 0)
 	if err != nil {
-		return fmt.Errorf("list source topics %v: %w", srcs, err)
+		return err
 	}
-	parts := 0
-	for _, s := range srcs {
-		td, ok := details[s]
-		if !ok || td.Err != nil {
-			return fmt.Errorf("source topic %s does not exist: create it (abacus admin create-topics --partitions N) or produce to it first", s)
-		}
-		parts = max(parts, len(td.Partitions))
-	}
-	for _, t := range []string{d.topo.TotalsTopic, d.topo.DeadLetter} {
-		_, err := adm.CreateTopic(ctx, int32(parts), int16(d.cfg.Processor.Replication), nil, t)
-		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("create topic %s: %w", t, err)
+	var need []processors.TopicSpec
+	for _, t := range specs {
+		switch t.Role {
+		case processors.RoleSource, processors.RoleTotals, processors.RoleDeadLetter:
+			need = append(need, t)
 		}
 	}
-	return nil
+	return d.ensureTopics(ctx, need, processors.RoleSource)
 }
 
-func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors.Processor, error) {
+// processorConfig is the processor group's configuration; clientOpts may adjust it.
+func (d *deployment) processorConfig(clientOpts func(*processors.Config)) processors.Config {
 	pc := processors.Config{
 		Brokers:     d.cfg.Kafka.Brokers,
 		Group:       d.cfg.Processor.Group,
@@ -180,7 +166,11 @@ func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors
 	if clientOpts != nil {
 		clientOpts(&pc)
 	}
-	return processors.New(d.topo, pc)
+	return pc
+}
+
+func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors.Processor, error) {
+	return processors.New(d.topo, d.processorConfig(clientOpts))
 }
 
 func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sinks.Config, error) {
@@ -188,7 +178,7 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 		Brokers:         d.cfg.Kafka.Brokers,
 		Group:           t.Group,
 		Topics:          topics,
-		DeadLetterTopic: d.topo.DeadLetter,
+		DeadLetterTopic: d.topo.DeadLetterTopic(),
 		MaxBatchRecords: d.cfg.Sinks.BatchRecords,
 		MaxBatchBytes:   d.cfg.Sinks.BatchBytes,
 		FlushInterval:   time.Duration(d.cfg.Sinks.FlushInterval),
@@ -204,7 +194,7 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 
 func (d *deployment) aggregatesSink() (*sinks.FlushThenCommit, error) {
 	t := d.cfg.Sinks.Aggregates
-	cfg, err := d.sinkConfig(t, []string{d.topo.TotalsTopic}, "aggregates")
+	cfg, err := d.sinkConfig(t, []string{d.topo.TotalsTopic()}, "aggregates")
 	if err != nil {
 		return nil, err
 	}
@@ -213,57 +203,37 @@ func (d *deployment) aggregatesSink() (*sinks.FlushThenCommit, error) {
 
 func (d *deployment) factsSink() (*sinks.FlushThenCommit, error) {
 	t := d.cfg.Sinks.Facts
-	bySource := map[string]*topology.SourceDef{}
-	var topics []string
-	for _, s := range d.topo.Sources {
-		bySource[s.Topic] = s
-		topics = append(topics, s.Topic)
-	}
-	cfg, err := d.sinkConfig(t, topics, "facts")
+	cfg, err := d.sinkConfig(t, d.topo.SourceTopics(), "facts")
 	if err != nil {
 		return nil, err
 	}
-	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew,
-		Extract: func(rec *kgo.Record) (sinks.Fact, error) {
-			src := bySource[rec.Topic]
-			if src == nil {
-				return sinks.Fact{}, fmt.Errorf("no source for topic %s", rec.Topic)
-			}
-			ev, err := src.Decode(rec.Value)
-			if err != nil {
-				return sinks.Fact{}, err
-			}
-			f := sinks.Fact{Entity: src.Entity(ev), EventTime: src.EventTime(ev)}
-			if src.Type != nil {
-				f.Type = src.Type(ev)
-			}
-			return f, nil
-		}}
+	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew(),
+		Extract: sinks.FactsOf(d.topo)}
 	return sinks.NewFlushThenCommit(cfg, enc, d.st)
 }
 
 // sets describes the topology's aggregate sets for the query API.
 func (d *deployment) sets() []query.SetInfo {
 	var out []query.SetInfo
-	for _, s := range d.topo.Sets {
-		info := query.SetInfo{Name: s.Name, Window: describeWindow(s.Window)}
-		for _, a := range s.Aggs {
-			info.Aggregates = append(info.Aggregates, a.Name)
-		}
-		out = append(out, info)
+	for _, s := range d.topo.Sets() {
+		out = append(out, query.SetInfo{Name: s.Name, Window: describeWindow(s.Window), Aggregates: s.Aggregations})
 	}
 	return out
 }
 
-func (d *deployment) queryServer() *query.Server {
+// reader reads the aggregate table, with the salt buckets the table was created with.
+func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 	t := d.cfg.Sinks.Aggregates
+	return query.NewReader(ctx, d.st, t.Table, t.Family)
+}
+
+func (d *deployment) queryServer(r *query.Reader) *query.Server {
 	return &query.Server{
-		Topologies: []query.Topology{{Name: d.topo.Name, Sets: d.sets(),
-			Reader: &query.Reader{Store: d.st, Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets}}},
-		Registry: d.reg,
-		Logger:   d.log.With("part", "query"),
+		Topologies: []query.Topology{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
+		Registry:   d.reg,
+		Logger:     d.log.With("part", "query"),
 		Ready: func(ctx context.Context) error {
-			return d.st.Scan(ctx, sinks.ScanSpec{Table: t.Table, Limit: 1}, func([]byte, []sinks.Cell) bool { return false })
+			return d.st.Scan(ctx, store.ScanSpec{Table: r.Table(), Limit: 1}, func([]byte, []store.Cell) bool { return false })
 		},
 	}
 }
@@ -271,12 +241,16 @@ func (d *deployment) queryServer() *query.Server {
 // serve runs the HTTP API (and dashboard) on the configured address until ctx ends; ready is
 // called with the URL once it listens.
 func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
-	srv := d.queryServer()
+	r, err := d.reader(ctx)
+	if err != nil {
+		return err
+	}
 	if !d.cfg.Query.NoLive {
 		live := &lazyLive{}
-		srv.Topologies[0].Reader.Live = live
+		r = r.WithLive(live)
 		go d.followLive(ctx, live)
 	}
+	srv := d.queryServer(r)
 	mux := srv.Handler()
 	mountDashboard(mux)
 	ln, err := net.Listen("tcp", d.cfg.Query.Listen)
@@ -361,7 +335,7 @@ func mountDashboard(mux *http.ServeMux) { mux.Handle("GET /", query.Dashboard())
 
 // lazyLive serves open windows once the live view exists: the group table it reads appears only
 // when the processor group first runs.
-type lazyLive struct{ v atomic.Pointer[liveview.View] }
+type lazyLive struct{ v atomic.Pointer[live.View] }
 
 func (l *lazyLive) OpenWindows(ctx context.Context, set, entity string) ([]query.Window, error) {
 	v := l.v.Load()
@@ -372,13 +346,13 @@ func (l *lazyLive) OpenWindows(ctx context.Context, set, entity string) ([]query
 }
 
 // followLive starts the live view as soon as the group table exists, and keeps it running.
-func (d *deployment) followLive(ctx context.Context, live *lazyLive) {
+func (d *deployment) followLive(ctx context.Context, lazy *lazyLive) {
 	for ctx.Err() == nil {
-		v, err := liveview.New(d.topo, liveview.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group})
+		v, err := live.New(d.topo, live.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group})
 		if err == nil {
-			live.v.Store(v)
+			lazy.v.Store(v)
 			err = v.Run(ctx)
-			live.v.Store(nil)
+			lazy.v.Store(nil)
 		}
 		if ctx.Err() != nil {
 			return

@@ -44,6 +44,21 @@ func Main(p Program) {
 	os.Exit(code)
 }
 
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
+
+// groupHelp answers a command group called without a subcommand (a usage mistake: exit 2) or
+// with a request for help (the usage on stdout: exit 0).
+func groupHelp(args []string, stdout io.Writer, usage string) error {
+	if len(args) == 0 {
+		return usagef("a subcommand is required\n%s", usage)
+	}
+	fmt.Fprint(stdout, usage)
+	return nil
+}
+
 // usageError is a mistake in the command line: exit code 2 and the command's usage.
 type usageError struct{ msg string }
 
@@ -63,7 +78,7 @@ Usage:
   abacus version
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
-ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY.
+ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX.
 `
 
 // Run runs one command line and returns the exit code: 0 on success, 1 on failure, 2 on a usage
@@ -86,7 +101,7 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		},
 	}
 	cmd, ok := cmds[args[0]]
-	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if isHelp(args[0]) {
 		fmt.Fprint(stdout, usage)
 		return 0
 	}
@@ -137,8 +152,8 @@ func (p Program) topologies() (map[string]*topology.Topology, []string, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		out[t.Name] = t
-		names = append(names, t.Name)
+		out[t.Name()] = t
+		names = append(names, t.Name())
 	}
 	sort.Strings(names)
 	return out, names, nil
@@ -208,13 +223,22 @@ func (p Program) load(c *common) (*Config, *topology.Topology, error) {
 	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(names); err != nil {
-		src := "config"
-		if c.config != "" {
-			src = c.config
-		}
-		return nil, nil, fmt.Errorf("%s is not valid:\n  %s", src, strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return nil, nil, fmt.Errorf("%s is not valid:\n  %s", configName(c), strings.ReplaceAll(err.Error(), "\n", "\n  "))
 	}
-	return cfg, topos[cfg.Topology], nil
+	topo := topos[cfg.Topology]
+	if cfg.Topics.Prefix != "" || len(cfg.Topics.Names) > 0 {
+		if topo, err = topo.WithTopicNames(cfg.Topics.Prefix, cfg.Topics.Names); err != nil {
+			return nil, nil, fmt.Errorf("%s is not valid:\n  topics: %v", configName(c), err)
+		}
+	}
+	return cfg, topo, nil
+}
+
+func configName(c *common) string {
+	if c.config != "" {
+		return c.config
+	}
+	return "config"
 }
 
 func logger(level string, w io.Writer) (*slog.Logger, error) {
@@ -272,8 +296,8 @@ func (p Program) serve(ctx context.Context, args []string, stdout, stderr io.Wri
 	return p.runRoles(ctx, &c, []string{RoleQuery}, stdout, stderr)
 }
 
-// connect loads the configuration as load does and opens the deployment's connections.
-func (p Program) connect(ctx context.Context, c *common, stderr io.Writer) (*deployment, error) {
+// connect loads the configuration as load does and opens the connections the command needs.
+func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needsOf func(*Config) needs) (*deployment, error) {
 	cfg, topo, err := p.load(c)
 	if err != nil {
 		return nil, err
@@ -282,22 +306,29 @@ func (p Program) connect(ctx context.Context, c *common, stderr io.Writer) (*dep
 	if err != nil {
 		return nil, err
 	}
-	return open(ctx, cfg, topo, log)
+	return open(ctx, cfg, topo, log, needsOf(cfg))
+}
+
+// rolesNeed says what the roles connect to here: the sinks check their topics and tables, the
+// query server its table; the processor opens its own Kafka clients.
+func rolesNeed(roles []string) needs {
+	sink := contains(roles, RoleAggregates) || contains(roles, RoleFacts)
+	return needs{kafka: sink, store: sink || contains(roles, RoleQuery)}
 }
 
 func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
-	d, err := p.connect(ctx, c, stderr)
+	d, err := p.connect(ctx, c, stderr, func(*Config) needs { return rolesNeed(roles) })
 	if err != nil {
 		return err
 	}
-	defer d.close()
+	defer d.shutdown()
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) || contains(roles, RoleQuery) {
 		if err := d.ensureTables(ctx); err != nil {
 			return err
 		}
 	}
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) {
-		if err := d.ensureTopics(ctx); err != nil {
+		if err := d.sinkTopics(ctx); err != nil {
 			return err
 		}
 	}

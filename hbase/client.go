@@ -2,9 +2,9 @@ package hbase
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,6 +96,22 @@ func (c *Config) EnsureDefaults() {
 	}
 }
 
+// Validate rejects a configuration that cannot work, each error naming its field. Call it after
+// EnsureDefaults (NewClient does both).
+func (c *Config) Validate() error {
+	var errs []error
+	if c.ZooKeeper == "" && len(c.Bootstrap) == 0 {
+		errs = append(errs, errInvalid("config", "Config.ZooKeeper and Config.Bootstrap are both empty: say where the cluster is"))
+	}
+	if c.BackoffMin > c.BackoffMax {
+		errs = append(errs, errInvalid("config", "Config.BackoffMin %v is longer than Config.BackoffMax %v", c.BackoffMin, c.BackoffMax))
+	}
+	if err := c.validateAuth(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // Client talks to one HBase cluster. It is safe for concurrent use; create one per process.
 type Client struct {
 	cfg    Config
@@ -129,13 +145,10 @@ type dialWait struct {
 // setting named, rather than on every later call.
 func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 	cfg.EnsureDefaults()
-	c := &Client{cfg: cfg, quorum: cfg.ZooKeeper, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
-	if c.quorum == "" && len(c.cfg.Bootstrap) == 0 {
-		return nil, errInvalid("new client", "neither a ZooKeeper quorum nor bootstrap servers given")
-	}
-	if err := c.cfg.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	c := &Client{cfg: cfg, quorum: cfg.ZooKeeper, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
 	if c.cfg.Auth == AuthKerberos {
 		a, err := newKerberosAuth(ctx, c.cfg.Kerberos)
 		if err != nil {
@@ -303,12 +316,4 @@ func (c *Client) backoff(ctx context.Context, round int) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-}
-
-// hostPort turns "host:port" or a ServerName string "host,port,startcode" into host:port.
-func hostPort(s string) string {
-	if parts := strings.Split(s, ","); len(parts) == 3 {
-		return parts[0] + ":" + parts[1]
-	}
-	return s
 }

@@ -377,7 +377,7 @@ func (c *conn) readLoop() {
 			e := remoteError("connection", c.addr, f.exc.class, f.exc.stack, f.exc.doNotRetry)
 			if strings.Contains(e.Message, "Authentication is required") {
 				// The connection is what failed, not a request: no Kind of its own.
-				c.fail(&authError{fmt.Errorf("%s: %s (the cluster uses Kerberos: set Auth to kerberos, with the Kerberos settings)", e.Class, e.Message)})
+				c.fail(&authError{fmt.Errorf("%s: %s (the cluster uses Kerberos: set Config.Auth to kerberos, with Config.Kerberos)", e.Class, e.Message)})
 				return
 			}
 			c.fail(e)

@@ -37,7 +37,7 @@ const (
 )
 
 // KerberosConfig holds the Kerberos settings of a client whose Config.Auth is AuthKerberos.
-// Errors about them name the field (e.g. "Kerberos.Keytab"), so callers that map their own settings
+// Errors about them name the field (e.g. "Config.Kerberos.Keytab"), so callers that map their own settings
 // onto these fields can say which one is wrong.
 type KerberosConfig struct {
 	// Principal is the client's principal, "name@REALM" or "name/host@REALM" (no realm: the
@@ -71,41 +71,40 @@ type KerberosConfig struct {
 // hostPlaceholder stands for a server's host name in KerberosConfig.ServerPrincipal.
 const hostPlaceholder = "_HOST"
 
-// Validate checks the Auth and Kerberos fields and names the one that is wrong, so a program can
-// check its settings before it starts anything; NewClient calls it too. It reads no file and asks
-// no KDC: NewClient's login does, and names the setting when it fails.
-func (c *Config) Validate() error {
+// validateAuth checks the Auth and Kerberos fields for Validate and names the one that is wrong. It
+// reads no file and asks no KDC: NewClient's login does, and names the setting when it fails.
+func (c *Config) validateAuth() error {
 	switch c.Auth {
 	case "", AuthSimple:
 		k := c.Kerberos
 		if k.Principal != "" || k.Keytab != "" || k.TicketCache != "" || k.ServerPrincipal != "" {
-			return errInvalid("new client", "Kerberos settings are given but Auth is %q: set Auth to %q to use them", c.Auth, AuthKerberos)
+			return errInvalid("config", "Config.Kerberos settings are given but Config.Auth is %q: set it to %q to use them", c.Auth, AuthKerberos)
 		}
 		return nil
 	case AuthKerberos:
 	default:
-		return errInvalid("new client", "Auth: unknown authentication %q (want %q or %q)", c.Auth, AuthSimple, AuthKerberos)
+		return errInvalid("config", "Config.Auth: unknown authentication %q (want %q or %q)", c.Auth, AuthSimple, AuthKerberos)
 	}
 	k := c.Kerberos
 	if k.Keytab != "" && k.Principal == "" {
-		return errInvalid("new client", "Kerberos.Principal: required with Kerberos.Keytab %s", k.Keytab)
+		return errInvalid("config", "Config.Kerberos.Principal: required with Config.Kerberos.Keytab %s", k.Keytab)
 	}
 	if k.Keytab != "" && k.TicketCache != "" {
-		return errInvalid("new client", "Kerberos.Keytab and Kerberos.TicketCache are both set: give one")
+		return errInvalid("config", "Config.Kerberos.Keytab and Config.Kerberos.TicketCache are both set: give one")
 	}
 	if strings.Count(k.Principal, "@") > 1 {
-		return errInvalid("new client", "Kerberos.Principal: %q has more than one @", k.Principal)
+		return errInvalid("config", "Config.Kerberos.Principal: %q has more than one @", k.Principal)
 	}
 	if sp := k.ServerPrincipal; sp != "" {
 		name, _, _ := strings.Cut(sp, "@")
 		if name == "" || strings.Count(sp, "@") > 1 || strings.Count(name, "/") > 1 {
-			return errInvalid("new client", "Kerberos.ServerPrincipal: %q is not service/host@REALM (e.g. hbase/_HOST@EXAMPLE.COM)", sp)
+			return errInvalid("config", "Config.Kerberos.ServerPrincipal: %q is not service/host@REALM (e.g. hbase/_HOST@EXAMPLE.COM)", sp)
 		}
 	}
 	switch k.Protection {
 	case "", ProtectionAuthentication, ProtectionIntegrity, ProtectionPrivacy:
 	default:
-		return errInvalid("new client", "Kerberos.Protection: unknown protection %q (want %q, %q or %q)",
+		return errInvalid("config", "Config.Kerberos.Protection: unknown protection %q (want %q, %q or %q)",
 			k.Protection, ProtectionAuthentication, ProtectionIntegrity, ProtectionPrivacy)
 	}
 	return nil
@@ -137,21 +136,21 @@ func newKerberosAuth(ctx context.Context, cfg KerberosConfig) (*kerberosAuth, er
 	}
 	kc, err := krbconfig.Load(cfg.Krb5Conf)
 	if err != nil {
-		return nil, fmt.Errorf("Kerberos.Krb5Conf %s: %w", cfg.Krb5Conf, err)
+		return nil, fmt.Errorf("Config.Kerberos.Krb5Conf %s: %w", cfg.Krb5Conf, err)
 	}
 	a := &kerberosAuth{cfg: cfg, krb5: kc}
 	if cfg.Keytab != "" {
 		name, realm := splitPrincipal(cfg.Principal, kc.LibDefaults.DefaultRealm)
 		if realm == "" {
-			return nil, fmt.Errorf("Kerberos.Principal %q names no realm and Kerberos.Krb5Conf %s has no default_realm", cfg.Principal, cfg.Krb5Conf)
+			return nil, fmt.Errorf("Config.Kerberos.Principal %q names no realm and Config.Kerberos.Krb5Conf %s has no default_realm", cfg.Principal, cfg.Krb5Conf)
 		}
 		a.principal, a.realm = types.NewPrincipalName(nametype.KRB_NT_PRINCIPAL, name), realm
 		kt, err := keytab.Load(cfg.Keytab)
 		if err != nil {
-			return nil, fmt.Errorf("Kerberos.Keytab %s: %w", cfg.Keytab, err)
+			return nil, fmt.Errorf("Config.Kerberos.Keytab %s: %w", cfg.Keytab, err)
 		}
 		if !keytabHolds(kt, a.principal, realm) {
-			return nil, fmt.Errorf("Kerberos.Keytab %s holds no key for Kerberos.Principal %s (it holds: %s)",
+			return nil, fmt.Errorf("Config.Kerberos.Keytab %s holds no key for Config.Kerberos.Principal %s (it holds: %s)",
 				cfg.Keytab, a.principalString(), keytabPrincipals(kt))
 		}
 		a.cl = krbclient.NewWithKeytab(name, realm, kt, kc, krbclient.DisablePAFXFAST(true))
@@ -169,7 +168,7 @@ func newKerberosAuth(ctx context.Context, cfg KerberosConfig) (*kerberosAuth, er
 		}
 	}
 	if strings.Contains(a.cache, ":") && !strings.HasPrefix(a.cache, "FILE:") {
-		return nil, fmt.Errorf("Kerberos.TicketCache %s: only FILE: ticket caches can be read (set KRB5CCNAME=FILE:/path for kinit, or use Kerberos.Keytab)", a.cache)
+		return nil, fmt.Errorf("Config.Kerberos.TicketCache %s: only FILE: ticket caches can be read (set KRB5CCNAME=FILE:/path for kinit, or use Config.Kerberos.Keytab)", a.cache)
 	}
 	a.cache = strings.TrimPrefix(a.cache, "FILE:")
 	if err := a.loadCache(); err != nil {
@@ -182,27 +181,27 @@ func newKerberosAuth(ctx context.Context, cfg KerberosConfig) (*kerberosAuth, er
 func (a *kerberosAuth) loadCache() error {
 	st, err := os.Stat(a.cache)
 	if err != nil {
-		return fmt.Errorf("Kerberos.TicketCache %s: %w (run kinit, or set Kerberos.Keytab)", a.cache, err)
+		return fmt.Errorf("Config.Kerberos.TicketCache %s: %w (run kinit, or set Config.Kerberos.Keytab)", a.cache, err)
 	}
 	cc, err := credentials.LoadCCache(a.cache)
 	if err != nil {
-		return fmt.Errorf("Kerberos.TicketCache %s: %w", a.cache, err)
+		return fmt.Errorf("Config.Kerberos.TicketCache %s: %w", a.cache, err)
 	}
 	p := cc.DefaultPrincipal
 	if a.cfg.Principal != "" {
 		name, realm := splitPrincipal(a.cfg.Principal, a.krb5.LibDefaults.DefaultRealm)
 		if name != p.PrincipalName.PrincipalNameString() || realm != p.Realm {
-			return fmt.Errorf("Kerberos.TicketCache %s holds tickets of %s@%s, not of Kerberos.Principal %s",
+			return fmt.Errorf("Config.Kerberos.TicketCache %s holds tickets of %s@%s, not of Config.Kerberos.Principal %s",
 				a.cache, p.PrincipalName.PrincipalNameString(), p.Realm, a.cfg.Principal)
 		}
 	}
 	cl, err := krbclient.NewFromCCache(cc, a.krb5, krbclient.DisablePAFXFAST(true))
 	if err != nil {
-		return fmt.Errorf("Kerberos.TicketCache %s: %w (run kinit again)", a.cache, err)
+		return fmt.Errorf("Config.Kerberos.TicketCache %s: %w (run kinit again)", a.cache, err)
 	}
 	if tgtExpired(cc, p.Realm) {
 		cl.Destroy()
-		return fmt.Errorf("Kerberos.TicketCache %s: the ticket of %s@%s has expired (run kinit again)", a.cache, p.PrincipalName.PrincipalNameString(), p.Realm)
+		return fmt.Errorf("Config.Kerberos.TicketCache %s: the ticket of %s@%s has expired (run kinit again)", a.cache, p.PrincipalName.PrincipalNameString(), p.Realm)
 	}
 	if a.cl != nil {
 		a.cl.Destroy()
@@ -260,10 +259,10 @@ func (a *kerberosAuth) serviceTicket(ctx context.Context, host string) (messages
 		return err
 	})
 	if err != nil {
-		return tkt, key, full, a.explain("get a service ticket for "+full+" (Kerberos.ServerPrincipal)", err)
+		return tkt, key, full, a.explain("get a service ticket for "+full+" (Config.Kerberos.ServerPrincipal)", err)
 	}
 	if tkt.Realm != realm {
-		return tkt, key, full, fmt.Errorf("Kerberos.ServerPrincipal %s: the KDC gave a ticket of realm %s: map the host to realm %s in the [domain_realm] section of Kerberos.Krb5Conf %s",
+		return tkt, key, full, fmt.Errorf("Config.Kerberos.ServerPrincipal %s: the KDC gave a ticket of realm %s: map the host to realm %s in the [domain_realm] section of Config.Kerberos.Krb5Conf %s",
 			full, tkt.Realm, realm, a.cfg.Krb5Conf)
 	}
 	return tkt, key, full, nil
@@ -278,7 +277,7 @@ func (a *kerberosAuth) kdc(ctx context.Context, fn func() error) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for the KDC of realm %s (Kerberos.Krb5Conf %s): %w", a.realm, a.cfg.Krb5Conf, ctx.Err())
+		return fmt.Errorf("waiting for the KDC of realm %s (Config.Kerberos.Krb5Conf %s): %w", a.realm, a.cfg.Krb5Conf, ctx.Err())
 	}
 }
 
@@ -298,29 +297,29 @@ func (a *kerberosAuth) explain(what string, err error) error {
 	var hint string
 	switch {
 	case strings.Contains(msg, "KDC_ERR_C_PRINCIPAL_UNKNOWN"):
-		hint = fmt.Sprintf("the KDC does not know the client principal %s (Kerberos.Principal)", a.principalString())
+		hint = fmt.Sprintf("the KDC does not know the client principal %s (Config.Kerberos.Principal)", a.principalString())
 	case strings.Contains(msg, "KDC_ERR_S_PRINCIPAL_UNKNOWN"):
-		hint = "the KDC does not know the server principal (Kerberos.ServerPrincipal; _HOST is the host name the server registered under)"
+		hint = "the KDC does not know the server principal (Config.Kerberos.ServerPrincipal; _HOST is the host name the server registered under)"
 	case strings.Contains(msg, "KDC_ERR_PREAUTH_FAILED"), strings.Contains(msg, "KRB_AP_ERR_BAD_INTEGRITY"),
 		strings.Contains(msg, "integrity verification failed"), strings.Contains(msg, "checksum"):
 		if a.cfg.Keytab != "" {
-			hint = fmt.Sprintf("the keys in Kerberos.Keytab %s are not the current keys of %s (a stale or wrong keytab: export it again)", a.cfg.Keytab, a.principalString())
+			hint = fmt.Sprintf("the keys in Config.Kerberos.Keytab %s are not the current keys of %s (a stale or wrong keytab: export it again)", a.cfg.Keytab, a.principalString())
 		} else {
-			hint = fmt.Sprintf("the KDC refused the credentials of %s from Kerberos.TicketCache %s", a.principalString(), a.cache)
+			hint = fmt.Sprintf("the KDC refused the credentials of %s from Config.Kerberos.TicketCache %s", a.principalString(), a.cache)
 		}
 	case strings.Contains(msg, "KRB_AP_ERR_SKEW"), strings.Contains(strings.ToLower(msg), "clock skew"):
 		hint = "the clocks of this host and the KDC differ by more than the allowed skew (5 minutes by default): synchronise them"
 	case strings.Contains(msg, "KDC_ERR_ETYPE_NOSUPP"), strings.Contains(msg, "KDC_ERR_ETYPE_NOTSUPP"):
-		hint = "the KDC and the client share no encryption type (see the *_enctypes settings in Kerberos.Krb5Conf " + a.cfg.Krb5Conf + ")"
+		hint = "the KDC and the client share no encryption type (see the *_enctypes settings in Config.Kerberos.Krb5Conf " + a.cfg.Krb5Conf + ")"
 	case strings.Contains(msg, "Matching key not found in keytab"):
-		hint = fmt.Sprintf("Kerberos.Keytab %s holds no key of the encryption type the KDC uses for %s", a.cfg.Keytab, a.principalString())
+		hint = fmt.Sprintf("Config.Kerberos.Keytab %s holds no key of the encryption type the KDC uses for %s", a.cfg.Keytab, a.principalString())
 	case strings.Contains(msg, "networking"), strings.Contains(msg, "connection refused"), strings.Contains(msg, "no KDC"),
 		strings.Contains(msg, "i/o timeout"), strings.Contains(msg, "waiting for the KDC"):
-		hint = fmt.Sprintf("the KDC of realm %s cannot be reached (its address comes from Kerberos.Krb5Conf %s)", a.realm, a.cfg.Krb5Conf)
+		hint = fmt.Sprintf("the KDC of realm %s cannot be reached (its address comes from Config.Kerberos.Krb5Conf %s)", a.realm, a.cfg.Krb5Conf)
 	case strings.Contains(msg, "KDC_ERR_KEY_EXPIRED"), strings.Contains(msg, "KDC_ERR_CLIENT_REVOKED"):
-		hint = fmt.Sprintf("the KDC refuses %s (Kerberos.Principal): its key expired or it is locked", a.principalString())
+		hint = fmt.Sprintf("the KDC refuses %s (Config.Kerberos.Principal): its key expired or it is locked", a.principalString())
 	case strings.Contains(msg, "TKT_EXPIRED"):
-		hint = "a ticket expired and could not be renewed (run kinit again, or use Kerberos.Keytab)"
+		hint = "a ticket expired and could not be renewed (run kinit again, or use Config.Kerberos.Keytab)"
 	}
 	if hint != "" {
 		return fmt.Errorf("kerberos: %s: %s: %w", what, hint, err)
@@ -377,7 +376,7 @@ func (a *kerberosAuth) explainServer(spn string, err error) error {
 	case strings.Contains(msg, "Checksum failed"), strings.Contains(msg, "key is not available"),
 		strings.Contains(msg, "Cannot find key"), strings.Contains(msg, "KRB_AP_ERR_BAD_INTEGRITY"),
 		strings.Contains(msg, "KRB_AP_ERR_MODIFIED"):
-		hint = "the server cannot read the ticket for " + spn + ": its keytab does not hold the KDC's current key of that principal, or the server runs as another principal (check Kerberos.ServerPrincipal against the server's hbase.regionserver.kerberos.principal)"
+		hint = "the server cannot read the ticket for " + spn + ": its keytab does not hold the KDC's current key of that principal, or the server runs as another principal (check Config.Kerberos.ServerPrincipal against the server's hbase.regionserver.kerberos.principal)"
 	case errors.As(err, &se):
 		hint = "the server refused the authentication of " + a.principalString() + " as " + spn
 	}

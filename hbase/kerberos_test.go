@@ -238,14 +238,14 @@ func TestKerberosTicketCache(t *testing.T) {
 
 	cfg.Kerberos.Principal = "someone-else@ABACUS.TEST"
 	_, err = NewClient(testContext(t), cfg)
-	if err == nil || !strings.Contains(err.Error(), "Kerberos.Principal") || !strings.Contains(err.Error(), "Kerberos.TicketCache") {
-		t.Fatalf("ticket cache of another principal: %v, want an error naming Kerberos.Principal and Kerberos.TicketCache", err)
+	if err == nil || !strings.Contains(err.Error(), "Config.Kerberos.Principal") || !strings.Contains(err.Error(), "Config.Kerberos.TicketCache") {
+		t.Fatalf("ticket cache of another principal: %v, want an error naming Config.Kerberos.Principal and Config.Kerberos.TicketCache", err)
 	}
 	cfg.Kerberos.Principal = ""
 	cfg.Kerberos.TicketCache = filepath.Join(t.TempDir(), "nothing-here")
 	_, err = NewClient(testContext(t), cfg)
-	if err == nil || !strings.Contains(err.Error(), "Kerberos.TicketCache") || !strings.Contains(err.Error(), "kinit") {
-		t.Fatalf("missing ticket cache: %v, want an error naming Kerberos.TicketCache and kinit", err)
+	if err == nil || !strings.Contains(err.Error(), "Config.Kerberos.TicketCache") || !strings.Contains(err.Error(), "kinit") {
+		t.Fatalf("missing ticket cache: %v, want an error naming Config.Kerberos.TicketCache and kinit", err)
 	}
 }
 
@@ -268,7 +268,7 @@ func TestKerberosNoCredentialsRefused(t *testing.T) {
 		t.Fatal("list tables without credentials succeeded")
 	}
 	if !errors.Is(err, ErrAuthentication) || !strings.Contains(err.Error(), "Authentication is required") ||
-		!strings.Contains(err.Error(), "set Auth to kerberos") {
+		!strings.Contains(err.Error(), "set Config.Auth to kerberos") {
 		t.Fatalf("list tables without credentials: %v, want ErrAuthentication with the server's reason and the setting", err)
 	}
 	if _, err := c.Get(ctx, Get{Table: "hbase:meta", Row: []byte("x")}); !errors.Is(err, ErrAuthentication) {
@@ -307,17 +307,17 @@ func TestKerberosBadCredentials(t *testing.T) {
 		expect []string
 	}{
 		{"stale keytab", func(c *Config) { c.Kerberos.Keytab = e.staleKeytab },
-			[]string{"Kerberos.Keytab", e.staleKeytab, "not the current keys"}},
+			[]string{"Config.Kerberos.Keytab", e.staleKeytab, "not the current keys"}},
 		{"keytab of another principal", func(c *Config) { c.Kerberos.Principal = "shortlived@ABACUS.TEST" },
-			[]string{"Kerberos.Keytab", "holds no key for Kerberos.Principal shortlived@ABACUS.TEST"}},
+			[]string{"Config.Kerberos.Keytab", "holds no key for Config.Kerberos.Principal shortlived@ABACUS.TEST"}},
 		{"unknown principal", func(c *Config) { c.Kerberos.Principal, c.Kerberos.Keytab = "ghost@ABACUS.TEST", ghost },
-			[]string{"Kerberos.Principal", "does not know the client principal ghost@ABACUS.TEST"}},
+			[]string{"Config.Kerberos.Principal", "does not know the client principal ghost@ABACUS.TEST"}},
 		{"unknown server principal", func(c *Config) { c.Kerberos.ServerPrincipal = "hbase/_HOST.wrong@ABACUS.TEST" },
-			[]string{"Kerberos.ServerPrincipal", "hbase/127.0.0.1.wrong@ABACUS.TEST"}},
+			[]string{"Config.Kerberos.ServerPrincipal", "hbase/127.0.0.1.wrong@ABACUS.TEST"}},
 		{"missing keytab", func(c *Config) { c.Kerberos.Keytab = "/nonexistent/client.keytab" },
-			[]string{"Kerberos.Keytab /nonexistent/client.keytab"}},
+			[]string{"Config.Kerberos.Keytab /nonexistent/client.keytab"}},
 		{"missing krb5.conf", func(c *Config) { c.Kerberos.Krb5Conf = "/nonexistent/krb5.conf" },
-			[]string{"Kerberos.Krb5Conf /nonexistent/krb5.conf"}},
+			[]string{"Config.Kerberos.Krb5Conf /nonexistent/krb5.conf"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := e.config()
@@ -426,8 +426,8 @@ func TestKerberosRenewal(t *testing.T) {
 		}
 		replace([]byte("not a ticket cache"))
 		err := freshConnections(c)
-		if !errors.Is(err, ErrAuthentication) || !strings.Contains(err.Error(), "Kerberos.TicketCache "+cache) {
-			t.Fatalf("with the cache file broken: %v, want ErrAuthentication naming Kerberos.TicketCache", err)
+		if !errors.Is(err, ErrAuthentication) || !strings.Contains(err.Error(), "Config.Kerberos.TicketCache "+cache) {
+			t.Fatalf("with the cache file broken: %v, want ErrAuthentication naming Config.Kerberos.TicketCache", err)
 		}
 		t.Logf("broken ticket cache: %v", err)
 		b, err := os.ReadFile(kinit(t, e, principal, e.shortlivedKeytab))

@@ -24,17 +24,17 @@ func TestKerberosConfigValidation(t *testing.T) {
 		{Config{Auth: AuthSimple}, ""},
 		{Config{Auth: AuthKerberos}, ""}, // ticket cache from the environment
 		{Config{Auth: "Kerberos"}, "Auth: unknown authentication"},
-		{Config{Kerberos: KerberosConfig{Keytab: "/k"}}, "Kerberos settings are given but Auth is"},
-		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Keytab: "/k"}}, "Kerberos.Principal: required with Kerberos.Keytab"},
-		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Keytab: "/k", Principal: "a@R", TicketCache: "/c"}}, "Kerberos.Keytab and Kerberos.TicketCache"},
-		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Principal: "a@R@S"}}, "Kerberos.Principal"},
-		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{ServerPrincipal: "@R"}}, "Kerberos.ServerPrincipal"},
-		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{ServerPrincipal: "a/b/c@R"}}, "Kerberos.ServerPrincipal"},
+		{Config{Kerberos: KerberosConfig{Keytab: "/k"}}, "Config.Kerberos settings are given but Config.Auth is"},
+		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Keytab: "/k"}}, "Config.Kerberos.Principal: required with Config.Kerberos.Keytab"},
+		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Keytab: "/k", Principal: "a@R", TicketCache: "/c"}}, "Config.Kerberos.Keytab and Config.Kerberos.TicketCache"},
+		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Principal: "a@R@S"}}, "Config.Kerberos.Principal"},
+		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{ServerPrincipal: "@R"}}, "Config.Kerberos.ServerPrincipal"},
+		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{ServerPrincipal: "a/b/c@R"}}, "Config.Kerberos.ServerPrincipal"},
 		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{ServerPrincipal: "hbase/_HOST@R"}}, ""},
-		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Protection: "auth-conf"}}, "Kerberos.Protection: unknown protection"},
+		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Protection: "auth-conf"}}, "Config.Kerberos.Protection: unknown protection"},
 		{Config{Auth: AuthKerberos, Kerberos: KerberosConfig{Protection: ProtectionPrivacy}}, ""},
 	} {
-		err := tc.cfg.Validate()
+		err := tc.cfg.validateAuth()
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%+v: %v, want valid", tc.cfg, err)
@@ -74,7 +74,7 @@ func TestChooseQOP(t *testing.T) {
 		{qopIntegrity | qopPrivacy, "", qopIntegrity, ""},
 		{qopAuth | qopPrivacy, ProtectionIntegrity, qopPrivacy, ""},
 		{qopAuth | qopIntegrity | qopPrivacy, ProtectionPrivacy, qopPrivacy, ""},
-		{qopAuth, ProtectionIntegrity, 0, "the server offers protection authentication, but Kerberos.Protection asks for at least integrity"},
+		{qopAuth, ProtectionIntegrity, 0, "the server offers protection authentication, but Config.Kerberos.Protection asks for at least integrity"},
 		{0, "", 0, "the server offers protection"},
 	} {
 		got, err := chooseQOP(tc.offered, tc.min)
@@ -98,9 +98,9 @@ func TestExplainKerberosErrors(t *testing.T) {
 		{"KRB Error: (37) KRB_AP_ERR_SKEW Clock skew too great", "clocks of this host and the KDC differ"},
 		{"KRBMessage_Handling_Error: AS Exchange Error: AS_REP is not valid < clock skew with KDC too large. Greater than 300 seconds", "clocks of this host and the KDC differ"},
 		{"KRB Error: (24) KDC_ERR_PREAUTH_FAILED", "not the current keys of app@R"},
-		{"KRB Error: (6) KDC_ERR_C_PRINCIPAL_UNKNOWN", "does not know the client principal app@R (Kerberos.Principal)"},
-		{"KRB Error: (7) KDC_ERR_S_PRINCIPAL_UNKNOWN", "Kerberos.ServerPrincipal"},
-		{"sending over TCP failed: dial tcp 127.0.0.1:88: connect: connection refused", "KDC of realm R cannot be reached (its address comes from Kerberos.Krb5Conf /etc/krb5.conf)"},
+		{"KRB Error: (6) KDC_ERR_C_PRINCIPAL_UNKNOWN", "does not know the client principal app@R (Config.Kerberos.Principal)"},
+		{"KRB Error: (7) KDC_ERR_S_PRINCIPAL_UNKNOWN", "Config.Kerberos.ServerPrincipal"},
+		{"sending over TCP failed: dial tcp 127.0.0.1:88: connect: connection refused", "KDC of realm R cannot be reached (its address comes from Config.Kerberos.Krb5Conf /etc/krb5.conf)"},
 	} {
 		got := a.explain("log in", errors.New(tc.in)).Error()
 		if !strings.Contains(got, tc.want) || !strings.Contains(got, tc.in) {

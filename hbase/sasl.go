@@ -104,7 +104,7 @@ func chooseQOP(offered byte, min string) (byte, error) {
 			return q, nil
 		}
 	}
-	return 0, fmt.Errorf("the server offers protection %s, but Kerberos.Protection asks for at least %s", qopNames(offered), min)
+	return 0, fmt.Errorf("the server offers protection %s, but Config.Kerberos.Protection asks for at least %s", qopNames(offered), min)
 }
 
 // gssContext is the security context a handshake established: the key and sequence numbers of
@@ -275,7 +275,7 @@ func writeSASLToken(w io.Writer, tok []byte) error {
 }
 
 // errSwitchToSimple is returned when a server without Kerberos asks the client to fall back.
-var errSwitchToSimple = errors.New("the server does not use Kerberos and asked to fall back to simple authentication (set Auth to simple)")
+var errSwitchToSimple = errors.New("the server does not use Kerberos and asked to fall back to simple authentication (set Config.Auth to simple)")
 
 // saslError is an error the server sent during the handshake, with its Java exception class.
 type saslError struct{ class, msg string }

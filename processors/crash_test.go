@@ -16,7 +16,7 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/processors"
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/totals"
 )
 
 const envCrashChild = "ABACUS_TEST_CRASH_CHILD"

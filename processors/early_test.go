@@ -54,18 +54,18 @@ func TestEarlyFirings(t *testing.T) {
 	start := time.Now().UnixMilli()
 	clock.Store(start)
 	stop := runProcessor(t, topo, processors.Config{Brokers: brokers, StoragePath: t.TempDir(),
-		IdleTimeout: time.Hour, TickInterval: time.Hour, Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
+		IdleTimeout: 2 * time.Hour, TickInterval: time.Hour, Registerer: prometheus.NewRegistry(), Logger: testLogger(t),
 		Now: func() time.Time { return time.UnixMilli(clock.Add(1000)) }})
 	defer stop()
 
 	first := winKey{"hourly", "d", baseTime / 3600_000 * 3600_000}
-	l := readTotals(ctx, t, brokers, topo.TotalsTopic, func(l *totalsLog) bool { return len(l.finals[first]) > 0 })
+	l := readTotals(ctx, t, brokers, topo.TotalsTopic(), func(l *totalsLog) bool { return len(l.finals[first]) > 0 })
 	final := l.finals[first][0]
 	if v, _ := final.Value("n"); v.Int != n || final.Revision != n {
 		t.Fatalf("final total n=%d revision %d, want %d", v.Int, final.Revision, n)
 	}
 	// Replay the log in order to see the early records of the first window.
-	l = readTotals(ctx, t, brokers, topo.TotalsTopic, func(l *totalsLog) bool { return len(l.finals[first]) > 0 })
+	l = readTotals(ctx, t, brokers, topo.TotalsTopic(), func(l *totalsLog) bool { return len(l.finals[first]) > 0 })
 	early := 0
 	var prev uint64
 	for _, r := range l.ordered {

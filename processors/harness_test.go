@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -18,9 +17,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/processors"
-	"github.com/abacus-stream/abacus/processors/totals"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 
@@ -116,25 +116,13 @@ func genInputs(seed uint64, n, entities int, start int64) []input {
 	return out
 }
 
-func fnv32a(b []byte) uint32 {
-	h := fnv.New32a()
-	h.Write(b)
-	return h.Sum32()
-}
-
-// partitionOf is sarama's hash partitioner with goka's FNV-1a hasher.
-func partitionOf(key string, n int) int32 {
-	p := int32(fnv32a([]byte(key))) % int32(n)
-	if p < 0 {
-		p = -p
-	}
-	return p
-}
+// partitionOf is the partition goka assigns a key to.
+func partitionOf(key string, n int) int32 { return partitioner.Partition([]byte(key), int32(n)) }
 
 func produce(ctx context.Context, t testing.TB, brokers []string, topic string, ins []input) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))))
+		kgo.RecordPartitioner(partitioner.Kgo()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func TestTwoSources(t *testing.T) {
 		IdleTimeout: 2 * time.Second, TickInterval: 100 * time.Millisecond,
 		Registerer: prometheus.NewRegistry(), Logger: testLogger(t)})
 	defer stop()
-	l := readTotals(ctx, t, brokers, topo.TotalsTopic, func(l *totalsLog) bool {
+	l := readTotals(ctx, t, brokers, topo.TotalsTopic(), func(l *totalsLog) bool {
 		for k := range want {
 			if len(l.finals[k]) == 0 {
 				return false

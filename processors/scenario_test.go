@@ -90,7 +90,7 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	}
 	reg := prometheus.NewRegistry()
 	stop := runProcessor(t, topo, cfg(reg))
-	l := readTotals(ctx, t, brokers, topo.TotalsTopic, o.hasAllFinals)
+	readTotals(ctx, t, brokers, topo.TotalsTopic(), o.hasAllFinals)
 	// Event times are months behind the wall clock: the lag gauge must say so.
 	if lag := gauge(t, reg, "abacus_processor_stream_time_lag_seconds"); lag < 24*3600 {
 		t.Errorf("stream time lag %v s, want more than a day", lag)
@@ -98,15 +98,15 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	if err := stop(); err != nil {
 		t.Fatalf("processor run: %v", err)
 	}
-	end := endOffsets(ctx, t, brokers, topo.TotalsTopic)
-	l = readTotals(ctx, t, brokers, topo.TotalsTopic, func(l *totalsLog) bool { return int64(l.count) >= end })
+	end := endOffsets(ctx, t, brokers, topo.TotalsTopic())
+	l := readTotals(ctx, t, brokers, topo.TotalsTopic(), func(l *totalsLog) bool { return int64(l.count) >= end })
 	o.check(t, l)
 	lateWant := 0
 	for _, n := range o.late {
 		lateWant += n
 	}
 	lateMetric := "abacus_processor_late_routed_total"
-	if topo.LateTopic == "" {
+	if topo.LateTopic() == "" {
 		lateMetric = "abacus_processor_late_dropped_total"
 	}
 	for _, c := range []struct {
@@ -122,7 +122,7 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 			t.Errorf("%s = %v, want %d", c.metric, got, c.want)
 		}
 	}
-	if got := endOffsets(ctx, t, brokers, topo.DeadLetter); got != int64(o.future+o.bad) {
+	if got := endOffsets(ctx, t, brokers, topo.DeadLetterTopic()); got != int64(o.future+o.bad) {
 		t.Errorf("dead-letter topic holds %d records, want %d", got, o.future+o.bad)
 	}
 	t.Logf("phase 1: %d records, %d applied, %d final windows, late %v, future %d, undecodable %d, %d totals records",
@@ -147,7 +147,7 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	pruneCfg := cfg(reg)
 	pruneCfg.FinalRetention = time.Nanosecond
 	stop = runProcessor(t, topo, pruneCfg)
-	readTotals(ctx, t, brokers, topo.TotalsTopic, o.hasAllFinals)
+	readTotals(ctx, t, brokers, topo.TotalsTopic(), o.hasAllFinals)
 	for gauge(t, reg, "abacus_processor_windows_held") != 0 || gauge(t, reg, "abacus_processor_windows_open") != 0 {
 		if ctx.Err() != nil {
 			t.Fatalf("windows still in the table after every window closed: held %v, open %v",
@@ -158,8 +158,8 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	if err := stop(); err != nil {
 		t.Fatalf("processor run after rewind: %v", err)
 	}
-	end = endOffsets(ctx, t, brokers, topo.TotalsTopic)
-	l = readTotals(ctx, t, brokers, topo.TotalsTopic, func(l *totalsLog) bool { return int64(l.count) >= end })
+	end = endOffsets(ctx, t, brokers, topo.TotalsTopic())
+	l = readTotals(ctx, t, brokers, topo.TotalsTopic(), func(l *totalsLog) bool { return int64(l.count) >= end })
 	o.check(t, l)
 	if got := counter(t, reg, "abacus_processor_duplicates_skipped_total"); got < float64(o.applied-len(insB)) {
 		t.Errorf("duplicates skipped after rewind = %v, want at least %d", got, o.applied-len(insB))

@@ -21,8 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
 	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -34,11 +35,11 @@ var dashboardEntities = []string{"store-berlin", "store-lisbon", "store-oslo"}
 // that the page's default range (the last hour) shows them: the two newest are still open, and
 // store-oslo has no windows 20 to 24 minutes ago (a gap). It returns a live window for store-berlin
 // for the current minute, to be served as the processors' open state.
-func seedRecent(t *testing.T, st sinks.Store, table string, buckets int) fakeLive {
+func seedRecent(t *testing.T, st store.Writer, table string, buckets int) fakeLive {
 	t.Helper()
 	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
 	now := time.Now().Truncate(time.Minute)
-	var cells []sinks.Cell
+	var cells []store.Cell
 	values := func(k int64, phase float64) []totals.Value {
 		x := float64(k)
 		count := int64(60 + 35*math.Sin(x/6+phase) + float64((k*7)%11))
@@ -81,7 +82,7 @@ func dashboardServer(t *testing.T) *httptest.Server {
 	live := seedRecent(t, st, table, 4)
 	srv := &Server{Topologies: []Topology{{Name: "t",
 		Sets:   []SetInfo{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
-		Reader: &Reader{Store: st, Table: table, Family: "d", SaltBuckets: 4, Live: live}}}}
+		Reader: newReader(t, st, table).WithLive(live)}}}
 	ts := httptest.NewServer(srv.HandlerWithDashboard())
 	t.Cleanup(ts.Close)
 	return ts

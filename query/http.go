@@ -8,13 +8,11 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
-	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -46,6 +44,23 @@ type Server struct {
 	Logger *slog.Logger
 	// Now is the clock for relative times ("-1h"); time.Now when nil.
 	Now func() time.Time
+	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
+	OpenTSDB OpenTSDBLimits
+}
+
+// registered registers c on reg, or returns the collector already registered under its name, so
+// that two handlers on one registry (an API mounted twice, tests) count into the same series
+// instead of the second one's counts going nowhere.
+func registered[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(C); ok {
+				return existing
+			}
+		}
+	}
+	return c
 }
 
 // Handler returns the API's routes. Extra routes (the dashboard) can be added to the returned mux.
@@ -63,8 +78,8 @@ func (s *Server) Handler() *http.ServeMux {
 		Name: "requests_total", Help: "API requests by endpoint and status code."}, []string{"endpoint", "code"})
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "query",
 		Name: "request_seconds", Help: "API request latency by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"})
-	_ = s.Registry.Register(requests)
-	_ = s.Registry.Register(latency)
+	requests = registered(s.Registry, requests)
+	latency = registered(s.Registry, latency)
 	mux := http.NewServeMux()
 	handle := func(path, endpoint string, h func(w http.ResponseWriter, r *http.Request) (int, any)) {
 		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
@@ -78,6 +93,7 @@ func (s *Server) Handler() *http.ServeMux {
 	handle(APIPrefix+"/topologies", "topologies", s.topologies)
 	handle(APIPrefix+"/windows", "windows", s.windows)
 	handle(APIPrefix+"/entities", "entities", s.entities)
+	s.mountOpenTSDB(mux, requests, latency)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -256,6 +272,11 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	default:
 		return badParam("live", "want true or false, got %q", q.Get("live"))
 	}
+	// One window more than the limit tells whether the limit cut the answer.
+	limit := o.Limit
+	if limit > 0 {
+		o.Limit++
+	}
 	res, err := t.Reader.Many(r.Context(), set.Name, entities, o)
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
@@ -268,8 +289,33 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 		Topology string                  `json:"topology"`
 		Set      string                  `json:"set"`
 		Entities map[string][]windowJSON `json:"entities"`
-	}{t.Name, set.Name, map[string][]windowJSON{}}
+		// Truncated says that the limit cut at least one entity's windows; Next gives, for each
+		// such entity, the from and to (ms) of the next page: windows go on past the last one
+		// returned, in the order asked for.
+		Truncated bool                        `json:"truncated"`
+		Next      map[string]map[string]int64 `json:"next,omitempty"`
+	}{Topology: t.Name, Set: set.Name, Entities: map[string][]windowJSON{}}
 	for e, ws := range res {
+		if limit > 0 && len(ws) > limit {
+			ws = ws[:limit]
+			last := ws[limit-1].Start.UnixMilli()
+			page := map[string]int64{}
+			if o.OldestFirst {
+				page["from"] = last + 1
+				if !o.To.IsZero() {
+					page["to"] = o.To.UnixMilli()
+				}
+			} else {
+				page["to"] = last
+				if !o.From.IsZero() {
+					page["from"] = o.From.UnixMilli()
+				}
+			}
+			if out.Next == nil {
+				out.Next = map[string]map[string]int64{}
+			}
+			out.Truncated, out.Next[e] = true, page
+		}
 		js := make([]windowJSON, 0, len(ws))
 		for _, w := range ws {
 			js = append(js, toJSON(w))
@@ -293,25 +339,11 @@ func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
 			return badParam("limit", "want a whole number from 1 to 10000, got %q", v)
 		}
 	}
-	const maxRows = 200_000
-	seen := map[string]bool{}
-	var list []string
-	rows := 0
-	rd := t.Reader
-	err := rd.Store.Scan(r.Context(), sinks.ScanSpec{Table: rd.Table, Family: rd.Family}, func(row []byte, _ []sinks.Cell) bool {
-		rows++
-		e, st, _, err := sinks.ParseAggregateRow(row)
-		if err == nil && st == set.Name && !seen[e] {
-			seen[e] = true
-			list = append(list, e)
-		}
-		return len(list) < limit && rows < maxRows
-	})
+	list, truncated, err := t.Reader.Entities(r.Context(), set.Name, EntityOptions{Limit: limit})
 	if err != nil {
 		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
 	}
-	sort.Strings(list)
-	return http.StatusOK, map[string]any{"entities": list, "truncated": len(list) >= limit || rows >= maxRows}
+	return http.StatusOK, map[string]any{"entities": list, "truncated": truncated}
 }
 
 func (s *Server) parseTime(v string) (time.Time, error) { return ParseTime(v, s.Now()) }

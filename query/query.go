@@ -12,10 +12,12 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
-	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/totals"
 )
 
 // Window is one entity's aggregates over one window of an aggregate set.
@@ -47,15 +49,44 @@ type LiveSource interface {
 	OpenWindows(ctx context.Context, set, entity string) ([]Window, error)
 }
 
-// Reader answers window queries over one aggregate table.
-type Reader struct {
-	Store       sinks.Reader
-	Table       string
-	Family      string
-	SaltBuckets int
-	// Live, when set, adds windows still open in the processors.
-	Live LiveSource
+// Source is what a Reader reads: cells, and the layout the table was created with.
+type Source interface {
+	store.Reader
+	SaltBuckets(ctx context.Context, table string) (int, error)
 }
+
+// Reader answers window queries over one aggregate table. Build it with NewReader.
+type Reader struct {
+	store   store.Reader
+	table   string
+	family  string
+	buckets int
+	live    LiveSource
+}
+
+// NewReader returns a reader of an aggregate table. The salt bucket count is read from the table
+// (schema.AttrSaltBuckets), never taken from the caller: rows salted with another count would be
+// looked for in the wrong buckets and silently not found.
+func NewReader(ctx context.Context, src Source, table, family string) (*Reader, error) {
+	if src == nil || table == "" || family == "" {
+		return nil, errors.New("query: NewReader needs a source, a table and a family")
+	}
+	n, err := src.SaltBuckets(ctx, table)
+	if err != nil {
+		return nil, fmt.Errorf("query: aggregate table %s: %w", table, err)
+	}
+	return &Reader{store: src, table: table, family: family, buckets: n}, nil
+}
+
+// WithLive returns a reader that adds the windows still open in the processors, read from live.
+func (r *Reader) WithLive(live LiveSource) *Reader {
+	c := *r
+	c.live = live
+	return &c
+}
+
+// Table is the aggregate table the reader reads.
+func (r *Reader) Table() string { return r.table }
 
 // ErrInvalid is wrapped by errors about the request rather than the store.
 var ErrInvalid = errors.New("invalid query")
@@ -71,15 +102,15 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 	if o.Limit < 0 {
 		return nil, fmt.Errorf("%w: negative limit %d", ErrInvalid, o.Limit)
 	}
-	prefix := sinks.AggregatePrefix(entity, set, r.SaltBuckets)
-	spec := sinks.ScanSpec{Table: r.Table, Family: r.Family, Reversed: o.OldestFirst}
+	prefix := schema.AggregatePrefix(entity, set, r.buckets)
+	spec := store.ScanSpec{Table: r.table, Family: r.family, Reversed: o.OldestFirst}
 	// Rows sort by reversed start: the newest window first. Start <= To-1 is the lower row bound.
 	spec.Start = prefix
 	if !o.To.IsZero() {
-		spec.Start = binary.BigEndian.AppendUint64(clone(prefix), sinks.ReverseTime(o.To.UnixMilli()-1))
+		spec.Start = binary.BigEndian.AppendUint64(clone(prefix), schema.ReverseTime(o.To.UnixMilli()-1))
 	}
 	if !o.From.IsZero() {
-		spec.Stop = binary.BigEndian.AppendUint64(clone(prefix), sinks.ReverseTime(o.From.UnixMilli()-1))
+		spec.Stop = binary.BigEndian.AppendUint64(clone(prefix), schema.ReverseTime(o.From.UnixMilli()-1))
 	} else {
 		spec.Stop = prefixEnd(prefix)
 	}
@@ -87,7 +118,7 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 		out     []Window
 		scanErr error
 	)
-	err := r.Store.Scan(ctx, spec, func(row []byte, cells []sinks.Cell) bool {
+	err := r.store.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
 		w, err := windowFromRow(row, cells)
 		if err != nil {
 			scanErr = err
@@ -104,8 +135,8 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 	if err != nil {
 		return nil, fmt.Errorf("query: windows of %s in %s: %w", entity, set, err)
 	}
-	if r.Live != nil && !o.NoLive {
-		live, err := r.Live.OpenWindows(ctx, set, entity)
+	if r.live != nil && !o.NoLive {
+		live, err := r.live.OpenWindows(ctx, set, entity)
 		if err != nil {
 			return nil, fmt.Errorf("query: live windows of %s in %s: %w", entity, set, err)
 		}
@@ -115,6 +146,46 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 		out = out[:o.Limit]
 	}
 	return out, nil
+}
+
+// EntityOptions bound an entity listing.
+type EntityOptions struct {
+	// Limit is the most entities returned (default 100).
+	Limit int
+	// MaxRows bounds the rows read to find them (default 200,000): the listing is a scan of the
+	// table, and it stops there rather than read a large table whole.
+	MaxRows int
+	// Prefix keeps only entities that start with it.
+	Prefix string
+}
+
+// Entities lists, in order, entities that have windows of set, and reports whether the listing
+// stopped at a bound before the end of the table.
+func (r *Reader) Entities(ctx context.Context, set string, o EntityOptions) ([]string, bool, error) {
+	if o.Limit <= 0 {
+		o.Limit = 100
+	}
+	if o.MaxRows <= 0 {
+		o.MaxRows = 200_000
+	}
+	seen := map[string]bool{}
+	var list []string
+	rows, stopped := 0, false
+	err := r.store.Scan(ctx, store.ScanSpec{Table: r.table, Family: r.family}, func(row []byte, _ []store.Cell) bool {
+		rows++
+		e, s, _, err := schema.ParseAggregateRow(row)
+		if err == nil && s == set && !seen[e] && strings.HasPrefix(e, o.Prefix) {
+			seen[e] = true
+			list = append(list, e)
+		}
+		stopped = len(list) >= o.Limit || rows >= o.MaxRows
+		return !stopped
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("query: entities of %s: %w", set, err)
+	}
+	sort.Strings(list)
+	return list, stopped, nil
 }
 
 // Latest returns the n newest windows of an entity.
@@ -141,21 +212,21 @@ func (r *Reader) Many(ctx context.Context, set string, entities []string, o Opti
 	return out, nil
 }
 
-func windowFromRow(row []byte, cells []sinks.Cell) (Window, error) {
-	entity, set, start, err := sinks.ParseAggregateRow(row)
+func windowFromRow(row []byte, cells []store.Cell) (Window, error) {
+	entity, set, start, err := schema.ParseAggregateRow(row)
 	if err != nil {
 		return Window{}, err
 	}
 	w := Window{Entity: entity, Set: set, Start: time.UnixMilli(start), Values: map[string]totals.Value{}}
 	for _, c := range cells {
 		w.End = time.UnixMilli(c.Timestamp)
-		if string(c.Qualifier) == sinks.MetaQualifier {
-			if w.Final, w.Revision, err = sinks.ParseMeta(c.Value); err != nil {
+		if string(c.Qualifier) == schema.MetaQualifier {
+			if w.Final, w.Revision, err = schema.ParseMeta(c.Value); err != nil {
 				return Window{}, err
 			}
 			continue
 		}
-		v, err := sinks.ParseCellValue(string(c.Qualifier), c.Value)
+		v, err := schema.ParseCellValue(string(c.Qualifier), c.Value)
 		if err != nil {
 			return Window{}, err
 		}

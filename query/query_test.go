@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,11 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
-	"github.com/abacus-stream/abacus/sinks/cellstore"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/cellstore"
+	"github.com/abacus-stream/abacus/store/hbasestore"
+	"github.com/abacus-stream/abacus/totals"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -22,10 +27,10 @@ const minute = int64(60_000)
 
 // seed writes windows 0..9 of minute windows for entities ab1 and ab12 through the aggregates
 // encoder, as the sink does; window i of ab1 has count i and is final except the last.
-func seed(t *testing.T, st sinks.Store, table string, buckets int) {
+func seed(t *testing.T, st store.Writer, table string, buckets int) {
 	t.Helper()
 	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
-	var cells []sinks.Cell
+	var cells []store.Cell
 	for _, e := range []string{"ab1", "ab12"} {
 		for i := range int64(10) {
 			r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: i * minute, End: (i + 1) * minute,
@@ -50,50 +55,78 @@ func seed(t *testing.T, st sinks.Store, table string, buckets int) {
 	}
 }
 
-type store interface {
-	sinks.Store
-	sinks.Reader
+type cellStore interface {
+	store.Writer
+	Source
 }
 
 // stores gives each test the embedded cell store and, when it runs, the real HBase.
-func stores(t *testing.T) map[string]func(t *testing.T) (store, string) {
-	return map[string]func(t *testing.T) (store, string){
-		"cellstore": func(t *testing.T) (store, string) {
+func stores(t *testing.T) map[string]func(t *testing.T) (cellStore, string) {
+	return map[string]func(t *testing.T) (cellStore, string){
+		"cellstore": func(t *testing.T) (cellStore, string) {
 			s, err := cellstore.Open("")
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { s.Close() })
-			if err := s.CreateTable("agg", map[string]int{"d": 1}); err != nil {
+			if err := s.EnsureTable(context.Background(), schema.TableLayout{Name: "agg", Family: "d", SaltBuckets: 4}); err != nil {
 				t.Fatal(err)
 			}
 			return s, "agg"
 		},
-		"hbase": func(t *testing.T) (store, string) {
-			quorum := testenv.HBaseZooKeeper(t)
+		"hbase": func(t *testing.T) (cellStore, string) {
+			c := testenv.HBaseClient(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
 			table := fmt.Sprintf("querytest_%d", time.Now().UnixNano())
-			if err := sinks.EnsureTable(ctx, c.Admin(), sinks.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
+			st, err := hbasestore.New(c, hbasestore.Config{})
+			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				_ = c.Admin().DisableTable(ctx, table)
-				_ = c.Admin().DeleteTable(ctx, table)
-			})
-			st, err := sinks.NewHBaseStore(c, sinks.HBaseStoreConfig{})
-			if err != nil {
+			testenv.DropTableAtEnd(t, c, table)
+			if err := st.EnsureTable(ctx, schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
 				t.Fatal(err)
 			}
 			return st, table
 		},
+	}
+}
+
+func newReader(t *testing.T, st Source, table string) *Reader {
+	t.Helper()
+	r, err := NewReader(context.Background(), st, table, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestReaderTakesSaltBucketsFromTheTable: a reader finds rows written with the table's bucket
+// count, and refuses a table that does not exist or was not made by abacus.
+func TestReaderTakesSaltBucketsFromTheTable(t *testing.T) {
+	s, err := cellstore.Open("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := s.EnsureTable(ctx, schema.TableLayout{Name: "agg7", Family: "d", SaltBuckets: 7}); err != nil {
+		t.Fatal(err)
+	}
+	seed(t, s, "agg7", 7)
+	r := newReader(t, s, "agg7")
+	ws, err := r.Windows(ctx, "minute", "ab1", Options{Limit: 1})
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("windows of ab1 with 7 buckets: %v %v", ws, err)
+	}
+	if _, err := NewReader(ctx, s, "missing", "d"); !errors.Is(err, store.ErrNoSuchTable) {
+		t.Fatalf("reader of a missing table: %v", err)
+	}
+	if err := s.CreateTable("foreign", map[string]int{"d": 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewReader(ctx, s, "foreign", "d"); err == nil || !strings.Contains(err.Error(), schema.AttrSaltBuckets) {
+		t.Fatalf("reader of a table without the layout attribute: %v", err)
 	}
 }
 
@@ -116,8 +149,8 @@ func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
 			seed(t, st, table, 4)
-			r := &Reader{Store: st, Table: table, Family: "d", SaltBuckets: 4}
 			ctx := context.Background()
+			r := newReader(t, st, table)
 			cases := []struct {
 				o    Options
 				want string
@@ -148,12 +181,12 @@ func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
 				}
 			}
 			// A live window newer than the stored, and one not stored yet.
-			r.Live = fakeLive{"minute/ab1": {
+			r = r.WithLive(fakeLive{"minute/ab1": {
 				{Entity: "ab1", Set: "minute", Start: time.UnixMilli(9 * minute), End: time.UnixMilli(10 * minute), Revision: 50,
 					Values: map[string]totals.Value{"count": {Name: "count", Kind: totals.KindInt, Int: 77}}},
 				{Entity: "ab1", Set: "minute", Start: time.UnixMilli(10 * minute), End: time.UnixMilli(11 * minute), Revision: 1,
 					Values: map[string]totals.Value{"count": {Name: "count", Kind: totals.KindInt, Int: 1}}},
-			}}
+			}})
 			ws, err := r.Windows(ctx, "minute", "ab1", Options{Limit: 3})
 			if err != nil {
 				t.Fatal(err)
@@ -172,7 +205,7 @@ func TestHTTPAPI(t *testing.T) {
 	st, table := stores(t)["cellstore"](t)
 	seed(t, st, table, 4)
 	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
-		Reader: &Reader{Store: st, Table: table, Family: "d", SaltBuckets: 4}}}}
+		Reader: newReader(t, st, table)}}}
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
 	get := func(path string) (int, map[string]any) {
@@ -241,4 +274,46 @@ func TestHTTPAPI(t *testing.T) {
 	if !strings.Contains(sb.String(), "abacus_query_requests_total") {
 		t.Fatalf("metrics do not count requests:\n%s", sb.String())
 	}
+}
+
+// TestTwoHandlersShareMetrics: a second handler on one registry counts into the same series.
+func TestTwoHandlersShareMetrics(t *testing.T) {
+	st, table := stores(t)["cellstore"](t)
+	seed(t, st, table, 4)
+	reg := prometheus.NewRegistry()
+	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute"}}, Reader: newReader(t, st, table)}}, Registry: reg}
+	for range 2 {
+		ts := httptest.NewServer(srv.Handler())
+		resp, err := http.Get(ts.URL + APIPrefix + "/topologies")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ts.Close()
+	}
+	n := testutil.ToFloat64(mustCounter(t, reg, "abacus_query_requests_total"))
+	if n != 2 {
+		t.Fatalf("requests counted %v, want 2 (one per handler)", n)
+	}
+}
+
+func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			sum := 0.0
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sum"})
+			c.Add(sum)
+			return c
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return nil
 }

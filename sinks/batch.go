@@ -4,12 +4,13 @@ import (
 	"hash/maphash"
 	"time"
 
+	"github.com/abacus-stream/abacus/store"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // batch is what one write lands and one commit covers.
 type batch struct {
-	cells   []Cell
+	cells   []store.Cell
 	src     []*kgo.Record // src[i] produced cells[i]: where a permanent failure is reported
 	dead    []deadLetter  // undecodable records, dead-lettered before any cell is written
 	next    map[string]map[int32]kgo.EpochOffset
@@ -59,7 +60,7 @@ func (b *batch) coalesce() {
 	if len(b.cells) < 2 {
 		b.cellHashes = map[uint64]int{}
 		for i := range b.cells {
-			b.cellHashes[b.cells[i].hash(seed)] = i
+			b.cellHashes[cellHash(&b.cells[i], seed)] = i
 		}
 		return
 	}
@@ -67,10 +68,10 @@ func (b *batch) coalesce() {
 	last := make(map[uint64]int, len(b.cells))
 	dups := false
 	for i := range b.cells {
-		h := b.cells[i].hash(seed)
+		h := cellHash(&b.cells[i], seed)
 		hashes[i] = h
 		if j, ok := last[h]; ok {
-			if !b.cells[j].sameCell(&b.cells[i]) {
+			if !sameCell(&b.cells[j], &b.cells[i]) {
 				b.coalesceByKey()
 				return
 			}
@@ -89,12 +90,12 @@ func (b *batch) coalesce() {
 func (b *batch) coalesceByKey() {
 	last := make(map[string]int, len(b.cells))
 	for i := range b.cells {
-		last[b.cells[i].key()] = i
+		last[cellKey(&b.cells[i])] = i
 	}
-	b.keep(func(i int) bool { return last[b.cells[i].key()] == i })
+	b.keep(func(i int) bool { return last[cellKey(&b.cells[i])] == i })
 	b.cellHashes = make(map[uint64]int, len(b.cells))
 	for i := range b.cells {
-		b.cellHashes[b.cells[i].hash(seed)] = i
+		b.cellHashes[cellHash(&b.cells[i], seed)] = i
 	}
 }
 
@@ -129,7 +130,7 @@ func (b *batch) without(parts map[string][]int32) *batch {
 		if !drop(b.src[i]) {
 			out.cells = append(out.cells, b.cells[i])
 			out.src = append(out.src, b.src[i])
-			out.bytes += b.cells[i].size()
+			out.bytes += b.cells[i].Size()
 		}
 	}
 	for _, d := range b.dead {

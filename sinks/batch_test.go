@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/abacus-stream/abacus/store"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -16,7 +17,7 @@ func TestCoalesceKeepsTheLastValueOfEachCell(t *testing.T) {
 			if name == "w" {
 				name, ts = "x", 2
 			}
-			b.cells = append(b.cells, Cell{Table: "t", Row: []byte(name), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: ts, Value: []byte(fmt.Sprint(i))})
+			b.cells = append(b.cells, store.Cell{Table: "t", Row: []byte(name), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: ts, Value: []byte(fmt.Sprint(i))})
 			b.src = append(b.src, &kgo.Record{Offset: int64(i)})
 		}
 		if byKey {

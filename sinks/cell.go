@@ -2,32 +2,18 @@ package sinks
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
 
+	"github.com/abacus-stream/abacus/store"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Cell is one HBase cell to put: every coordinate and the timestamp come from the data.
-type Cell struct {
-	Table     string
-	Row       []byte
-	Family    []byte
-	Qualifier []byte
-	Timestamp int64 // ms since the epoch; from the event or the window end, never a clock
-	Value     []byte
-}
-
-func (c *Cell) size() int {
-	return len(c.Table) + len(c.Row) + len(c.Family) + len(c.Qualifier) + 8 + len(c.Value)
-}
-
-// key identifies the cell version that a Put replaces; two values with the same key in one batch
-// must be coalesced to the newest.
-func (c *Cell) key() string {
+// cellKey identifies the cell version that a Put replaces; two values with the same key in one
+// batch must be coalesced to the newest.
+func cellKey(c *store.Cell) string {
 	b := make([]byte, 0, len(c.Table)+len(c.Row)+len(c.Family)+len(c.Qualifier)+8+12)
 	b = appendLen(b, c.Table)
 	b = appendLen(b, string(c.Row))
@@ -38,8 +24,8 @@ func (c *Cell) key() string {
 	return string(b)
 }
 
-// hash is a hash of the cell's coordinates (what key holds), without building the key.
-func (c *Cell) hash(seed maphash.Seed) uint64 {
+// cellHash is a hash of the cell's coordinates (what cellKey holds), without building the key.
+func cellHash(c *store.Cell, seed maphash.Seed) uint64 {
 	var h maphash.Hash
 	h.SetSeed(seed)
 	h.WriteString(c.Table)
@@ -55,8 +41,8 @@ func (c *Cell) hash(seed maphash.Seed) uint64 {
 	return h.Sum64()
 }
 
-// sameCell reports whether o has the same coordinates as c.
-func (c *Cell) sameCell(o *Cell) bool {
+// sameCell reports whether c and o have the same coordinates.
+func sameCell(c, o *store.Cell) bool {
 	return c.Timestamp == o.Timestamp && c.Table == o.Table && bytes.Equal(c.Row, o.Row) &&
 		bytes.Equal(c.Family, o.Family) && bytes.Equal(c.Qualifier, o.Qualifier)
 }
@@ -70,28 +56,15 @@ func appendLen(b []byte, s string) []byte {
 // means the record can never be written (undecodable, from the future, ...): it goes to the
 // dead-letter topic with the error as its reason, before any write of its batch.
 type Encoder interface {
-	Encode(rec *kgo.Record, dst []Cell) ([]Cell, error)
+	Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error)
 }
 
 // EncoderFunc adapts a function to Encoder.
-type EncoderFunc func(rec *kgo.Record, dst []Cell) ([]Cell, error)
+type EncoderFunc func(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error)
 
 // Encode calls f.
-func (f EncoderFunc) Encode(rec *kgo.Record, dst []Cell) ([]Cell, error) { return f(rec, dst) }
-
-// CellError reports one cell of a Store.Write that failed.
-type CellError struct {
-	Index     int   // index into the cells given to Write
-	Err       error // names the cause
-	Permanent bool  // resending can never succeed (no such family, cell too large, ...)
-}
-
-// Store is where cells land: HBase through the native client, or the embedded cell store.
-type Store interface {
-	// Write puts cells and returns the cells that failed. A non-nil error means the whole write
-	// failed (e.g. the store is unreachable) and every cell may be resent. Write must not return
-	// before every cell it reports as written is durable to the store's standard.
-	Write(ctx context.Context, cells []Cell) ([]CellError, error)
+func (f EncoderFunc) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
+	return f(rec, dst)
 }
 
 // ErrPermanent marks an encoding error as one that no retry can mend; encoders may wrap it, but
@@ -111,22 +84,3 @@ func (e *DecodeError) Error() string {
 }
 
 func (e *DecodeError) Unwrap() error { return e.Err }
-
-// ScanSpec is a range read of a table: rows in [Start, Stop) or every row with Prefix, newest
-// version first within a column, up to MaxVersions versions (1 when zero). Reversed reads rows from
-// the end of the range backwards.
-type ScanSpec struct {
-	Table       string
-	Prefix      []byte
-	Start, Stop []byte
-	Reversed    bool
-	Family      string // only this family when set
-	MaxVersions int
-	Limit       int // rows; 0 for all
-}
-
-// Reader reads cells back: HBase through the native client, or the embedded cell store. fn gets
-// each row's cells in HBase order (by column, newest version first) and returns false to stop.
-type Reader interface {
-	Scan(ctx context.Context, spec ScanSpec, fn func(row []byte, cells []Cell) bool) error
-}

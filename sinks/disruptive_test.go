@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -15,7 +16,7 @@ import (
 )
 
 // TestDisruptiveHBaseDownPausesAndDrains stops HBase for 30 s while the facts sink runs and events
-// keep arriving: the sink must pause its partitions, stay in its group (no partition revoked or
+// keep arriving: the sink must hold its poll, stay in its group (no partition revoked or
 // lost), commit nothing it has not written, and drain the lag once HBase is back, losing nothing.
 func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 	testenv.Disruptive(t)
@@ -68,7 +69,7 @@ func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 	waitFor(t, "first cells written", 60*time.Second, func() bool { return testutil.ToFloat64(m.commits) > 0 })
 	testenv.StopService(t, "hbase")
 	stopped := time.Now()
-	waitFor(t, "partitions to pause", 60*time.Second, func() bool { return testutil.ToFloat64(m.paused) > 0 })
+	waitFor(t, "the poll to be held", 60*time.Second, func() bool { return testutil.ToFloat64(m.held) > 0 })
 	committedAtPause := testutil.ToFloat64(m.commits)
 	time.Sleep(30*time.Second - time.Since(stopped))
 	if got := testutil.ToFloat64(m.commits); got != committedAtPause {
@@ -79,7 +80,7 @@ func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 	close(stopProducing)
 	<-producerDone
 	waitFor(t, "lag to drain after HBase returned", 3*time.Minute, func() bool { return e.lag(t, e.FactsGroup, e.Events) == 0 })
-	waitFor(t, "partitions to resume", 30*time.Second, func() bool { return testutil.ToFloat64(m.paused) == 0 })
+	waitFor(t, "the poll to be released", 30*time.Second, func() bool { return testutil.ToFloat64(m.held) == 0 })
 	for _, kind := range []string{"revoked", "lost"} {
 		if n := testutil.ToFloat64(m.rebalances.WithLabelValues(kind)); n != 0 {
 			t.Fatalf("%v partitions %s during the outage: the sink left its group", n, kind)
@@ -91,11 +92,11 @@ func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(m.dead.WithLabelValues("write")); n != 0 {
 		for _, r := range consumeAll(t, e.Brokers, e.DeadLetter, int(n)) {
-			t.Errorf("dead-lettered during the outage: %s: %s", header(r, HeaderSource), header(r, HeaderReason))
+			t.Errorf("dead-lettered during the outage: %s: %s", header(r, deadletter.HeaderSource), header(r, deadletter.HeaderDetail))
 		}
 		t.Fatalf("%v records dead-lettered while HBase was down: an outage is not a permanent failure", n)
 	}
-	cells := tableCells(t, hbaseClient(t), e.FactsTable)
+	cells := tableCells(t, testenv.HBaseClient(t), e.FactsTable)
 	if int64(len(cells)) != produced.Load() {
 		t.Fatalf("facts table has %d cells, %d events were produced", len(cells), produced.Load())
 	}

@@ -15,9 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/hbasestore"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -49,12 +53,12 @@ func newE2E(t *testing.T) *e2e {
 		FactsGroup: fmt.Sprintf("e2e-facts-%d", n), AggGroup: fmt.Sprintf("e2e-agg-%d", n), MaxBatch: 300,
 	}
 	createTopics(t, e.Brokers, 4, e.Events, e.Totals, e.DeadLetter)
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, tb := range []string{e.FactsTable, e.AggTable} {
-		dropTable(t, c.Admin(), tb)
-		if err := EnsureTable(ctx, c.Admin(), TableLayout{Name: tb, Family: "d", SaltBuckets: e.Buckets, Versions: 5}); err != nil {
+		testenv.DropTableAtEnd(t, c, tb)
+		if err := hbaseStore(t, c).EnsureTable(ctx, schema.TableLayout{Name: tb, Family: "d", SaltBuckets: e.Buckets, Versions: 5}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,7 +92,7 @@ func (e *e2e) sink(ctx context.Context, kind string, tune func(*Config)) (*Flush
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := NewHBaseStore(c, HBaseStoreConfig{})
+	st, err := hbasestore.New(c, hbasestore.Config{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -170,9 +174,9 @@ func tableCells(t *testing.T, c *hbase.Client, table string) map[string][]string
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, _ := NewHBaseStore(c, HBaseStoreConfig{})
+	st := hbaseStore(t, c)
 	out := map[string][]string{}
-	err := st.Scan(ctx, ScanSpec{Table: table, MaxVersions: hbase.AllVersions}, func(row []byte, cells []Cell) bool {
+	err := st.Scan(ctx, store.ScanSpec{Table: table, MaxVersions: hbase.AllVersions}, func(row []byte, cells []store.Cell) bool {
 		for _, cl := range cells {
 			k := fmt.Sprintf("%x/%s/%s", row, cl.Family, cl.Qualifier)
 			out[k] = append(out[k], fmt.Sprintf("%d=%x", cl.Timestamp, cl.Value))
@@ -237,9 +241,9 @@ func checkTables(t *testing.T, e *e2e, c *hbase.Client, goodEvents int, finals m
 	}
 	for key, r := range finals {
 		dev, _, _ := strings.Cut(key, "/")
-		row := AggregateRow(dev, r.Set, r.Start, e.Buckets)
+		row := schema.AggregateRow(dev, r.Set, r.Start, e.Buckets)
 		for _, v := range r.Values {
-			want, _ := AppendCellValue(nil, v)
+			want, _ := schema.AppendCellValue(nil, v)
 			k := fmt.Sprintf("%x/d/%s", row, v.Name)
 			if got := aggs[k]; len(got) != 1 || got[0] != fmt.Sprintf("%d=%x", r.End, want) {
 				t.Fatalf("window %s %s: cell versions %v, want one %d=%x", key, v.Name, got, r.End, want)
@@ -254,7 +258,7 @@ func checkTables(t *testing.T, e *e2e, c *hbase.Client, goodEvents int, finals m
 func TestSinksReplayRewritesIdenticalCells(t *testing.T) {
 	e := newE2E(t)
 	good, finals := e.produceWorkload(t, 12, 200)
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	for _, kind := range []string{"facts", "aggregates"} {
 		group, topic := e.FactsGroup, e.Events
 		if kind == "aggregates" {
@@ -268,13 +272,16 @@ func TestSinksReplayRewritesIdenticalCells(t *testing.T) {
 	dead := consumeAll(t, e.Brokers, e.DeadLetter, bad+1)
 	reasons := map[string]int{}
 	for _, r := range dead {
-		reasons[string(header(r, HeaderStage))]++
-		if len(header(r, HeaderReason)) == 0 {
-			t.Fatalf("dead letter %q without a reason", r.Value)
+		reasons[string(header(r, deadletter.HeaderReason))]++
+		if len(header(r, deadletter.HeaderDetail)) == 0 {
+			t.Fatalf("dead letter %q without a detail", r.Value)
+		}
+		if src := string(header(r, deadletter.HeaderSource)); string(r.Key) != src {
+			t.Fatalf("dead letter keyed %q, its source is %q", r.Key, src)
 		}
 	}
-	if reasons["decode"] != bad+1 {
-		t.Fatalf("dead letters by stage %v, want %d decode", reasons, bad+1)
+	if reasons["undecodable"] != bad || reasons["invalid"] != 1 {
+		t.Fatalf("dead letters by reason %v, want %d undecodable and 1 invalid", reasons, bad)
 	}
 
 	cl, _ := kgo.NewClient(kgo.SeedBrokers(e.Brokers...))
@@ -347,7 +354,7 @@ func TestSinkKilledMidWrite(t *testing.T) {
 	e := newE2E(t)
 	e.MaxBatch = 100
 	good, finals := e.produceWorkload(t, 16, 400)
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, kind := range []string{"facts", "aggregates"} {
 		group, topic := e.FactsGroup, e.Events
@@ -406,17 +413,17 @@ func TestSinksNewestWinsInOneBatch(t *testing.T) {
 			r.Values = []totals.Value{{Name: "count", Kind: totals.KindInt, Int: int64(rev)}}
 			recs = append(recs, &kgo.Record{Topic: e.Totals, Key: []byte(dev), Value: r.Encode()})
 		}
-		want[fmt.Sprintf("%x", AggregateRow(dev, "minute", start, e.Buckets))] = 20
+		want[fmt.Sprintf("%x", schema.AggregateRow(dev, "minute", start, e.Buckets))] = 20
 	}
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	runUntilDrained(t, e, "aggregates", func() bool { return e.lag(t, e.AggGroup, e.Totals) == 0 })
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	cells := tableCells(t, c, e.AggTable)
 	var bad []string
 	for row, n := range want {
-		v, _ := AppendCellValue(nil, totals.Value{Kind: totals.KindInt, Int: n})
+		v, _ := schema.AppendCellValue(nil, totals.Value{Kind: totals.KindInt, Int: n})
 		got := cells[row+"/d/count"]
 		if len(got) != 1 || !strings.HasSuffix(got[0], fmt.Sprintf("=%x", v)) {
 			bad = append(bad, fmt.Sprintf("%s: %v", row, got))

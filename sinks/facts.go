@@ -3,9 +3,13 @@ package sinks
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -18,8 +22,8 @@ type Fact struct {
 
 // FactsEncoder turns each raw event into one idempotent cell:
 //
-//	row       = salt | entity | reversed event time   (FactRow)
-//	qualifier = type ":" partition ":" offset          (the record's position: replays rewrite it)
+//	row       = salt | entity | reversed event time   (schema.FactRow)
+//	qualifier = type ":" partition ":" offset          (schema.AppendFactQualifier: replays rewrite it)
 //	timestamp = event time
 //	value     = the record's value, as it was produced
 //
@@ -40,17 +44,26 @@ type FactsEncoder struct {
 // ErrFutureEvent is the reason given for events from further in the future than allowed.
 var ErrFutureEvent = errors.New("event time too far in the future")
 
+// Check reports a configuration the encoder cannot write with (see AggregatesEncoder.Check).
+func (f *FactsEncoder) Check() error {
+	err := checkLayout("facts encoder", f.Table, f.Family, f.SaltBuckets)
+	if f.Extract == nil {
+		err = errors.Join(err, errors.New("facts encoder: Extract is nil"))
+	}
+	return err
+}
+
 // Encode implements Encoder.
-func (f *FactsEncoder) Encode(rec *kgo.Record, dst []Cell) ([]Cell, error) {
+func (f *FactsEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
 	fact, err := f.Extract(rec)
 	if err != nil {
-		return dst, fmt.Errorf("facts: %w", err)
+		return dst, deadletter.Errorf(deadletter.ReasonOf(err, deadletter.Undecodable), "facts: %w", err)
 	}
 	if fact.Entity == "" {
-		return dst, errors.New("facts: event has an empty entity")
+		return dst, deadletter.Errorf(deadletter.NoEntity, "facts: event has an empty entity")
 	}
 	if fact.EventTime < 0 {
-		return dst, fmt.Errorf("facts: negative event time %d", fact.EventTime)
+		return dst, deadletter.Errorf(deadletter.Undecodable, "facts: negative event time %d", fact.EventTime)
 	}
 	now := time.Now
 	if f.Now != nil {
@@ -61,25 +74,37 @@ func (f *FactsEncoder) Encode(rec *kgo.Record, dst []Cell) ([]Cell, error) {
 		skew = 5 * time.Minute
 	}
 	if limit := now().Add(skew).UnixMilli(); fact.EventTime > limit {
-		return dst, fmt.Errorf("facts: %w: %s is more than %s ahead", ErrFutureEvent,
+		return dst, deadletter.Errorf(deadletter.Future, "facts: %w: %s is more than %s ahead", ErrFutureEvent,
 			time.UnixMilli(fact.EventTime).UTC().Format(time.RFC3339Nano), skew)
 	}
-	q := make([]byte, 0, len(fact.Type)+24)
-	q = append(q, fact.Type...)
-	q = append(q, ':')
-	q = strconv.AppendInt(q, int64(rec.Partition), 10)
-	q = append(q, ':')
-	q = strconv.AppendInt(q, rec.Offset, 10)
+	q := schema.AppendFactQualifier(make([]byte, 0, len(fact.Type)+24), fact.Type, rec.Partition, rec.Offset)
 	value := rec.Value
 	if value == nil {
 		value = []byte{}
 	}
-	return append(dst, Cell{
+	return append(dst, store.Cell{
 		Table:     f.Table,
-		Row:       FactRow(fact.Entity, fact.EventTime, f.SaltBuckets),
+		Row:       schema.FactRow(fact.Entity, fact.EventTime, f.SaltBuckets),
 		Family:    []byte(f.Family),
 		Qualifier: q,
 		Timestamp: fact.EventTime,
 		Value:     value,
 	}), nil
+}
+
+// FactsOf reads facts from the records of a topology's source topics with the topology's own
+// decoders and extractors, so the facts sink sees each event as the processor does.
+func FactsOf(topo *topology.Topology) func(rec *kgo.Record) (Fact, error) {
+	p := plan.Of(topo)
+	return func(rec *kgo.Record) (Fact, error) {
+		src := p.SourceByTopic(rec.Topic)
+		if src == nil {
+			return Fact{}, fmt.Errorf("topic %s is not a source of topology %s", rec.Topic, p.Name)
+		}
+		ev, err := src.Decode(rec.Value)
+		if err != nil {
+			return Fact{}, err
+		}
+		return Fact{Entity: src.Entity(ev), EventTime: src.EventTime(ev), Type: src.Type(ev)}, nil
+	}
 }

@@ -14,7 +14,8 @@ type Metrics struct {
 	writeLatency prometheus.Histogram
 	failed       *prometheus.CounterVec
 	dead         *prometheus.CounterVec
-	paused       prometheus.Gauge
+	held         prometheus.Gauge
+	heldOld      prometheus.Gauge // the deprecated name of held
 	commits      prometheus.Counter
 	commitFails  prometheus.Counter
 	commitLat    prometheus.Histogram
@@ -41,9 +42,13 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "failed_actions_total", Help: "Cells whose write failed, by cause.", ConstLabels: l}, []string{"cause"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
-			Name: "dead_lettered_total", Help: "Records sent to the dead-letter topic, by stage.", ConstLabels: l}, []string{"stage"}),
-		paused: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
-			Name: "paused_partitions", Help: "Partitions paused while the store is behind.", ConstLabels: l}),
+			Name: "dead_lettered_total", Help: "Records sent to the dead-letter topic, by reason.", ConstLabels: l}, []string{"reason"}),
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "held_partitions", Help: "Partitions of the full batch while the sink holds its poll because the store is behind.", ConstLabels: l}),
+		// Until release 0.2 the gauge was named paused_partitions; dashboards that read it keep
+		// working for one more release.
+		heldOld: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "paused_partitions", Help: "Deprecated: use abacus_sink_held_partitions (removed in the next release).", ConstLabels: l}),
 		commits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "committed_records_total", Help: "Records covered by committed offsets.", ConstLabels: l}),
 		commitFails: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
@@ -58,7 +63,7 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "expired_on_arrival_total", Help: "Cells written with a timestamp older than the table's TTL: HBase expires them at once.", ConstLabels: l}),
 	}
-	reg.MustRegister(m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.paused,
+	reg.MustRegister(m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.held, m.heldOld,
 		m.commits, m.commitFails, m.commitLat, m.lastCommit)
 	return m
 }
@@ -83,15 +88,16 @@ func (m *Metrics) failedActions(cause string, n int) {
 	}
 }
 
-func (m *Metrics) deadLettered(stage string) {
+func (m *Metrics) deadLettered(reason string) {
 	if m != nil {
-		m.dead.WithLabelValues(stage).Inc()
+		m.dead.WithLabelValues(reason).Inc()
 	}
 }
 
-func (m *Metrics) setPaused(n int) {
+func (m *Metrics) setHeld(n int) {
 	if m != nil {
-		m.paused.Set(float64(n))
+		m.held.Set(float64(n))
+		m.heldOld.Set(float64(n))
 	}
 }
 

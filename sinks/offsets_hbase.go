@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -73,7 +74,7 @@ func EnsureOffsetsTable(ctx context.Context, admin *hbase.Admin, table string) e
 }
 
 func offsetRow(group, topic string, partition int32) []byte {
-	b := AppendComponent(AppendComponent(nil, group), topic)
+	b := schema.AppendComponent(schema.AppendComponent(nil, group), topic)
 	return binary.BigEndian.AppendUint32(b, uint32(partition))
 }
 
@@ -189,7 +190,7 @@ func parseStoredOffset(cells []hbase.Cell) (StoredOffset, int64, bool) {
 
 // Stored lists every partition offset the table holds for group.
 func (h *HBaseOffsets) Stored(ctx context.Context, group string) ([]StoredOffset, error) {
-	sc := h.c.Scan(hbase.Scan{Table: h.table, Prefix: AppendComponent(nil, group)})
+	sc := h.c.Scan(hbase.Scan{Table: h.table, Prefix: schema.AppendComponent(nil, group)})
 	defer sc.Close()
 	var out []StoredOffset
 	for {
@@ -201,11 +202,11 @@ func (h *HBaseOffsets) Stored(ctx context.Context, group string) ([]StoredOffset
 			return nil, fmt.Errorf("sinks: list offsets of group %s in %s: %w", group, h.table, err)
 		}
 		row := r.Row()
-		_, rest, err := ReadComponent(row)
+		_, rest, err := schema.ReadComponent(row)
 		if err != nil {
 			return nil, err
 		}
-		topic, rest, err := ReadComponent(rest)
+		topic, rest, err := schema.ReadComponent(rest)
 		if err != nil || len(rest) != 4 {
 			return nil, fmt.Errorf("sinks: malformed offsets row %x", row)
 		}

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/store"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -36,7 +37,8 @@ type Config struct {
 	MaxWritesInFlight int
 
 	// RetryBackoff is the first wait after a failed write; it doubles up to MaxRetryBackoff
-	// (defaults 100 ms and 5 s). A batch is retried until it lands: its partitions stay paused.
+	// (defaults 100 ms and 5 s). A batch is retried until it lands; meanwhile the sink takes no
+	// more records once its next batch is full.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 
@@ -94,33 +96,48 @@ func (c *Config) EnsureDefaults() {
 	}
 }
 
-func (c *Config) validate() error {
-	switch {
-	case len(c.Brokers) == 0:
-		return errors.New("sinks: config: Brokers is empty")
-	case c.Group == "":
-		return errors.New("sinks: config: Group is empty")
-	case len(c.Topics) == 0:
-		return errors.New("sinks: config: Topics is empty")
-	case c.DeadLetterTopic == "":
-		return errors.New("sinks: config: DeadLetterTopic is empty: records that cannot be written must go somewhere")
+// Validate rejects a configuration that cannot work, each error naming its field. Call it after
+// EnsureDefaults (NewFlushThenCommit does both).
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("sinks: Config.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Brokers) == 0 {
+		bad("Brokers", "empty")
+	}
+	if c.Group == "" {
+		bad("Group", "empty")
+	}
+	if len(c.Topics) == 0 {
+		bad("Topics", "empty")
+	}
+	if c.DeadLetterTopic == "" {
+		bad("DeadLetterTopic", "empty: records that cannot be written must go somewhere")
 	}
 	for _, t := range c.Topics {
 		if t == c.DeadLetterTopic {
-			return fmt.Errorf("sinks: config: DeadLetterTopic %q is also a source topic", t)
+			bad("DeadLetterTopic", "%q is also a topic the sink consumes", t)
 		}
 	}
-	return nil
+	if c.RetryBackoff > c.MaxRetryBackoff {
+		bad("RetryBackoff", "%v is longer than MaxRetryBackoff %v", c.RetryBackoff, c.MaxRetryBackoff)
+	}
+	if c.TTL < 0 {
+		bad("TTL", "must not be negative")
+	}
+	return errors.Join(errs...)
 }
 
 // FlushThenCommit consumes topics, turns records into cells, writes them in batches and commits a
 // batch's offsets only after the store acknowledged every cell of it. Writes run off the poll loop;
-// while one is blocked or failing, the partitions with buffered records are paused and the loop keeps
-// polling, so the member never leaves its group because of the store.
+// while they are blocked or failing and the next batch is full, the loop holds its poll (takes no
+// more records) until a write lands. franz-go heartbeats on its own goroutine meanwhile, so the
+// member never leaves its group because of the store.
 type FlushThenCommit struct {
 	cfg     Config
 	enc     Encoder
-	store   Store
+	store   store.Writer
 	offsets OffsetStore
 	cl      *kgo.Client
 	log     *slog.Logger
@@ -132,7 +149,7 @@ type FlushThenCommit struct {
 	building *batch
 	inflight []*batch // in the order they were taken: commits follow it
 	done     chan writeResult
-	paused   map[string][]int32
+	held     map[string][]int32 // partitions of the full batch while the poll is held
 	// hold is set while the batch being built is full and no write can start: the loop then waits
 	// for a write to land instead of polling.
 	hold bool
@@ -151,7 +168,7 @@ type FlushThenCommit struct {
 	flushNow bool
 
 	// wakeMu guards pollCancel, which a finished write calls so that the loop takes its result at
-	// once instead of at the end of its poll timeout (paused partitions make polls wait it out).
+	// once instead of at the end of its poll timeout.
 	wakeMu     sync.Mutex
 	pollCancel context.CancelFunc
 }
@@ -161,14 +178,21 @@ type writeResult struct {
 	err error
 }
 
-// NewFlushThenCommit builds a sink; Run starts it.
-func NewFlushThenCommit(cfg Config, enc Encoder, store Store) (*FlushThenCommit, error) {
+// NewFlushThenCommit builds a sink; Run starts it. An encoder that can check its own settings
+// (Check() error, as AggregatesEncoder and FactsEncoder) is checked here: a misconfigured encoder
+// must fail the start, not dead-letter every record.
+func NewFlushThenCommit(cfg Config, enc Encoder, store store.Writer) (*FlushThenCommit, error) {
 	cfg.EnsureDefaults()
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if enc == nil || store == nil {
 		return nil, errors.New("sinks: an encoder and a store are required")
+	}
+	if c, ok := enc.(interface{ Check() error }); ok {
+		if err := c.Check(); err != nil {
+			return nil, fmt.Errorf("sinks: %w", err)
+		}
 	}
 	s := &FlushThenCommit{
 		cfg:      cfg,
@@ -213,9 +237,6 @@ func NewFlushThenCommit(cfg Config, enc Encoder, store Store) (*FlushThenCommit,
 	}
 	return s, nil
 }
-
-// Client is the sink's Kafka client, for tools that need its view of the group.
-func (s *FlushThenCommit) Client() *kgo.Client { return s.cl }
 
 // Run consumes until ctx ends, then writes and commits what it holds (bounded by RevokeTimeout),
 // leaves the group and returns. It returns nil after a clean stop.
@@ -301,13 +322,14 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 	cells, err := s.enc.Encode(rec, b.cells)
 	if err != nil {
 		b.cells = b.cells[:n]
-		b.dead = append(b.dead, deadLetter{rec: rec, reason: err.Error(), stage: "decode"})
-		s.m.deadLettered("decode")
+		reason := deadletter.ReasonOf(err, deadletter.Undecodable)
+		b.dead = append(b.dead, deadLetter{rec: rec, reason: reason, detail: err.Error()})
+		s.m.deadLettered(string(reason))
 	} else {
 		b.cells = cells
 		for i := n; i < len(cells); i++ {
 			b.src = append(b.src, rec)
-			b.bytes += cells[i].size()
+			b.bytes += cells[i].Size()
 		}
 		if s.cfg.TTL > 0 {
 			s.checkTTL(cells[n:])
@@ -319,7 +341,7 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 }
 
 // checkTTL counts cells that the table's TTL expires on arrival, and warns about them.
-func (s *FlushThenCommit) checkTTL(cells []Cell) {
+func (s *FlushThenCommit) checkTTL(cells []store.Cell) {
 	now := time.Now()
 	limit := now.Add(-s.cfg.TTL).UnixMilli()
 	for i := range cells {
@@ -335,8 +357,8 @@ func (s *FlushThenCommit) checkTTL(cells []Cell) {
 	}
 }
 
-// step takes finished writes' results, starts a write when one is due and allowed, and pauses or
-// resumes partitions. Called with mu held.
+// step takes finished writes' results, starts a write when one is due and allowed, and holds or
+// releases the poll. Called with mu held.
 func (s *FlushThenCommit) step() {
 	for more := true; more; {
 		select {
@@ -346,24 +368,24 @@ func (s *FlushThenCommit) step() {
 			more = false
 		}
 	}
-	// Partitions stay paused only while the batch being built is full and cannot go out; whatever
-	// emptied it (a write, a revoke's drain, a loss) must let them fetch again.
+	// The poll is held only while the batch being built is full and cannot go out; whatever
+	// emptied it (a write, a revoke's drain, a loss) must release it.
 	b := s.building
 	if b == nil {
-		s.resume()
+		s.release()
 		return
 	}
 	full := b.records >= s.cfg.MaxBatchRecords || b.bytes >= s.cfg.MaxBatchBytes
 	due := full || s.flushNow || time.Since(b.started) >= s.cfg.FlushInterval
 	if due && s.canDispatch() {
 		s.dispatch()
-		s.resume()
+		s.release()
 		return
 	}
 	if full {
-		s.pause(b.partitions())
+		s.holdPoll(b.partitions())
 	} else {
-		s.resume()
+		s.release()
 	}
 }
 
@@ -457,30 +479,31 @@ func (s *FlushThenCommit) finish(r writeResult) {
 	s.m.committed(records, time.Since(t0))
 }
 
-// pause marks the partitions of the full batch as paused: the loop stops polling (see Run) until a
-// write lands. Not polling is the pause: franz-go stops fetching once its buffer for them is full,
-// and its own goroutine keeps heartbeating, so the member stays in its group.
+// holdPoll stops the loop polling (see Run) until a write lands, and records the partitions of the
+// full batch as held. Not polling is the backpressure: franz-go stops fetching once its buffer is
+// full, and its own goroutine keeps heartbeating, so the member stays in its group.
 //
 // franz-go's PauseFetchPartitions was used first; under load, about one run in ten left a
 // partition unfetched after pause/resume cycles (nothing paused, nothing buffered, lag never
 // drained), in v1.22.3. Holding the poll gives the same backpressure without that path.
-func (s *FlushThenCommit) pause(parts map[string][]int32) {
+func (s *FlushThenCommit) holdPoll(parts map[string][]int32) {
 	s.hold = true
-	if len(s.paused) == 0 {
-		s.paused = parts
-		s.m.setPaused(countParts(parts))
-		s.log.Info("store behind: partitions paused", "partitions", parts)
+	if len(s.held) == 0 {
+		s.held = parts
+		s.m.setHeld(countParts(parts))
+		s.log.Info("store behind: poll held", "partitions", parts)
 	}
 }
 
-func (s *FlushThenCommit) resume() {
+// release lets the loop poll again.
+func (s *FlushThenCommit) release() {
 	s.hold = false
-	if len(s.paused) == 0 {
+	if len(s.held) == 0 {
 		return
 	}
-	s.log.Info("partitions resumed", "partitions", s.paused)
-	s.paused = nil
-	s.m.setPaused(0)
+	s.log.Info("poll released", "partitions", s.held)
+	s.held = nil
+	s.m.setHeld(0)
 }
 
 // write lands a batch: dead letters first, then the cells, retrying what failed for a transient
@@ -495,7 +518,7 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 		pending[i] = i
 	}
 	backoff := s.cfg.RetryBackoff
-	cells := make([]Cell, 0, len(b.cells))
+	cells := make([]store.Cell, 0, len(b.cells))
 	for len(pending) > 0 {
 		cells = cells[:0]
 		for _, i := range pending {
@@ -531,14 +554,14 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 				rec := b.src[orig]
 				if !seen[rec] {
 					seen[rec] = true
-					dead = append(dead, deadLetter{rec: rec, reason: f.Err.Error(), stage: "write"})
+					dead = append(dead, deadLetter{rec: rec, reason: deadletter.Rejected, detail: f.Err.Error()})
 				}
 			}
 			if err := s.produceDead(ctx, dead); err != nil {
 				return err
 			}
 			for range dead {
-				s.m.deadLettered("write")
+				s.m.deadLettered(string(deadletter.Rejected))
 			}
 			pending = retry
 			if len(pending) == 0 {
@@ -556,19 +579,11 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 	return nil
 }
 
-// Header keys set on dead-lettered records, beside the original record's own headers.
-const (
-	HeaderReason    = "abacus.dlq.reason"    // what was wrong
-	HeaderStage     = "abacus.dlq.stage"     // decode (before any write) or write (store refused it)
-	HeaderSource    = "abacus.dlq.source"    // topic/partition@offset of the original record
-	HeaderGroup     = "abacus.dlq.group"     // the sink group that gave up on it
-	HeaderTimestamp = "abacus.dlq.timestamp" // original record timestamp, ms
-)
-
+// deadLetter is a record the sink sets aside, and why.
 type deadLetter struct {
 	rec    *kgo.Record
-	reason string
-	stage  string
+	reason deadletter.Reason
+	detail string
 }
 
 func (s *FlushThenCommit) produceDead(ctx context.Context, dead []deadLetter) error {
@@ -577,15 +592,16 @@ func (s *FlushThenCommit) produceDead(ctx context.Context, dead []deadLetter) er
 	}
 	recs := make([]*kgo.Record, len(dead))
 	for i, d := range dead {
-		h := append([]kgo.RecordHeader(nil), d.rec.Headers...)
-		h = append(h,
-			kgo.RecordHeader{Key: HeaderReason, Value: []byte(d.reason)},
-			kgo.RecordHeader{Key: HeaderStage, Value: []byte(d.stage)},
-			kgo.RecordHeader{Key: HeaderSource, Value: fmt.Appendf(nil, "%s/%d@%d", d.rec.Topic, d.rec.Partition, d.rec.Offset)},
-			kgo.RecordHeader{Key: HeaderGroup, Value: []byte(s.cfg.Group)},
-			kgo.RecordHeader{Key: HeaderTimestamp, Value: strconv.AppendInt(nil, d.rec.Timestamp.UnixMilli(), 10)},
-		)
-		recs[i] = &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: d.rec.Key, Value: d.rec.Value, Headers: h, Timestamp: d.rec.Timestamp}
+		r := deadletter.Record{Source: deadletter.Source{Topic: d.rec.Topic, Partition: d.rec.Partition, Offset: d.rec.Offset},
+			Reason: d.reason, Detail: d.detail, Key: d.rec.Key, Value: d.rec.Value, Timestamp: d.rec.Timestamp}
+		for _, h := range d.rec.Headers {
+			r.Headers = append(r.Headers, deadletter.Header{Key: h.Key, Value: h.Value})
+		}
+		var hs []kgo.RecordHeader
+		for _, h := range r.RecordHeaders() {
+			hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		recs[i] = &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: r.RecordKey(), Value: d.rec.Value, Headers: hs, Timestamp: d.rec.Timestamp}
 	}
 	backoff := s.cfg.RetryBackoff
 	for {
@@ -653,11 +669,11 @@ func (s *FlushThenCommit) unassign(parts map[string][]int32) {
 			delete(s.assigned[t], p)
 		}
 	}
-	if s.paused != nil {
+	if s.held != nil {
 		for t, ps := range parts {
 			var keep []int32
 		outer:
-			for _, q := range s.paused[t] {
+			for _, q := range s.held[t] {
 				for _, p := range ps {
 					if p == q {
 						continue outer
@@ -666,12 +682,12 @@ func (s *FlushThenCommit) unassign(parts map[string][]int32) {
 				keep = append(keep, q)
 			}
 			if len(keep) == 0 {
-				delete(s.paused, t)
+				delete(s.held, t)
 			} else {
-				s.paused[t] = keep
+				s.held[t] = keep
 			}
 		}
-		s.m.setPaused(countParts(s.paused))
+		s.m.setHeld(countParts(s.held))
 	}
 }
 

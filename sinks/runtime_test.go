@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -37,14 +39,14 @@ func newMemStore() *memStore {
 	return &memStore{versions: map[string][]string{}, landed: map[string]bool{}}
 }
 
-func (m *memStore) Write(ctx context.Context, cells []Cell) ([]CellError, error) {
+func (m *memStore) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
 	m.writes.Add(1)
 	if m.down.Load() {
 		return nil, errors.New("store down")
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var failed []CellError
+	var failed []store.CellError
 	for k := range cells {
 		i := k
 		if m.reverse {
@@ -52,10 +54,10 @@ func (m *memStore) Write(ctx context.Context, cells []Cell) ([]CellError, error)
 		}
 		c := cells[i]
 		if string(c.Family) == "missing" {
-			failed = append(failed, CellError{Index: i, Err: errors.New("NoSuchColumnFamilyException: missing"), Permanent: true})
+			failed = append(failed, store.CellError{Index: i, Err: errors.New("NoSuchColumnFamilyException: missing"), Permanent: true})
 			continue
 		}
-		key := c.key()
+		key := cellKey(&c)
 		m.versions[key] = append(m.versions[key], string(c.Value))
 		m.landed[string(c.Qualifier)] = true
 	}
@@ -79,7 +81,7 @@ func (m *memStore) snapshot() (map[string][]string, map[string]bool) {
 // factEncoder writes each record as one cell keyed by its source position, like the facts sink.
 // Values: "bad" cannot be decoded; "missing:..." targets a family the store refuses;
 // "cell:NAME:VALUE" writes VALUE into the shared cell NAME (to test coalescing).
-var factEncoder = EncoderFunc(func(rec *kgo.Record, dst []Cell) ([]Cell, error) {
+var factEncoder = EncoderFunc(func(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
 	v := string(rec.Value)
 	if v == "bad" {
 		return dst, errors.New("value is not a reading")
@@ -90,9 +92,9 @@ var factEncoder = EncoderFunc(func(rec *kgo.Record, dst []Cell) ([]Cell, error) 
 		fam = "missing"
 	}
 	if name, val, ok := strings.Cut(strings.TrimPrefix(v, "cell:"), ":"); ok && strings.HasPrefix(v, "cell:") {
-		return append(dst, Cell{Table: "t", Row: []byte(name), Family: []byte(fam), Qualifier: []byte("q"), Timestamp: 1, Value: []byte(val)}), nil
+		return append(dst, store.Cell{Table: "t", Row: []byte(name), Family: []byte(fam), Qualifier: []byte("q"), Timestamp: 1, Value: []byte(val)}), nil
 	}
-	return append(dst, Cell{Table: "t", Row: rec.Key, Family: []byte(fam), Qualifier: []byte(src), Timestamp: rec.Timestamp.UnixMilli(), Value: rec.Value}), nil
+	return append(dst, store.Cell{Table: "t", Row: rec.Key, Family: []byte(fam), Qualifier: []byte(src), Timestamp: rec.Timestamp.UnixMilli(), Value: rec.Value}), nil
 })
 
 // checkingOffsets stores offsets in memory and fails the test if a commit covers a record whose
@@ -250,12 +252,12 @@ type harness struct {
 	errc    chan error
 }
 
-func start(t *testing.T, c cluster, store *memStore, tune func(*Config)) *harness {
+func start(t *testing.T, c cluster, ms *memStore, tune func(*Config)) *harness {
 	t.Helper()
 	in, dlq := uniq("in"), uniq("dlq")
 	createTopics(t, c.brokers, 4, in, dlq)
-	h := &harness{t: t, store: store, reg: prometheus.NewRegistry()}
-	h.offsets = &checkingOffsets{t: t, store: store, dead: h.deadSet, off: map[string]map[int32]int64{},
+	h := &harness{t: t, store: ms, reg: prometheus.NewRegistry()}
+	h.offsets = &checkingOffsets{t: t, store: ms, dead: h.deadSet, off: map[string]map[int32]int64{},
 		first: map[string]map[int32]int64{}}
 	h.cfg = Config{
 		Brokers:         c.brokers,
@@ -309,7 +311,7 @@ func (h *harness) deadSet() map[string]bool {
 			h.t.Error("could not read the dead-letter topic")
 			return out
 		}
-		fs.EachRecord(func(r *kgo.Record) { out[string(header(r, HeaderSource))] = true })
+		fs.EachRecord(func(r *kgo.Record) { out[string(header(r, deadletter.HeaderSource))] = true })
 	}
 	return out
 }
@@ -330,23 +332,23 @@ func (h *harness) waitFor(what string, limit time.Duration, cond func() bool) {
 // diag sums up the sink's metrics, for failure messages.
 func (h *harness) diag() string {
 	m := h.cfg.Metrics
-	var inflight, building, paused int
+	var inflight, building, held int
 	var kafkaPaused map[string][]int32
 	var buffered int64
 	if h.sink != nil {
 		kafkaPaused = h.sink.cl.PauseFetchPartitions(nil)
 		buffered = h.sink.cl.BufferedFetchRecords()
 		h.sink.mu.Lock()
-		inflight, paused = len(h.sink.inflight), countParts(h.sink.paused)
+		inflight, held = len(h.sink.inflight), countParts(h.sink.held)
 		if h.sink.building != nil {
 			building = h.sink.building.records
 		}
 		h.sink.mu.Unlock()
 	}
-	return fmt.Sprintf("records in %v, committed %v, writes %d, dead %v/%v, paused %v (%d held, client says %v), buffered %d, in flight %d, building %d, assigned %v revoked %v lost %v",
+	return fmt.Sprintf("records in %v, committed %v, writes %d, dead %v/%v, held %v (%d in the loop, client paused %v), buffered %d, in flight %d, building %d, assigned %v revoked %v lost %v",
 		testutil.ToFloat64(m.records), testutil.ToFloat64(m.commits), h.store.writes.Load(),
-		testutil.ToFloat64(m.dead.WithLabelValues("decode")), testutil.ToFloat64(m.dead.WithLabelValues("write")),
-		testutil.ToFloat64(m.paused), paused, kafkaPaused, buffered, inflight, building,
+		testutil.ToFloat64(m.dead.WithLabelValues("undecodable")), testutil.ToFloat64(m.dead.WithLabelValues("rejected")),
+		testutil.ToFloat64(m.held), held, kafkaPaused, buffered, inflight, building,
 		testutil.ToFloat64(m.rebalances.WithLabelValues("assigned")), testutil.ToFloat64(m.rebalances.WithLabelValues("revoked")),
 		testutil.ToFloat64(m.rebalances.WithLabelValues("lost")))
 }
@@ -380,8 +382,8 @@ func (h *harness) stop() {
 func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
 	for _, c := range clusters(t) {
 		t.Run(c.name, func(t *testing.T) {
-			store := newMemStore()
-			h := start(t, c, store, nil)
+			ms := newMemStore()
+			h := start(t, c, ms, nil)
 			var values []string
 			for i := range 2000 {
 				switch {
@@ -405,30 +407,30 @@ func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
 			h.run()
 			good := len(values) - nBad - nMissing
 			h.waitFor("every good record to land", 60*time.Second, func() bool {
-				_, landed := store.snapshot()
+				_, landed := ms.snapshot()
 				return len(landed) == good
 			})
 			dead := consumeAll(t, c.brokers, h.cfg.DeadLetterTopic, nBad+nMissing)
 			stages := map[string]int{}
 			for _, r := range dead {
-				stage := string(header(r, HeaderStage))
+				stage := string(header(r, deadletter.HeaderReason))
 				stages[stage]++
-				reason := string(header(r, HeaderReason))
+				reason := string(header(r, deadletter.HeaderDetail))
 				switch stage {
-				case "decode":
+				case "undecodable":
 					if string(r.Value) != "bad" || !strings.Contains(reason, "not a reading") {
 						t.Fatalf("decode dead letter %q with reason %q", r.Value, reason)
 					}
-				case "write":
+				case "rejected":
 					if !strings.HasPrefix(string(r.Value), "missing:") || !strings.Contains(reason, "NoSuchColumnFamily") {
 						t.Fatalf("write dead letter %q with reason %q", r.Value, reason)
 					}
 				default:
-					t.Fatalf("dead letter with stage %q", stage)
+					t.Fatalf("dead letter with reason %q", stage)
 				}
 			}
-			if stages["decode"] != nBad || stages["write"] != nMissing {
-				t.Fatalf("dead letters by stage %v, want decode %d write %d", stages, nBad, nMissing)
+			if stages["undecodable"] != nBad || stages["rejected"] != nMissing {
+				t.Fatalf("dead letters by reason %v, want undecodable %d rejected %d", stages, nBad, nMissing)
 			}
 			h.waitFor("offsets committed to the end", 30*time.Second, func() bool {
 				h.offsets.mu.Lock()
@@ -442,53 +444,53 @@ func TestFlushThenCommitLandsEverythingOnceAndCommitsAfter(t *testing.T) {
 				return sum == int64(len(values))
 			})
 			h.stop()
-			versions, _ := store.snapshot()
+			versions, _ := ms.snapshot()
 			for k, vs := range versions {
 				if len(vs) != 1 {
 					t.Fatalf("cell %q written %d times", k, len(vs))
 				}
 			}
-			if got := testutil.ToFloat64(h.cfg.Metrics.dead.WithLabelValues("decode")); int(got) != nBad {
-				t.Fatalf("dead_lettered_total{stage=decode} = %v, want %d", got, nBad)
+			if got := testutil.ToFloat64(h.cfg.Metrics.dead.WithLabelValues("undecodable")); int(got) != nBad {
+				t.Fatalf("dead_lettered_total{reason=undecodable} = %v, want %d", got, nBad)
 			}
 		})
 	}
 }
 
-// TestFlushThenCommitPausesWhileStoreIsDown keeps the store down while records arrive: the sink must
-// pause its partitions, keep its group membership (no revoke, no loss), commit nothing, and drain
+// TestFlushThenCommitHoldsWhileStoreIsDown keeps the store down while records arrive: the sink must
+// hold its poll, keep its group membership (no revoke, no loss), commit nothing, and drain
 // everything once the store is back.
-func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
+func TestFlushThenCommitHoldsWhileStoreIsDown(t *testing.T) {
 	for _, c := range clusters(t) {
 		t.Run(c.name, func(t *testing.T) {
-			store := newMemStore()
-			store.down.Store(true)
-			h := start(t, c, store, func(cfg *Config) { cfg.MaxBatchRecords = 50 })
+			ms := newMemStore()
+			ms.down.Store(true)
+			h := start(t, c, ms, func(cfg *Config) { cfg.MaxBatchRecords = 50 })
 			values := make([]string, 1000)
 			for i := range values {
 				values[i] = "v" + strconv.Itoa(i)
 			}
 			produce(t, c.brokers, h.cfg.Topics[0], values)
 			h.run()
-			h.waitFor("partitions to pause", 30*time.Second, func() bool {
-				return testutil.ToFloat64(h.cfg.Metrics.paused) > 0
+			h.waitFor("the poll to be held", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.held) > 0
 			})
 			// Keep it down for a while: writes keep failing, the loop keeps polling.
-			w0 := store.writes.Load()
-			h.waitFor("retries while down", 30*time.Second, func() bool { return store.writes.Load() > w0+5 })
+			w0 := ms.writes.Load()
+			h.waitFor("retries while down", 30*time.Second, func() bool { return ms.writes.Load() > w0+5 })
 			h.offsets.mu.Lock()
 			committed := len(h.offsets.off)
 			h.offsets.mu.Unlock()
 			if committed != 0 {
 				t.Fatalf("offsets committed while the store was down: %v", h.offsets.off)
 			}
-			store.down.Store(false)
+			ms.down.Store(false)
 			h.waitFor("lag to drain", 60*time.Second, func() bool {
-				_, landed := store.snapshot()
+				_, landed := ms.snapshot()
 				return len(landed) == len(values)
 			})
-			h.waitFor("partitions to resume", 30*time.Second, func() bool {
-				return testutil.ToFloat64(h.cfg.Metrics.paused) == 0
+			h.waitFor("the poll to be released", 30*time.Second, func() bool {
+				return testutil.ToFloat64(h.cfg.Metrics.held) == 0
 			})
 			// Leaving the group at stop revokes; before it, nothing may have.
 			for _, kind := range []string{"revoked", "lost"} {
@@ -509,9 +511,9 @@ func TestFlushThenCommitPausesWhileStoreIsDown(t *testing.T) {
 func TestFlushThenCommitCoalescesToNewest(t *testing.T) {
 	for _, c := range clusters(t) {
 		t.Run(c.name, func(t *testing.T) {
-			store := newMemStore()
-			store.reverse = true
-			h := start(t, c, store, func(cfg *Config) {
+			ms := newMemStore()
+			ms.reverse = true
+			h := start(t, c, ms, func(cfg *Config) {
 				cfg.MaxBatchRecords = 100_000
 				cfg.FlushInterval = time.Hour // one batch, written at shutdown
 				cfg.Offsets = nil             // superseded values never land: Kafka commits, unchecked
@@ -529,9 +531,9 @@ func TestFlushThenCommitCoalescesToNewest(t *testing.T) {
 				return testutil.ToFloat64(h.cfg.Metrics.records) == float64(len(values))
 			})
 			h.stop()
-			versions, _ := store.snapshot()
-			x := Cell{Table: "t", Row: []byte("x"), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: 1}
-			got := versions[x.key()]
+			versions, _ := ms.snapshot()
+			x := store.Cell{Table: "t", Row: []byte("x"), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: 1}
+			got := versions[cellKey(&x)]
 			if len(got) != 1 || got[0] != "049" {
 				t.Fatalf("cell x received %v, want only the newest value 049", got)
 			}
@@ -567,23 +569,33 @@ type overlapStore struct {
 	maxAtOnce int
 }
 
-func (o *overlapStore) Write(ctx context.Context, cells []Cell) ([]CellError, error) {
+func (o *overlapStore) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
 	o.mu.Lock()
 	o.running++
 	o.maxAtOnce = max(o.maxAtOnce, o.running)
 	for i := range cells {
-		k := cells[i].key()
+		k := cellKey(&cells[i])
 		if o.busy[k] {
 			o.t.Errorf("cell %q written by two writes at once", cells[i].Row)
 		}
 		o.busy[k] = true
 	}
 	o.mu.Unlock()
-	time.Sleep(30 * time.Millisecond) // a slow store, so that writes overlap in time
+	// Hold the write until a second one runs beside it, so that writes the sink allows to overlap
+	// do; one the sink holds back never comes, and the wait ends at its bound.
+	for deadline := time.Now().Add(50 * time.Millisecond); time.Now().Before(deadline); {
+		o.mu.Lock()
+		both := o.running >= 2
+		o.mu.Unlock()
+		if both {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	failed, err := o.memStore.Write(ctx, cells)
 	o.mu.Lock()
 	for i := range cells {
-		delete(o.busy, cells[i].key())
+		delete(o.busy, cellKey(&cells[i]))
 	}
 	o.running--
 	o.mu.Unlock()
@@ -596,8 +608,8 @@ func TestFlushThenCommitPipelinesOnlyDisjointBatches(t *testing.T) {
 	c := clusters(t)[0]
 	for _, shared := range []bool{false, true} {
 		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
-			store := &overlapStore{memStore: newMemStore(), t: t, busy: map[string]bool{}}
-			h := start(t, c, store.memStore, func(cfg *Config) {
+			ms := &overlapStore{memStore: newMemStore(), t: t, busy: map[string]bool{}}
+			h := start(t, c, ms.memStore, func(cfg *Config) {
 				cfg.MaxBatchRecords = 50
 				cfg.Offsets = nil
 			})
@@ -613,7 +625,7 @@ func TestFlushThenCommitPipelinesOnlyDisjointBatches(t *testing.T) {
 				}
 			}
 			produce(t, c.brokers, in, values)
-			s, err := NewFlushThenCommit(h.cfg, factEncoder, store)
+			s, err := NewFlushThenCommit(h.cfg, factEncoder, ms)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -627,10 +639,10 @@ func TestFlushThenCommitPipelinesOnlyDisjointBatches(t *testing.T) {
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
-			versions, _ := store.snapshot()
+			versions, _ := ms.snapshot()
 			if shared {
-				x := Cell{Table: "t", Row: []byte("x"), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: 1}
-				vs := versions[x.key()]
+				x := store.Cell{Table: "t", Row: []byte("x"), Family: []byte("f"), Qualifier: []byte("q"), Timestamp: 1}
+				vs := versions[cellKey(&x)]
 				if len(vs) == 0 || vs[len(vs)-1] != "01999" {
 					t.Fatalf("cell x ends with %v, want the last value 01999", vs[max(0, len(vs)-3):])
 				}
@@ -643,8 +655,8 @@ func TestFlushThenCommitPipelinesOnlyDisjointBatches(t *testing.T) {
 				if len(versions) != len(values) {
 					t.Fatalf("%d cells landed, want %d", len(versions), len(values))
 				}
-				if store.maxAtOnce < 2 {
-					t.Fatalf("disjoint batches were never written at once (max %d)", store.maxAtOnce)
+				if ms.maxAtOnce < 2 {
+					t.Fatalf("disjoint batches were never written at once (max %d)", ms.maxAtOnce)
 				}
 			}
 		})
@@ -657,8 +669,8 @@ func TestFlushThenCommitPipelinesOnlyDisjointBatches(t *testing.T) {
 func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 	for _, c := range clusters(t) {
 		t.Run(c.name, func(t *testing.T) {
-			store := newMemStore()
-			h := start(t, c, store, func(cfg *Config) { cfg.MaxBatchRecords = 100 })
+			ms := newMemStore()
+			h := start(t, c, ms, func(cfg *Config) { cfg.MaxBatchRecords = 100 })
 			values := make([]string, 3000)
 			for i := range values {
 				values[i] = "v" + strconv.Itoa(i)
@@ -666,7 +678,7 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 			produce(t, c.brokers, h.cfg.Topics[0], values[:1500])
 			h.run()
 			waitFor(t, "the first member to write", 30*time.Second, func() bool {
-				_, landed := store.snapshot()
+				_, landed := ms.snapshot()
 				return len(landed) > 0
 			})
 			secondMetrics := NewMetrics(prometheus.NewRegistry(), "second")
@@ -674,7 +686,7 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 				cfg := h.cfg
 				cfg.Metrics = secondMetrics
 				return cfg
-			}(), factEncoder, store)
+			}(), factEncoder, ms)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -684,7 +696,7 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 			produce(t, c.brokers, h.cfg.Topics[0], values[1500:])
 			deadline := time.Now().Add(90 * time.Second)
 			for {
-				_, landed := store.snapshot()
+				_, landed := ms.snapshot()
 				if len(landed) == len(values) {
 					break
 				}
@@ -711,7 +723,7 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			h.stop()
-			versions, _ := store.snapshot()
+			versions, _ := ms.snapshot()
 			for k, vs := range versions {
 				if len(vs) != 1 {
 					t.Fatalf("cell %q written %d times across the rebalance", k, len(vs))
@@ -725,13 +737,13 @@ func TestFlushThenCommitRebalanceLandsBeforeGivingUp(t *testing.T) {
 // still written (HBase is the judge of expiry), and counted as expiring on arrival.
 func TestFlushThenCommitCountsCellsTheTTLExpires(t *testing.T) {
 	c := clusters(t)[0]
-	store := newMemStore()
-	h := start(t, c, store, func(cfg *Config) { cfg.TTL = 24 * time.Hour })
+	ms := newMemStore()
+	h := start(t, c, ms, func(cfg *Config) { cfg.TTL = 24 * time.Hour })
 	// produce stamps records near 2023-11-14, far older than a day.
 	produce(t, c.brokers, h.cfg.Topics[0], []string{"a", "b", "c"})
 	h.run()
 	waitFor(t, "records landed", 30*time.Second, func() bool {
-		_, landed := store.snapshot()
+		_, landed := ms.snapshot()
 		return len(landed) == 3
 	})
 	h.stop()

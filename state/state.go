@@ -11,6 +11,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/abacus-stream/abacus/internal/wire"
+	"github.com/abacus-stream/abacus/windows"
 )
 
 // Version is the encoding version Encode writes.
@@ -33,6 +36,9 @@ type Window struct {
 	LastEmit int64  // wall-clock ms of the last early firing, 0 if none
 	Aggs     [][]byte
 }
+
+// Span is the window's time span.
+func (w *Window) Span() windows.Window { return windows.Window{Start: w.Start, End: w.End} }
 
 // Entity is everything the processor keeps for one entity.
 type Entity struct {
@@ -67,7 +73,7 @@ func (e *Entity) Advance(topic string, partition int32, offset int64) {
 // time recorded at the entity's last write has reached its end plus grace. The processor may have
 // closed it since (closing does not write the entity), so readers of the table that must not show
 // a closed window as open can only use this as a lower bound.
-func (e *Entity) Closed(w Window, grace int64) bool { return w.End+grace <= e.StreamTime }
+func (e *Entity) Closed(w Window, grace int64) bool { return w.Span().Closed(grace, e.StreamTime) }
 
 // Find returns the index of the window of set with the given start, or -1.
 func (e *Entity) Find(set uint16, start int64) int {
@@ -77,20 +83,6 @@ func (e *Entity) Find(set uint16, start int64) int {
 		}
 	}
 	return -1
-}
-
-// NextClose returns the earliest stream time at which one of the windows closes, given the grace
-// of each set, and false when there is none.
-func (e *Entity) NextClose(grace func(set uint16) int64) (int64, bool) {
-	var at int64
-	found := false
-	for _, w := range e.Windows {
-		c := w.End + grace(w.Set)
-		if !found || c < at {
-			at, found = c, true
-		}
-	}
-	return at, found
 }
 
 // Append appends the version-1 encoding of e to b:
@@ -131,40 +123,37 @@ var ErrCorrupt = errors.New("corrupt entity state")
 
 // Decode parses an encoding written by Append. The accumulators alias b.
 func Decode(b []byte) (*Entity, error) {
-	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != Version {
+	d := wire.NewReader(b, ErrCorrupt)
+	if v := d.Byte(); d.Err() == nil && v != Version {
 		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
 	}
-	e := &Entity{StreamTime: d.varint()}
-	nf := d.count()
+	e := &Entity{StreamTime: d.Varint()}
+	nf := d.Count()
 	if nf > 0 {
 		e.Fences = make([]Fence, 0, nf)
 	}
-	for i := 0; i < nf && d.err == nil; i++ {
-		e.Fences = append(e.Fences, Fence{Topic: string(d.bytes()), Partition: int32(d.varint()), Offset: d.varint()})
+	for i := 0; i < nf && d.Err() == nil; i++ {
+		e.Fences = append(e.Fences, Fence{Topic: d.String(), Partition: int32(d.Varint()), Offset: d.Varint()})
 	}
-	nw := d.count()
+	nw := d.Count()
 	if nw > 0 {
 		e.Windows = make([]Window, 0, nw)
 	}
-	for i := 0; i < nw && d.err == nil; i++ {
-		w := Window{Set: uint16(d.uvarint()), Start: d.varint()}
-		w.End = w.Start + int64(d.uvarint())
-		w.Revision = d.uvarint()
-		w.LastEmit = d.varint()
-		d.uvarint() // flags, reserved
-		na := d.count()
+	for i := 0; i < nw && d.Err() == nil; i++ {
+		w := Window{Set: uint16(d.Uvarint()), Start: d.Varint()}
+		w.End = w.Start + int64(d.Uvarint())
+		w.Revision = d.Uvarint()
+		w.LastEmit = d.Varint()
+		d.Uvarint() // flags, reserved
+		na := d.Count()
 		w.Aggs = make([][]byte, 0, na)
-		for j := 0; j < na && d.err == nil; j++ {
-			w.Aggs = append(w.Aggs, d.bytes())
+		for j := 0; j < na && d.Err() == nil; j++ {
+			w.Aggs = append(w.Aggs, d.Bytes())
 		}
 		e.Windows = append(e.Windows, w)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.err = fmt.Errorf("%w: %d trailing bytes", ErrCorrupt, len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	if err := d.Done(); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -184,65 +173,4 @@ func (Codec) Encode(v any) ([]byte, error) {
 // Decode implements goka.Codec. It copies data, because goka may reuse the buffer.
 func (Codec) Decode(data []byte) (any, error) {
 	return Decode(append([]byte(nil), data...))
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated %s", ErrCorrupt, what)
-	}
-	d.b = nil
-}
-
-func (d *decoder) byte() byte {
-	if len(d.b) < 1 {
-		d.fail("byte")
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("uvarint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) count() int {
-	v := d.uvarint()
-	if v > uint64(len(d.b)) {
-		d.fail("length")
-		return 0
-	}
-	return int(v)
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.count()
-	if d.err != nil {
-		return nil
-	}
-	v := d.b[:n:n]
-	d.b = d.b[n:]
-	return v
 }

@@ -99,15 +99,3 @@ func TestFence(t *testing.T) {
 		}
 	}
 }
-
-func TestNextClose(t *testing.T) {
-	e := sample()
-	grace := func(set uint16) int64 { return int64(set) * 1000 }
-	at, ok := e.NextClose(grace)
-	if !ok || at != 2000 { // window 2 ends at 0, grace 2000
-		t.Errorf("NextClose = %d, %v; want 2000, true", at, ok)
-	}
-	if _, ok := (&Entity{}).NextClose(grace); ok {
-		t.Error("entity without windows has a next close")
-	}
-}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README): fetch and start a real Kafka broker and a real HBase on
-# loopback, run every Go test against them, stop the services. Extra arguments go to `go test`.
+# loopback, run every Go test against them, stop the services; before that, the TestCluster* tests
+# against a real three-broker Kafka cluster. Extra arguments go to `go test`.
 # A service that does not come up fails the run; so does a test that finds a service missing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -21,12 +22,52 @@ if [ ! -x /usr/bin/chromium ]; then
   fi
 fi
 
-started=0 secure_started=0
+# docker-compose.yml is checked with Debian's docker-compose (its `config` needs no engine), and
+# the OpenTSDB client test (query.TestPyOpenTSDBClient) needs pyopentsdb: install both when missing.
+if ! command -v docker-compose >/dev/null; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "[run-tests] docker-compose missing: apt-get install -y -qq docker-compose"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose
+  elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose
+  fi
+fi
+echo "[run-tests] docker-compose config (docker-compose.yml)"
+docker-compose -f docker-compose.yml config -q
+venv=testenv/.venv
+if ! "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then
+  echo "[run-tests] $venv: installing testenv/python-requirements.txt"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q -r testenv/python-requirements.txt
+fi
+
+started=0 cluster_started=0 secure_started=0
+cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
 cleanup() {
+  if [ "$cluster_started" = 1 ]; then cluster stop || true; fi
   if [ "$secure_started" = 1 ]; then SERVICES="kdc secure-hbase" "$services" stop || true; fi
   if [ "$started" = 1 ]; then "$services" stop || true; fi
 }
 trap cleanup EXIT INT TERM
+
+# Cluster stage: a real three-broker KRaft cluster (its own ports from 19192 and its own folder,
+# testenv/.data/kafka-cluster) for the TestCluster* tests, which SIGKILL and restart its brokers.
+# It runs first and alone, before the single broker and HBase start, so that the two never share
+# the two cores. ABACUS_CLUSTER_STAGE=0 leaves it out.
+if [ "${ABACUS_CLUSTER_STAGE:-1}" != 0 ]; then
+  t0=$SECONDS
+  if [[ $(cluster status) == *stopped* ]]; then cluster_started=1; fi
+  cluster start
+  echo "[run-tests] go test -run '^TestCluster' ./... (three-broker cluster: brokers are killed and restarted)"
+  (
+    eval "$(cluster env)"
+    export ABACUS_REQUIRE_CLUSTER=1
+    go test -count=1 -timeout 15m "$@" -run '^TestCluster' ./...
+  )
+  cluster status # the RSS of each broker after the tests
+  if [ "$cluster_started" = 1 ]; then cluster stop; cluster_started=0; fi
+  echo "[run-tests] cluster stage took $((SECONDS - t0)) s"
+fi
 
 # Leave servers alone that a developer already runs; stop only what this run started.
 status=$("$services" status)
@@ -47,7 +88,7 @@ go vet ./...
 echo "[run-tests] go test ./... (disruptive tests: services are stopped and restarted)"
 ABACUS_DISRUPTIVE=1 go test -count=1 -timeout 30m -p 1 -run '^TestDisruptive' "$@" ./...
 echo "[run-tests] go test ./... (everything else)"
-go test -count=1 -timeout 45m -skip '^TestDisruptive' "$@" ./...
+go test -count=1 -timeout 45m -skip '^(TestDisruptive|TestCluster)' "$@" ./...
 
 # Kerberos (issue 17): an MIT KDC and a Kerberized HBase beside the plain services, on their own
 # ports and data folder. HBase's own Java client first proves the server (and that it refuses a
@@ -68,8 +109,11 @@ echo "[run-tests] Kerberos: HBase's Java client against the Kerberized HBase"
 eval "$("${secure[@]}" env)"
 echo "[run-tests] Kerberos: go test -run '^TestKerberos' ./hbase/"
 ABACUS_REQUIRE_SECURE_HBASE=1 go test -count=1 -timeout 15m -run '^TestKerberos' "$@" ./hbase/
+# Tests whose HBase clients come from testenv.HBaseConfig or testenv.HBaseClient. (sinks joins when
+# its end-to-end tests' sink() takes testenv.HBaseConfig too.)
 echo "[run-tests] Kerberos: tests of the plain HBase, again with Kerberos"
 ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
-  go test -count=1 -timeout 15m -run '^TestHBaseMetaRegionServer$' "$@" ./internal/testenv/
+  go test -count=1 -timeout 15m -skip '^(TestDisruptive|TestCluster|TestDashboardInChromium|TestPyOpenTSDB)' "$@" \
+  ./internal/testenv/ ./store/hbasestore/ ./query/
 "${secure[@]}" status
 echo "[run-tests] Kerberos stage: $((SECONDS - kerberos_t0)) s before stopping its services"

@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Runs a real single-node Kafka (KRaft) broker and a real standalone HBase on loopback, for tests and
-# development, with no Docker: the jars come from Maven Central through testenv/{kafka,hbase}/pom.xml.
+# Runs a real single-node Kafka (KRaft) broker (PLAINTEXT and SASL_SSL listeners), or a real
+# three-broker KRaft cluster, and a real standalone HBase on loopback, for tests and development,
+# with no Docker: the jars come from Maven Central through testenv/{kafka,hbase}/pom.xml.
 #
 #   testenv/services.sh fetch    resolve the jars (once; Maven caches them in ~/.m2)
 #   testenv/services.sh start    fetch, start whatever is not running, wait until both really answer
 #   testenv/services.sh stop     stop both (data is kept; `clean` removes it)
 #   testenv/services.sh status   say what runs, where it listens and where its logs are
 #   testenv/services.sh env      print the environment the Go tests read (eval "$(... env)")
-#   testenv/services.sh clean    stop and remove the data folder
+#   testenv/services.sh clean    stop and remove the data (of the cluster, with KAFKA_BROKERS=3)
+#   testenv/services.sh kill-broker N    SIGKILL Kafka broker N (1 for the single broker)
+#   testenv/services.sh start-broker N   start broker N again and wait until it answers
 #
 # Settings (environment):
 #   ABACUS_TESTENV_DIR   data, logs and pid files (default: testenv/.data, git-ignored)
 #   KAFKA_PORT           broker listener port (default 9092); KAFKA_CONTROLLER_PORT (default 9093)
+#   KAFKA_SASL_PORT      SASL_SSL listener of the single broker (default 9094; 0: none), with
+#                        PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 and certificates made at start
+#   KAFKA_BROKERS        1 (default): the single broker above; 3: a KRaft cluster of three combined
+#                        broker+controller nodes (replication 3, min.insync.replicas 2) instead,
+#                        under <data>/kafka-cluster, PLAINTEXT only
+#   KAFKA_CLUSTER_PORT   first port of the cluster (default 19192): node i serves clients on
+#                        PORT+i-1 and its controller on PORT+KAFKA_BROKERS+i-1
+#   KAFKA_CLUSTER_HEAP   -Xmx of each cluster node (default 384m)
 #   HBASE_ZK_PORT        embedded ZooKeeper client port (default 2181)
 #   HBASE_MASTER_PORT    master RPC port (default 16000); HBASE_RS_PORT region server RPC (default 16020)
 #   SERVICES             which to run: "kafka hbase" (default), "kafka" or "hbase"; the secure mode is
@@ -97,7 +108,16 @@ build_probe() {
 }
 probe() {
   case $1 in
-    kafka) "$probe_bin" -kafka "127.0.0.1:$kafka_port" ;;
+    kafka)
+      if [ -n "$kafka_sasl_port" ]; then
+        # Also: the SCRAM users exist (added through the Admin API to a folder formatted without
+        # them), and each mechanism logs in over TLS on the SASL_SSL listener.
+        sasl_env "$probe_bin" -kafka "127.0.0.1:$kafka_port" -sasl "127.0.0.1:$kafka_sasl_port" -ca "$tls_dir/ca.pem"
+      else
+        "$probe_bin" -kafka "127.0.0.1:$kafka_port"
+      fi
+      ;;
+    kafka-cluster/node-*) "$probe_bin" -kafka "127.0.0.1:$(node_port "${1##*-}")" -brokers "$kafka_brokers" ;;
     hbase) "$probe_bin" -zookeeper "127.0.0.1:$zk_port" ;;
     # A real AS exchange: the KDC answers and the client keytab is good.
     kdc) KRB5_CONFIG=$kdc_dir/krb5.conf KRB5CCNAME=FILE:$kdc_dir/probe.ccache \
@@ -122,27 +142,85 @@ wait_ready() { # wait_ready NAME LOGFILE
       tail -n 40 "$logf" >&2 || true
       die "$name not ready after ${ready_timeout} s: $out (log: $logf)"
     fi
-    sleep 1
+    sleep 0.5 # a probe is a ~70 ms Go process; finer polling shortens every start
   done
 }
 
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-start_kafka() {
-  local dir=$data/kafka logf=$data/kafka/kafka.log
-  if is_running kafka; then log "kafka already running (pid $(cat "$data/kafka.pid"))"; return 0; fi
-  port_busy "$kafka_port" && die "port $kafka_port is taken by another process: set KAFKA_PORT"
-  fetch_one kafka
+# SASL users of the single broker's SASL_SSL listener: one per mechanism, so a test can also show
+# that a user of one mechanism cannot log in with another. Test credentials, printed by `env`.
+sasl_plain_user=abacus-plain sasl_plain_password=testenv-plain-secret
+sasl_scram256_user=abacus-scram256 sasl_scram256_password=testenv-scram256-secret
+sasl_scram512_user=abacus-scram512 sasl_scram512_password=testenv-scram512-secret
+kafka_sasl_port=${KAFKA_SASL_PORT:-9094}
+[ "$kafka_sasl_port" = 0 ] && kafka_sasl_port=
+tls_dir=$data/kafka/tls
+
+kafka_brokers=${KAFKA_BROKERS:-1}
+[[ $kafka_brokers =~ ^[1-9]$ ]] || die "KAFKA_BROKERS=$kafka_brokers: say 1 (the single broker) or 3 (a cluster; 2..9 work too)"
+cluster_port=${KAFKA_CLUSTER_PORT:-19192}
+cluster_heap=${KAFKA_CLUSTER_HEAP:-384m}
+
+# Broker N's name (its pid file is $data/NAME.pid), folder, client and controller ports.
+node_name() { if [ "$kafka_brokers" = 1 ]; then echo kafka; else echo "kafka-cluster/node-$1"; fi; }
+node_dir() { echo "$data/$(node_name "$1")"; }
+node_port() { if [ "$kafka_brokers" = 1 ]; then echo "$kafka_port"; else echo $((cluster_port + $1 - 1)); fi; }
+node_ctl_port() { if [ "$kafka_brokers" = 1 ]; then echo "$kafka_ctl_port"; else echo $((cluster_port + kafka_brokers + $1 - 1)); fi; }
+broker_list() {
+  local i out=
+  for ((i = 1; i <= kafka_brokers; i++)); do out+="${out:+,}127.0.0.1:$(node_port "$i")"; done
+  echo "$out"
+}
+
+# make_certs: a CA, a broker certificate for 127.0.0.1 and localhost signed by it (with its key, as
+# the PEM keystore Kafka reads), and a second CA that signed nothing, for tests that must be refused.
+# Made once per data folder; made again when missing or expiring within a day.
+make_certs() {
+  local d=$tls_dir
+  if [ -s "$d/broker.pem" ] && [ -s "$d/untrusted-ca.pem" ] \
+      && openssl x509 -checkend 86400 -noout -in "$d/broker-cert.pem" >/dev/null 2>&1; then
+    return 0
+  fi
+  command -v openssl >/dev/null || die "openssl not found (Debian: apt-get install openssl)"
+  log "making test certificates in $d"
+  rm -rf "$d" && mkdir -p "$d"
+  local ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -noenc)
+  {
+    openssl req -x509 "${ec[@]}" -keyout "$d/ca.key" -out "$d/ca.pem" -days 3650 -subj "/CN=abacus testenv CA"
+    openssl req "${ec[@]}" -keyout "$d/broker.key" -out "$d/broker.csr" -subj "/CN=localhost"
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$d/broker.ext"
+    openssl x509 -req -in "$d/broker.csr" -CA "$d/ca.pem" -CAkey "$d/ca.key" -CAcreateserial \
+      -days 825 -extfile "$d/broker.ext" -out "$d/broker-cert.pem"
+    openssl req -x509 "${ec[@]}" -keyout "$d/untrusted-ca.key" -out "$d/untrusted-ca.pem" -days 3650 \
+      -subj "/CN=abacus testenv untrusted CA"
+  } >"$d/openssl.log" 2>&1 || { cat "$d/openssl.log" >&2; die "could not make test certificates"; }
+  # Kafka's PEM keystore: the (unencrypted PKCS#8) key, then the certificate chain.
+  cat "$d/broker.key" "$d/broker-cert.pem" "$d/ca.pem" >"$d/broker.pem"
+}
+
+# write_kafka_config N: server.properties and log4j2.properties of broker N.
+write_kafka_config() {
+  local n=$1 dir logf port ctl
+  dir=$(node_dir "$n"); logf=$dir/kafka.log; port=$(node_port "$n"); ctl=$(node_ctl_port "$n")
   mkdir -p "$dir/logs"
-  cat >"$dir/server.properties" <<EOF
+  if [ "$kafka_brokers" = 1 ]; then
+    local listeners="PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctl"
+    local advertised="PLAINTEXT://127.0.0.1:$port" map="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    if [ -n "$kafka_sasl_port" ]; then
+      listeners+=",SASL_SSL://127.0.0.1:$kafka_sasl_port"
+      advertised+=",SASL_SSL://127.0.0.1:$kafka_sasl_port"
+      map+=",SASL_SSL:SASL_SSL"
+    fi
+    cat >"$dir/server.properties" <<EOF
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:$kafka_ctl_port
-listeners=PLAINTEXT://127.0.0.1:$kafka_port,CONTROLLER://127.0.0.1:$kafka_ctl_port
-advertised.listeners=PLAINTEXT://127.0.0.1:$kafka_port
+controller.quorum.voters=1@127.0.0.1:$ctl
+listeners=$listeners
+advertised.listeners=$advertised
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=$map
 log.dirs=$dir/data
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -153,6 +231,52 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 log.cleaner.backoff.ms=1000
 EOF
+    if [ -n "$kafka_sasl_port" ]; then
+      # Only the SASL_SSL listener authenticates; PLAINTEXT and the controller stay open, as the
+      # other tests expect. PLAIN users live in the JAAS line, SCRAM users in the metadata log.
+      cat >>"$dir/server.properties" <<EOF
+listener.name.sasl_ssl.sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$tls_dir/broker.pem
+listener.name.sasl_ssl.ssl.client.auth=none
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$sasl_plain_user="$sasl_plain_password";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+EOF
+    fi
+  else
+    local voters= i rf=3 isr
+    for ((i = 1; i <= kafka_brokers; i++)); do voters+="${voters:+,}$i@127.0.0.1:$(node_ctl_port "$i")"; done
+    ((kafka_brokers < 3)) && rf=$kafka_brokers
+    isr=$((rf > 1 ? rf - 1 : 1))
+    cat >"$dir/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$n
+controller.quorum.voters=$voters
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$ctl
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$dir/data
+num.partitions=1
+default.replication.factor=$rf
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=4
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=true
+log.cleaner.backoff.ms=1000
+# Light nodes: three JVMs share two cores with the tests.
+num.network.threads=2
+num.io.threads=2
+num.replica.fetchers=1
+background.threads=2
+log.cleaner.threads=1
+EOF
+  fi
   cat >"$dir/log4j2.properties" <<EOF
 rootLogger.level=INFO
 rootLogger.appenderRef.f.ref=F
@@ -166,20 +290,89 @@ logger.kafka.level=INFO
 logger.state.name=state.change.logger
 logger.state.level=WARN
 EOF
-  local cp
+}
+
+# format_kafka N: format broker N's storage unless done already. A fixed cluster id keeps restarts
+# of the same data folder consistent. The single broker's SCRAM users are written here; a folder
+# formatted before they existed gets them from the probe (Admin API) instead.
+format_kafka() {
+  local n=$1 dir cp args=()
+  dir=$(node_dir "$n")
+  [ -f "$dir/data/meta.properties" ] && return 0
   cp=$(cat "$data/kafka.classpath")
-  if [ ! -f "$dir/data/meta.properties" ]; then
-    # A fixed cluster id keeps restarts of the same data folder consistent.
-    java -cp "$cp" -Dlog4j2.configurationFile="$dir/log4j2.properties" kafka.tools.StorageTool format \
-      -t abacusTestenvKafka0001 -c "$dir/server.properties" >"$dir/format.log" 2>&1 \
-      || { cat "$dir/format.log" >&2; die "kafka storage format failed"; }
+  if [ "$kafka_brokers" = 1 ] && [ -n "$kafka_sasl_port" ]; then
+    args=(-S "SCRAM-SHA-256=[name=$sasl_scram256_user,password=$sasl_scram256_password]"
+      -S "SCRAM-SHA-512=[name=$sasl_scram512_user,password=$sasl_scram512_password]")
   fi
-  log "starting kafka on 127.0.0.1:$kafka_port"
-  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+  java -Xshare:auto -XX:TieredStopAtLevel=1 -cp "$cp" -Dlog4j2.configurationFile="$dir/log4j2.properties" \
+    kafka.tools.StorageTool format -t abacusTestenvKafka0001 -c "$dir/server.properties" "${args[@]}" \
+    >"$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; die "kafka storage format of $(node_name "$n") failed"; }
+}
+
+# launch_kafka N: start broker N's JVM in the background (its config and storage exist).
+launch_kafka() {
+  local n=$1 dir heap=(-Xms256m -Xmx768m -XX:+UseG1GC)
+  dir=$(node_dir "$n")
+  # Cluster nodes: small heaps, the serial collector and C1 only, so three of them start quickly
+  # and stay light on two cores; throughput is not what they are for.
+  [ "$kafka_brokers" = 1 ] || heap=(-Xms128m "-Xmx$cluster_heap" -XX:+UseSerialGC -XX:TieredStopAtLevel=1)
+  log "starting $(node_name "$n") on 127.0.0.1:$(node_port "$n")${kafka_sasl_port:+$([ "$kafka_brokers" = 1 ] && echo " (SASL_SSL 127.0.0.1:$kafka_sasl_port)")}"
+  nohup java "${heap[@]}" -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$dir/log4j2.properties" \
-    -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 </dev/null &
-  echo $! >"$data/kafka.pid"
-  wait_ready kafka "$logf"
+    -cp "$(cat "$data/kafka.classpath")" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 </dev/null &
+  echo $! >"$data/$(node_name "$n").pid"
+}
+
+start_kafka() {
+  local i name
+  for ((i = 1; i <= kafka_brokers; i++)); do
+    name=$(node_name "$i")
+    if is_running "$name"; then continue; fi
+    port_busy "$(node_port "$i")" && die "port $(node_port "$i") ($name) is taken by another process: set KAFKA_PORT or KAFKA_CLUSTER_PORT"
+  done
+  if [ "$kafka_brokers" = 1 ] && [ -n "$kafka_sasl_port" ] && ! is_running kafka; then
+    port_busy "$kafka_sasl_port" && die "port $kafka_sasl_port is taken by another process: set KAFKA_SASL_PORT (0: no SASL_SSL listener)"
+    make_certs
+  fi
+  fetch_one kafka
+  local pids=()
+  for ((i = 1; i <= kafka_brokers; i++)); do
+    is_running "$(node_name "$i")" && continue
+    write_kafka_config "$i"
+    format_kafka "$i" & pids+=($!)
+  done
+  for i in "${pids[@]}"; do wait "$i" || exit 1; done
+  for ((i = 1; i <= kafka_brokers; i++)); do
+    name=$(node_name "$i")
+    if is_running "$name"; then log "$name already running (pid $(cat "$data/$name.pid"))"; continue; fi
+    launch_kafka "$i"
+  done
+  for ((i = 1; i <= kafka_brokers; i++)); do wait_ready "$(node_name "$i")" "$(node_dir "$i")/kafka.log"; done
+}
+
+# kill_broker N: SIGKILL broker N, as a crash would, and wait until it is gone.
+kill_broker() {
+  local n=$1 name pid
+  name=$(node_name "$n")
+  is_running "$name" || die "$name is not running"
+  pid=$(cat "$data/$name.pid")
+  kill -9 "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$data/$name.pid"
+  log "killed $name (pid $pid, SIGKILL)"
+}
+
+# start_broker N: start broker N again (after kill-broker or stop) and wait until it answers with
+# every broker of the cluster in its metadata.
+start_broker() {
+  local n=$1 name
+  name=$(node_name "$n")
+  if is_running "$name"; then log "$name already running (pid $(cat "$data/$name.pid"))"; return 0; fi
+  [ -f "$(node_dir "$n")/server.properties" ] || die "$name was never started here: run start first"
+  port_busy "$(node_port "$n")" && die "port $(node_port "$n") is taken by another process"
+  write_kafka_config "$n"
+  launch_kafka "$n"
+  wait_ready "$name" "$(node_dir "$n")/kafka.log"
 }
 
 hbase_java_opts=(
@@ -227,6 +420,9 @@ start_hbase() {
     prop hbase.balancer.period 3600000
     prop hbase.normalizer.period 3600000
     prop hbase.procedure.store.wal.use.hsync false
+    # A 20 s scanner lease (60 s by default) lets hbase.TestScannerSurvivesLeaseExpiry run in every
+    # test run; abacus's scans never idle that long.
+    prop hbase.client.scanner.timeout.period 20000
     echo '</configuration>'
   } >"$dir/conf/hbase-site.xml"
   cat >"$dir/conf/log4j2.properties" <<EOF
@@ -474,27 +670,51 @@ check_secure_java() {
     || { tail -n 30 "$out/no-credentials.err" >&2; die "the Java client without credentials was not refused"; }
 }
 
-stop_one() { # stop_one NAME: TERM, then KILL after 30 s
-  local name=$1 pid i
-  if ! is_running "$name"; then rm -f "$data/$name.pid"; return 0; fi
-  pid=$(cat "$data/$name.pid")
-  log "stopping $name (pid $pid)"
-  kill "$pid" 2>/dev/null || true
-  for ((i = 0; i < 60; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-  if kill -0 "$pid" 2>/dev/null; then log "$name did not stop in 30 s: killing"; kill -9 "$pid" 2>/dev/null || true; fi
-  rm -f "$data/$name.pid"
+stop_one() { # stop_one NAME...: TERM them all, then KILL whatever still runs after 30 s
+  local name pid i pids=() names=() left
+  for name in "$@"; do
+    if ! is_running "$name"; then rm -f "$data/$name.pid"; continue; fi
+    pid=$(cat "$data/$name.pid")
+    log "stopping $name (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    pids+=("$pid") names+=("$name")
+  done
+  for ((i = 0; i < 60; i++)); do
+    left=0
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && left=1; done
+    ((left)) || break
+    sleep 0.5
+  done
+  for i in "${!pids[@]}"; do
+    if kill -0 "${pids[$i]}" 2>/dev/null; then
+      log "${names[$i]} did not stop in 30 s: killing"
+      kill -9 "${pids[$i]}" 2>/dev/null || true
+    fi
+    rm -f "$data/${names[$i]}.pid"
+  done
 }
 
+rss_of() { awk '/VmRSS/ {printf "%d MiB", $2/1024}' "/proc/$1/status" 2>/dev/null || echo "?"; }
+
 status() {
-  local name rss
+  local name i pid
   for name in $services; do
-    if is_running "$name"; then
-      rss=$(awk '/VmRSS/ {printf "%d MiB", $2/1024}' "/proc/$(cat "$data/$name.pid")/status" 2>/dev/null || echo "?")
+    if [ "$name" = kafka ] && [ "$kafka_brokers" != 1 ]; then
+      for ((i = 1; i <= kafka_brokers; i++)); do
+        if is_running "$(node_name "$i")"; then
+          pid=$(cat "$data/$(node_name "$i").pid")
+          echo "kafka broker $i: running (pid $pid, rss $(rss_of "$pid")) on 127.0.0.1:$(node_port "$i"), controller 127.0.0.1:$(node_ctl_port "$i"); log $(node_dir "$i")/kafka.log"
+        else
+          echo "kafka broker $i: stopped"
+        fi
+      done
+    elif is_running "$name"; then
+      pid=$(cat "$data/$name.pid")
       case $name in
-        kafka) echo "kafka: running (pid $(cat "$data/kafka.pid"), rss $rss) on 127.0.0.1:$kafka_port; log $data/kafka/kafka.log" ;;
-        hbase) echo "hbase: running (pid $(cat "$data/hbase.pid"), rss $rss) zookeeper 127.0.0.1:$zk_port, master 127.0.0.1:$master_port, region server 127.0.0.1:$rs_port; log $data/hbase/hbase.log" ;;
-        kdc) echo "kdc: running (pid $(cat "$data/kdc.pid"), rss $rss) realm $realm on 127.0.0.1:$kdc_port; krb5.conf and keytabs in $kdc_dir; log $kdc_dir/kdc.log" ;;
-        secure-hbase) echo "secure-hbase: running (pid $(cat "$data/secure-hbase.pid"), rss $rss) Kerberos, zookeeper 127.0.0.1:$shb_zk_port, master 127.0.0.1:$shb_master_port, region server 127.0.0.1:$shb_rs_port; log $secure/hbase/hbase.log" ;;
+        kafka) echo "kafka: running (pid $pid, rss $(rss_of "$pid")) on 127.0.0.1:$kafka_port${kafka_sasl_port:+, SASL_SSL 127.0.0.1:$kafka_sasl_port}; log $data/kafka/kafka.log" ;;
+        hbase) echo "hbase: running (pid $pid, rss $(rss_of "$pid")) zookeeper 127.0.0.1:$zk_port, master 127.0.0.1:$master_port, region server 127.0.0.1:$rs_port; log $data/hbase/hbase.log" ;;
+        kdc) echo "kdc: running (pid $pid, rss $(rss_of "$pid")) realm $realm on 127.0.0.1:$kdc_port; krb5.conf and keytabs in $kdc_dir; log $kdc_dir/kdc.log" ;;
+        secure-hbase) echo "secure-hbase: running (pid $pid, rss $(rss_of "$pid")) Kerberos, zookeeper 127.0.0.1:$shb_zk_port, master 127.0.0.1:$shb_master_port, region server 127.0.0.1:$shb_rs_port; log $secure/hbase/hbase.log" ;;
       esac
     else
       echo "$name: stopped"
@@ -502,8 +722,34 @@ status() {
   done
 }
 
+# sasl_env CMD...: runs CMD with the SASL test environment (what `env` prints).
+sasl_env() {
+  ABACUS_KAFKA_SASL_PLAIN_USER=$sasl_plain_user ABACUS_KAFKA_SASL_PLAIN_PASSWORD=$sasl_plain_password \
+  ABACUS_KAFKA_SASL_SCRAM256_USER=$sasl_scram256_user ABACUS_KAFKA_SASL_SCRAM256_PASSWORD=$sasl_scram256_password \
+  ABACUS_KAFKA_SASL_SCRAM512_USER=$sasl_scram512_user ABACUS_KAFKA_SASL_SCRAM512_PASSWORD=$sasl_scram512_password \
+    "$@"
+}
+
 print_env() {
-  case " $services " in *" kafka "*) echo "export ABACUS_KAFKA_BROKERS=127.0.0.1:$kafka_port" ;; esac
+  case " $services " in
+    *" kafka "*)
+      if [ "$kafka_brokers" != 1 ]; then
+        echo "export ABACUS_KAFKA_BROKERS=$(broker_list)"
+        # Tests that need the cluster (TestCluster*) find it here, and kill and restart its
+        # brokers through this script with the same data folder and ports.
+        echo "export ABACUS_KAFKA_CLUSTER_BROKERS=$(broker_list)"
+        echo "export ABACUS_KAFKA_CLUSTER_DIR=$data"
+      else
+        echo "export ABACUS_KAFKA_BROKERS=127.0.0.1:$kafka_port"
+        if [ -n "$kafka_sasl_port" ]; then
+          echo "export ABACUS_KAFKA_SASL_BROKERS=127.0.0.1:$kafka_sasl_port"
+          echo "export ABACUS_KAFKA_CA_FILE=$tls_dir/ca.pem"
+          echo "export ABACUS_KAFKA_UNTRUSTED_CA_FILE=$tls_dir/untrusted-ca.pem"
+          sasl_env env | grep '^ABACUS_KAFKA_SASL_.*_\(USER\|PASSWORD\)=' | sort | sed 's/^/export /'
+        fi
+      fi
+      ;;
+  esac
   case " $services " in *" hbase "*) echo "export ABACUS_HBASE_ZK=127.0.0.1:$zk_port" ;; esac
   case " $services " in *" secure-hbase "*)
     echo "export ABACUS_SECURE_HBASE_ZK=127.0.0.1:$shb_zk_port"
@@ -516,25 +762,59 @@ print_env() {
   esac
 }
 
+stop_all() {
+  local s i names
+  for s in $services; do
+    if [ "$s" = kafka ] && [ "$kafka_brokers" != 1 ]; then
+      # All nodes at once: stopped one after another, the last ones wait for a controller quorum
+      # that is already gone before they give up their controlled shutdown.
+      names=()
+      for ((i = 1; i <= kafka_brokers; i++)); do names+=("$(node_name "$i")"); done
+      stop_one "${names[@]}"
+    else
+      stop_one "$s"
+    fi
+  done
+}
+
+broker_arg() { # broker_arg N: N must name a broker
+  [[ ${1:-} =~ ^[1-9]$ ]] && (($1 <= kafka_brokers)) || die "say a broker number from 1 to $kafka_brokers (KAFKA_BROKERS=$kafka_brokers)"
+}
+
 cmd=${1:-}
 case $cmd in
-  fetch) need_java; for s in $services; do fetch_one "$s"; done ;;
+  fetch)
+    need_java
+    for s in $services; do
+      case $s in
+        kdc) ;;                        # Debian's packages, installed by start
+        secure-hbase) fetch_one hbase ;; # the same jars as the plain HBase
+        *) fetch_one "$s" ;;
+      esac
+    done
+    ;;
   start)
     need_java
     build_probe
     for s in $services; do "start_$s"; done
     status
     ;;
-  stop) for s in $services; do stop_one "$s"; done ;;
+  stop) stop_all ;;
   status) status ;;
   env) print_env ;;
   check-secure-java) need_java; check_secure_java ;;
   clean)
-    for s in $services; do stop_one "$s"; done
-    case " $services " in *" kafka "*) rm -rf "${data:?}/kafka" ;; esac
-    case " $services " in *" hbase "*) rm -rf "${data:?}/hbase" ;; esac
-    case " $services " in *" secure-hbase "*) rm -rf "${secure:?}/hbase" ;; esac
-    case " $services " in *" kdc "*) rm -rf "${kdc_dir:?}" ;; esac
+    stop_all
+    for s in $services; do
+      case $s in
+        kafka) if [ "$kafka_brokers" = 1 ]; then rm -rf "${data:?}/kafka"; else rm -rf "${data:?}/kafka-cluster"; fi ;;
+        secure-hbase) rm -rf "${secure:?}/hbase" ;;
+        kdc) rm -rf "${kdc_dir:?}" ;;
+        *) rm -rf "${data:?}/$s" ;;
+      esac
+    done
     ;;
-  *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  kill-broker) broker_arg "${2:-}"; kill_broker "$2" ;;
+  start-broker) need_java; broker_arg "${2:-}"; build_probe; start_broker "$2" ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

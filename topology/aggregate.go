@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/windows"
 )
 
@@ -36,41 +36,13 @@ func EveryUpdate() Emission { return Emission{Mode: EmitEveryUpdate} }
 // then the final one.
 func EarlyEvery(d time.Duration) Emission { return Emission{Mode: EmitEarly, Every: d} }
 
-// Accumulator is one aggregation's running state in one window. The engine decodes it from the
-// entity state, adds events or merges other accumulators of the same aggregation (session
-// windows), and encodes it back.
-type Accumulator interface {
-	// Add applies one event with its event time in ms.
-	Add(e Event, eventTime int64)
-	// Merge folds other, an accumulator of the same aggregation, into this one.
-	Merge(other Accumulator) error
-	// Value is the aggregate's current value; the engine fills in the name.
-	Value() totals.Value
-	// AppendBinary appends the accumulator's encoding, which Decode of its AggDef reads.
-	AppendBinary(b []byte) []byte
-}
-
-// AggDef is a compiled aggregation.
-type AggDef struct {
-	Name   string
-	New    func() Accumulator
-	Decode func([]byte) (Accumulator, error)
-}
-
-// SetDef is a compiled aggregate set.
-type SetDef struct {
-	Name   string
-	Index  uint16 // position in Topology.Sets, stored in entity state
-	Source int    // index in Topology.Sources
-	Window windows.Spec
-	Grace  int64 // ms
-	Emit   Emission
-	Types  map[string]bool // nil: every event type
-	Aggs   []AggDef
-}
-
-// Accepts reports whether an event of type typ feeds the set.
-func (s *SetDef) Accepts(typ string) bool { return s.Types == nil || s.Types[typ] }
+// The engine's view of aggregations and sets lives in internal/plan; these short names keep the
+// declarations below readable.
+type (
+	accumulator = plan.Accumulator
+	aggDef      = plan.Agg
+	event       = plan.Event
+)
 
 // AggregateSet declares the windows and aggregations computed over a Source of events E.
 type AggregateSet[E any] struct {
@@ -86,7 +58,7 @@ type AggregateSet[E any] struct {
 
 type aggDecl[E any] struct {
 	name  string
-	build func() (AggDef, error)
+	build func() (aggDef, error)
 }
 
 // Grace sets how long after a window's end (in stream time) events are still accepted. It must be
@@ -105,115 +77,115 @@ func (a *AggregateSet[E]) Types(types ...string) *AggregateSet[E] {
 	return a
 }
 
-func (a *AggregateSet[E]) add(name string, build func() (AggDef, error)) *AggregateSet[E] {
+func (a *AggregateSet[E]) add(name string, build func() (aggDef, error)) *AggregateSet[E] {
 	a.aggs = append(a.aggs, aggDecl[E]{name: name, build: build})
 	return a
 }
 
 // Count counts the events in each window.
 func (a *AggregateSet[E]) Count(name string) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return countDef(name), nil })
+	return a.add(name, func() (aggDef, error) { return countDef(name), nil })
 }
 
 // Sum adds up the numeric field (Go field name or json tag) of E.
 func (a *AggregateSet[E]) Sum(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], sumOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], sumOp) })
 }
 
 // SumOf adds up f(e).
 func (a *AggregateSet[E]) SumOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, sumOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, sumOp), nil })
 }
 
 // Min keeps the smallest value of the numeric field.
 func (a *AggregateSet[E]) Min(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], minOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], minOp) })
 }
 
 // MinOf keeps the smallest f(e).
 func (a *AggregateSet[E]) MinOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, minOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, minOp), nil })
 }
 
 // Max keeps the largest value of the numeric field.
 func (a *AggregateSet[E]) Max(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], maxOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], maxOp) })
 }
 
 // MaxOf keeps the largest f(e).
 func (a *AggregateSet[E]) MaxOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, maxOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, maxOp), nil })
 }
 
 // Mean averages the numeric field.
 func (a *AggregateSet[E]) Mean(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], meanOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], meanOp) })
 }
 
 // MeanOf averages f(e).
 func (a *AggregateSet[E]) MeanOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, meanOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, meanOp), nil })
 }
 
 // Last keeps the numeric field of the event with the latest event time (on a tie, the one applied
 // last, which is the later offset of a partition).
 func (a *AggregateSet[E]) Last(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDef(name, field, numericField[E], lastOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], lastOp) })
 }
 
 // LastOf keeps f(e) of the event with the latest event time.
 func (a *AggregateSet[E]) LastOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) { return floatDefOf(name, f, lastOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, lastOp), nil })
 }
 
 // Distinct estimates the number of distinct values of the field (string, integer or []byte) with a
 // HyperLogLog sketch (about 0.8% standard error).
 func (a *AggregateSet[E]) Distinct(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) {
+	return a.add(name, func() (aggDef, error) {
 		f, err := keyField[E](field)
 		if err != nil {
-			return AggDef{}, err
+			return aggDef{}, err
 		}
-		return distinctDef(name, func(e Event) []byte { return f(e.(E)) }), nil
+		return distinctDef(name, func(e event) []byte { return f(e.(E)) }), nil
 	})
 }
 
 // DistinctOf estimates the number of distinct f(e).
 func (a *AggregateSet[E]) DistinctOf(name string, f func(E) []byte) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) {
-		return distinctDef(name, func(e Event) []byte { return f(e.(E)) }), nil
+	return a.add(name, func() (aggDef, error) {
+		return distinctDef(name, func(e event) []byte { return f(e.(E)) }), nil
 	})
 }
 
 // Quantiles estimates the given quantiles (each in [0, 1]) of the numeric field with a DDSketch of
 // 1% relative accuracy.
 func (a *AggregateSet[E]) Quantiles(name, field string, qs ...float64) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) {
+	return a.add(name, func() (aggDef, error) {
 		f, err := numericField[E](field)
 		if err != nil {
-			return AggDef{}, err
+			return aggDef{}, err
 		}
-		return quantilesDef(name, func(e Event) float64 { return f(e.(E)) }, qs)
+		return quantilesDef(name, func(e event) float64 { return f(e.(E)) }, qs)
 	})
 }
 
 // QuantilesOf estimates the given quantiles of f(e).
 func (a *AggregateSet[E]) QuantilesOf(name string, f func(E) float64, qs ...float64) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) {
-		return quantilesDef(name, func(e Event) float64 { return f(e.(E)) }, qs)
+	return a.add(name, func() (aggDef, error) {
+		return quantilesDef(name, func(e event) float64 { return f(e.(E)) }, qs)
 	})
 }
 
 // CustomAggregation is a user-defined aggregation over events E; UserDefined implements it.
 type CustomAggregation[E any] interface {
-	def(name string) (AggDef, error)
+	def(name string) (aggDef, error)
 }
 
 // Custom adds a user-defined aggregation (see UserDefined).
 func (a *AggregateSet[E]) Custom(name string, agg CustomAggregation[E]) *AggregateSet[E] {
-	return a.add(name, func() (AggDef, error) {
+	return a.add(name, func() (aggDef, error) {
 		if agg == nil {
-			return AggDef{}, errors.New("custom aggregation is nil")
+			return aggDef{}, errors.New("custom aggregation is nil")
 		}
 		return agg.def(name)
 	})
@@ -222,7 +194,7 @@ func (a *AggregateSet[E]) Custom(name string, agg CustomAggregation[E]) *Aggrega
 func (a *AggregateSet[E]) name() string        { return a.setName }
 func (a *AggregateSet[E]) sourceTopic() string { return a.src.topic }
 
-func (a *AggregateSet[E]) compile(source int) (*SetDef, error) {
+func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	var errs []error
 	where := fmt.Sprintf("aggregate set %q", a.setName)
 	if a.setName == "" {
@@ -248,7 +220,8 @@ func (a *AggregateSet[E]) compile(source int) (*SetDef, error) {
 	if len(a.aggs) == 0 {
 		errs = append(errs, fmt.Errorf("%s: no aggregation declared", where))
 	}
-	def := &SetDef{Name: a.setName, Source: source, Window: a.spec, Grace: a.grace.Milliseconds(), Emit: a.emit}
+	def := &plan.Set{Name: a.setName, Source: source, Window: a.spec, Grace: a.grace.Milliseconds(),
+		Emit: plan.EmitMode(a.emit.Mode), EmitEvery: a.emit.Every}
 	if len(a.types) > 0 {
 		def.Types = map[string]bool{}
 		for _, t := range a.types {

@@ -9,7 +9,7 @@ import (
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/axiomhq/hyperloglog"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/totals"
 )
 
 // errShort is returned when an accumulator's encoding is truncated.
@@ -18,11 +18,11 @@ var errShort = errors.New("accumulator encoding truncated")
 // count: uvarint number of events.
 type countAcc struct{ n uint64 }
 
-func countDef(name string) AggDef {
-	return AggDef{
+func countDef(name string) aggDef {
+	return aggDef{
 		Name: name,
-		New:  func() Accumulator { return &countAcc{} },
-		Decode: func(b []byte) (Accumulator, error) {
+		New:  func() accumulator { return &countAcc{} },
+		Decode: func(b []byte) (accumulator, error) {
 			n, k := binary.Uvarint(b)
 			if k <= 0 {
 				return nil, fmt.Errorf("count %q: %w", name, errShort)
@@ -32,10 +32,10 @@ func countDef(name string) AggDef {
 	}
 }
 
-// The accumulators below implement Accumulator; see its methods.
+// The accumulators below implement plan.Accumulator; see its methods.
 
-func (c *countAcc) Add(Event, int64) { c.n++ }
-func (c *countAcc) Merge(o Accumulator) error {
+func (c *countAcc) Add(event, int64) { c.n++ }
+func (c *countAcc) Merge(o accumulator) error {
 	oc, ok := o.(*countAcc)
 	if !ok {
 		return fmt.Errorf("count: cannot merge %T", o)
@@ -63,23 +63,23 @@ type floatAcc struct {
 	has bool
 	v   float64
 	aux int64
-	get func(Event) float64
+	get func(event) float64
 }
 
-func floatDef[E any](name, field string, resolve func(string) (func(E) float64, error), op floatOp) (AggDef, error) {
+func floatDef[E any](name, field string, resolve func(string) (func(E) float64, error), op floatOp) (aggDef, error) {
 	f, err := resolve(field)
 	if err != nil {
-		return AggDef{}, err
+		return aggDef{}, err
 	}
 	return floatDefOf(name, f, op), nil
 }
 
-func floatDefOf[E any](name string, f func(E) float64, op floatOp) AggDef {
-	get := func(e Event) float64 { return f(e.(E)) }
-	return AggDef{
+func floatDefOf[E any](name string, f func(E) float64, op floatOp) aggDef {
+	get := func(e event) float64 { return f(e.(E)) }
+	return aggDef{
 		Name: name,
-		New:  func() Accumulator { return &floatAcc{op: op, get: get} },
-		Decode: func(b []byte) (Accumulator, error) {
+		New:  func() accumulator { return &floatAcc{op: op, get: get} },
+		Decode: func(b []byte) (accumulator, error) {
 			if len(b) < 9 {
 				return nil, fmt.Errorf("aggregation %q: %w", name, errShort)
 			}
@@ -94,7 +94,7 @@ func floatDefOf[E any](name string, f func(E) float64, op floatOp) AggDef {
 	}
 }
 
-func (a *floatAcc) Add(e Event, t int64) { a.fold(a.get(e), t, 1) }
+func (a *floatAcc) Add(e event, t int64) { a.fold(a.get(e), t, 1) }
 
 // fold applies a value x with time t (last) or count n (mean) to the accumulator.
 func (a *floatAcc) fold(x float64, aux int64, n int64) {
@@ -121,7 +121,7 @@ func (a *floatAcc) fold(x float64, aux int64, n int64) {
 	a.has = true
 }
 
-func (a *floatAcc) Merge(o Accumulator) error {
+func (a *floatAcc) Merge(o accumulator) error {
 	ob, ok := o.(*floatAcc)
 	if !ok || ob.op != a.op {
 		return fmt.Errorf("float aggregation: cannot merge %T", o)
@@ -167,14 +167,14 @@ func (a *floatAcc) AppendBinary(b []byte) []byte {
 // distinct: the HyperLogLog sketch's own binary encoding.
 type distinctAcc struct {
 	sk  *hyperloglog.Sketch
-	get func(Event) []byte
+	get func(event) []byte
 }
 
-func distinctDef(name string, get func(Event) []byte) AggDef {
-	return AggDef{
+func distinctDef(name string, get func(event) []byte) aggDef {
+	return aggDef{
 		Name: name,
-		New:  func() Accumulator { return &distinctAcc{sk: hyperloglog.New(), get: get} },
-		Decode: func(b []byte) (Accumulator, error) {
+		New:  func() accumulator { return &distinctAcc{sk: hyperloglog.New(), get: get} },
+		Decode: func(b []byte) (accumulator, error) {
 			sk := hyperloglog.New()
 			if err := sk.UnmarshalBinary(b); err != nil {
 				return nil, fmt.Errorf("distinct %q: %w", name, err)
@@ -184,8 +184,8 @@ func distinctDef(name string, get func(Event) []byte) AggDef {
 	}
 }
 
-func (d *distinctAcc) Add(e Event, _ int64) { d.sk.Insert(d.get(e)) }
-func (d *distinctAcc) Merge(o Accumulator) error {
+func (d *distinctAcc) Add(e event, _ int64) { d.sk.Insert(d.get(e)) }
+func (d *distinctAcc) Merge(o accumulator) error {
 	od, ok := o.(*distinctAcc)
 	if !ok {
 		return fmt.Errorf("distinct: cannot merge %T", o)
@@ -211,16 +211,16 @@ const quantileAccuracy = 0.01
 type quantilesAcc struct {
 	sk  *ddsketch.DDSketch
 	qs  []float64
-	get func(Event) float64
+	get func(event) float64
 }
 
-func quantilesDef(name string, get func(Event) float64, qs []float64) (AggDef, error) {
+func quantilesDef(name string, get func(event) float64, qs []float64) (aggDef, error) {
 	if len(qs) == 0 {
-		return AggDef{}, errors.New("no quantile requested")
+		return aggDef{}, errors.New("no quantile requested")
 	}
 	for _, q := range qs {
 		if q < 0 || q > 1 || math.IsNaN(q) {
-			return AggDef{}, fmt.Errorf("quantile %v is outside [0, 1]", q)
+			return aggDef{}, fmt.Errorf("quantile %v is outside [0, 1]", q)
 		}
 	}
 	qs = append([]float64(nil), qs...)
@@ -231,10 +231,10 @@ func quantilesDef(name string, get func(Event) float64, qs []float64) (AggDef, e
 		}
 		return sk
 	}
-	return AggDef{
+	return aggDef{
 		Name: name,
-		New:  func() Accumulator { return &quantilesAcc{sk: newSketch(), qs: qs, get: get} },
-		Decode: func(b []byte) (Accumulator, error) {
+		New:  func() accumulator { return &quantilesAcc{sk: newSketch(), qs: qs, get: get} },
+		Decode: func(b []byte) (accumulator, error) {
 			sk := newSketch()
 			if err := sk.DecodeAndMergeWith(b); err != nil {
 				return nil, fmt.Errorf("quantiles %q: %w", name, err)
@@ -244,12 +244,12 @@ func quantilesDef(name string, get func(Event) float64, qs []float64) (AggDef, e
 	}, nil
 }
 
-func (q *quantilesAcc) Add(e Event, _ int64) {
+func (q *quantilesAcc) Add(e event, _ int64) {
 	// Add fails only for values the sketch cannot index (NaN, ±Inf, beyond its range): those are
 	// skipped rather than allowed to stop the stream.
 	_ = q.sk.Add(q.get(e))
 }
-func (q *quantilesAcc) Merge(o Accumulator) error {
+func (q *quantilesAcc) Merge(o accumulator) error {
 	oq, ok := o.(*quantilesAcc)
 	if !ok {
 		return fmt.Errorf("quantiles: cannot merge %T", o)
@@ -283,23 +283,23 @@ type UserDefined[E, A any] struct {
 	Decode func([]byte) (A, error)
 }
 
-func (u UserDefined[E, A]) def(name string) (AggDef, error) {
+func (u UserDefined[E, A]) def(name string) (aggDef, error) {
 	switch {
 	case u.Init == nil:
-		return AggDef{}, errors.New("UserDefined.Init is nil")
+		return aggDef{}, errors.New("UserDefined.Init is nil")
 	case u.Add == nil:
-		return AggDef{}, errors.New("UserDefined.Add is nil")
+		return aggDef{}, errors.New("UserDefined.Add is nil")
 	case u.Merge == nil:
-		return AggDef{}, errors.New("UserDefined.Merge is nil")
+		return aggDef{}, errors.New("UserDefined.Merge is nil")
 	case u.Encode == nil:
-		return AggDef{}, errors.New("UserDefined.Encode is nil")
+		return aggDef{}, errors.New("UserDefined.Encode is nil")
 	case u.Decode == nil:
-		return AggDef{}, errors.New("UserDefined.Decode is nil")
+		return aggDef{}, errors.New("UserDefined.Decode is nil")
 	}
-	return AggDef{
+	return aggDef{
 		Name: name,
-		New:  func() Accumulator { return &userAcc[E, A]{u: u, a: u.Init()} },
-		Decode: func(b []byte) (Accumulator, error) {
+		New:  func() accumulator { return &userAcc[E, A]{u: u, a: u.Init()} },
+		Decode: func(b []byte) (accumulator, error) {
 			a, err := u.Decode(b)
 			if err != nil {
 				return nil, fmt.Errorf("custom aggregation %q: %w", name, err)
@@ -314,8 +314,8 @@ type userAcc[E, A any] struct {
 	a A
 }
 
-func (c *userAcc[E, A]) Add(e Event, t int64) { c.a = c.u.Add(c.a, e.(E), t) }
-func (c *userAcc[E, A]) Merge(o Accumulator) error {
+func (c *userAcc[E, A]) Add(e event, t int64) { c.a = c.u.Add(c.a, e.(E), t) }
+func (c *userAcc[E, A]) Merge(o accumulator) error {
 	oc, ok := o.(*userAcc[E, A])
 	if !ok {
 		return fmt.Errorf("custom aggregation: cannot merge %T", o)

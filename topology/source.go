@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/windows"
 	"github.com/lovoo/goka"
 )
@@ -48,7 +49,7 @@ func (s *Source[E]) Aggregate(name string, spec windows.Spec) *AggregateSet[E] {
 	return a
 }
 
-func (s *Source[E]) compile() (*SourceDef, error) {
+func (s *Source[E]) compile() (*plan.Source, error) {
 	switch {
 	case s.topic == "":
 		return nil, fmt.Errorf("source: topic is empty")
@@ -60,10 +61,10 @@ func (s *Source[E]) compile() (*SourceDef, error) {
 		return nil, fmt.Errorf("source %q: event time func is nil", s.topic)
 	}
 	codec, entity, eventTime, eventType := s.codec, s.entity, s.eventTime, s.eventType
-	def := &SourceDef{
+	def := &plan.Source{
 		Topic:       s.topic,
 		Repartition: s.repartition,
-		Decode: func(b []byte) (Event, error) {
+		Decode: func(b []byte) (event, error) {
 			v, err := codec.Decode(b)
 			if err != nil {
 				return nil, err
@@ -78,12 +79,12 @@ func (s *Source[E]) compile() (*SourceDef, error) {
 			}
 			return nil, fmt.Errorf("codec returned %T, the source declares %T", v, *new(E))
 		},
-		Entity:    func(e Event) string { return entity(e.(E)) },
-		EventTime: func(e Event) int64 { return eventTime(e.(E)).UnixMilli() },
-		Type:      func(Event) string { return "" },
+		Entity:    func(e event) string { return entity(e.(E)) },
+		EventTime: func(e event) int64 { return eventTime(e.(E)).UnixMilli() },
+		Type:      func(event) string { return "" },
 	}
 	if eventType != nil {
-		def.Type = func(e Event) string { return eventType(e.(E)) }
+		def.Type = func(e event) string { return eventType(e.(E)) }
 	}
 	return def, nil
 }

@@ -4,7 +4,9 @@
 //
 // A declaration is checked as a whole by Builder.Build, which names the field at fault in its
 // error; the result, a *Topology, is an immutable description that the processors package runs.
-// This package must never talk to Kafka, read a clock or hold state: it only describes.
+// Its methods describe it (names, topics, sets) but cannot change it: the compiled form the engine
+// runs (internal/plan) is out of reach of user code. This package must never talk to Kafka, read a
+// clock or hold state: it only describes.
 //
 //	b := topology.New("sensors")
 //	src := topology.NewSource(b, "readings", topology.JSON[Reading](),
@@ -18,8 +20,11 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
+	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/windows"
 	"github.com/lovoo/goka"
 )
 
@@ -39,17 +44,16 @@ type Builder struct {
 	skew       time.Duration
 	sources    []sourceDecl
 	sets       []setDecl
-	errs       []error
 }
 
 // sourceDecl and setDecl let the generic Source and AggregateSet register with the non-generic
 // Builder; each compiles itself at Build time.
 type sourceDecl interface {
-	compile() (*SourceDef, error)
+	compile() (*plan.Source, error)
 }
 
 type setDecl interface {
-	compile(source int) (*SetDef, error)
+	compile(source int) (*plan.Set, error)
 	sourceTopic() string
 	name() string
 }
@@ -76,31 +80,182 @@ func (b *Builder) LateTopic(topic string) *Builder { b.late = topic; return b }
 // able to push stream time forward and close every open window.
 func (b *Builder) MaxFutureSkew(d time.Duration) *Builder { b.skew = d; return b }
 
-func (b *Builder) errorf(format string, args ...any) {
-	b.errs = append(b.errs, fmt.Errorf(format, args...))
+// Topology is a checked, immutable topology, ready for processors.New. Its methods describe it.
+type Topology struct {
+	p *plan.Plan
 }
 
-// Topology is a checked, immutable topology, ready for processors.New.
-type Topology struct {
-	Name          string
-	TotalsTopic   string
-	DeadLetter    string
-	LateTopic     string // empty: late events are dropped
-	MaxFutureSkew time.Duration
-	Sources       []*SourceDef
-	Sets          []*SetDef
+func init() {
+	plan.Register(func(t any) *plan.Plan {
+		if tp, _ := t.(*Topology); tp != nil {
+			return tp.p
+		}
+		return nil
+	})
+}
+
+// Name is the topology's name: the default processor group and topic prefix.
+func (t *Topology) Name() string { return t.p.Name }
+
+// TotalsTopic is the topic the window totals go to.
+func (t *Topology) TotalsTopic() string { return t.p.TotalsTopic }
+
+// DeadLetterTopic is the topic of records that cannot be processed, with their reasons.
+func (t *Topology) DeadLetterTopic() string { return t.p.DeadLetter }
+
+// LateTopic is the topic late events are routed to, or "" when they are counted and dropped.
+func (t *Topology) LateTopic() string { return t.p.LateTopic }
+
+// MaxFutureSkew is how far ahead an event time may be before the event is dead-lettered.
+func (t *Topology) MaxFutureSkew() time.Duration { return t.p.MaxFutureSkew }
+
+// SourceInfo describes a source topic.
+type SourceInfo struct {
+	Topic       string
+	Repartition bool     // the record key is not the entity: events are re-keyed by entity
+	Sets        []string // the aggregate sets it feeds
+}
+
+// Sources describes the source topics, in declaration order.
+func (t *Topology) Sources() []SourceInfo {
+	out := make([]SourceInfo, len(t.p.Sources))
+	for i, s := range t.p.Sources {
+		out[i] = SourceInfo{Topic: s.Topic, Repartition: s.Repartition}
+		for _, si := range s.Sets {
+			out[i].Sets = append(out[i].Sets, t.p.Sets[si].Name)
+		}
+	}
+	return out
+}
+
+// SourceTopics lists the source topics, in declaration order.
+func (t *Topology) SourceTopics() []string {
+	out := make([]string, len(t.p.Sources))
+	for i, s := range t.p.Sources {
+		out[i] = s.Topic
+	}
+	return out
+}
+
+// SetInfo describes an aggregate set.
+type SetInfo struct {
+	Name         string
+	Source       string // the source topic
+	Window       windows.Spec
+	Grace        time.Duration
+	Emit         Emission
+	Types        []string // event types it takes; empty: all
+	Aggregations []string // aggregation names, in declaration order
+}
+
+// Sets describes the aggregate sets, in declaration order.
+func (t *Topology) Sets() []SetInfo {
+	out := make([]SetInfo, len(t.p.Sets))
+	for i, s := range t.p.Sets {
+		out[i] = setInfo(t.p, s)
+	}
+	return out
+}
+
+// Set describes the aggregate set called name.
+func (t *Topology) Set(name string) (SetInfo, bool) {
+	s := t.p.SetByName(name)
+	if s == nil {
+		return SetInfo{}, false
+	}
+	return setInfo(t.p, s), true
+}
+
+// SetNames lists the aggregate sets' names, in declaration order.
+func (t *Topology) SetNames() []string {
+	out := make([]string, len(t.p.Sets))
+	for i, s := range t.p.Sets {
+		out[i] = s.Name
+	}
+	return out
+}
+
+func setInfo(p *plan.Plan, s *plan.Set) SetInfo {
+	info := SetInfo{Name: s.Name, Source: p.Sources[s.Source].Topic, Window: s.Window,
+		Grace: time.Duration(s.Grace) * time.Millisecond, Emit: Emission{Mode: EmitMode(s.Emit), Every: s.EmitEvery}}
+	for typ := range s.Types {
+		info.Types = append(info.Types, typ)
+	}
+	slices.Sort(info.Types)
+	for _, a := range s.Aggs {
+		info.Aggregations = append(info.Aggregations, a.Name)
+	}
+	return info
+}
+
+// Topics lists every topic the topology names: its sources, then the totals, dead-letter and (if
+// set) late topics.
+func (t *Topology) Topics() []string {
+	out := t.SourceTopics()
+	out = append(out, t.p.TotalsTopic, t.p.DeadLetter)
+	if t.p.LateTopic != "" {
+		out = append(out, t.p.LateTopic)
+	}
+	return out
+}
+
+// WithTopicNames returns a copy of the topology whose topics are renamed: names maps a topic the
+// topology declares (a source, the totals, dead-letter or late topic) to the name it has in one
+// environment, and prefix is put before every topic name that names does not map. One compiled
+// topology can so run against dev-… and prod-… topics. A name that is not one of the topology's
+// topics, or two topics that end up with one name, is an error.
+func (t *Topology) WithTopicNames(prefix string, names map[string]string) (*Topology, error) {
+	declared := t.Topics()
+	var errs []error
+	for from, to := range names {
+		if !slices.Contains(declared, from) {
+			errs = append(errs, fmt.Errorf("%q is not a topic of topology %s (it has %v)", from, t.p.Name, declared))
+		}
+		if to == "" {
+			errs = append(errs, fmt.Errorf("%q is renamed to an empty name", from))
+		}
+	}
+	rename := func(topic string) string {
+		if to, ok := names[topic]; ok {
+			return to
+		}
+		return prefix + topic
+	}
+	seen := map[string]string{}
+	for _, from := range declared {
+		to := rename(from)
+		if other, dup := seen[to]; dup {
+			errs = append(errs, fmt.Errorf("topics %q and %q would both be named %q", other, from, to))
+		}
+		seen[to] = from
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w %q: topic names: %w", ErrInvalid, t.p.Name, errors.Join(errs...))
+	}
+	p := *t.p
+	p.TotalsTopic, p.DeadLetter = rename(p.TotalsTopic), rename(p.DeadLetter)
+	if p.LateTopic != "" {
+		p.LateTopic = rename(p.LateTopic)
+	}
+	p.Sources = make([]*plan.Source, len(t.p.Sources))
+	for i, s := range t.p.Sources {
+		c := *s
+		c.Topic = rename(s.Topic)
+		p.Sources[i] = &c
+	}
+	return &Topology{p: &p}, nil
 }
 
 // Build checks every declaration and returns the topology, or an error naming each field at fault.
 func (b *Builder) Build() (*Topology, error) {
-	errs := append([]error(nil), b.errs...)
+	var errs []error
 	if b.name == "" {
 		errs = append(errs, errors.New("topology name is empty"))
 	}
 	if b.skew <= 0 {
 		errs = append(errs, fmt.Errorf("MaxFutureSkew must be positive, got %v", b.skew))
 	}
-	t := &Topology{Name: b.name, TotalsTopic: b.totals, DeadLetter: b.deadLetter, LateTopic: b.late, MaxFutureSkew: b.skew}
+	t := &plan.Plan{Name: b.name, TotalsTopic: b.totals, DeadLetter: b.deadLetter, LateTopic: b.late, MaxFutureSkew: b.skew}
 	if t.TotalsTopic == "" {
 		t.TotalsTopic = b.name + "-totals"
 	}
@@ -150,28 +305,7 @@ func (b *Builder) Build() (*Topology, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w %q: %w", ErrInvalid, b.name, errors.Join(errs...))
 	}
-	return t, nil
-}
-
-// Event is a decoded source event as the engine sees it, type-erased.
-type Event = any
-
-// SourceDef is a compiled source: how to decode its records and read entity, event time and type.
-type SourceDef struct {
-	Topic string
-	// Decode turns a record value into an event; an error sends the record to the dead-letter topic.
-	Decode func([]byte) (Event, error)
-	// Entity returns the entity the event aggregates under.
-	Entity func(Event) string
-	// EventTime returns the event time in ms since the Unix epoch.
-	EventTime func(Event) int64
-	// Type returns the event type, or "" when the source declares none.
-	Type func(Event) string
-	// Repartition is set when the record key is not the entity: the engine re-keys events through
-	// its loop topic, carrying the source position so that deduplication stays exact.
-	Repartition bool
-	// Sets are the indexes of the aggregate sets fed by this source.
-	Sets []uint16
+	return &Topology{p: t}, nil
 }
 
 // goka codecs are accepted for sources; this keeps the import explicit in the API.

@@ -8,8 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/processors/totals"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 
@@ -86,6 +87,44 @@ func TestBuildErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// TestTopicNames: one compiled topology renamed for an environment, by prefix and by name; names
+// that are not the topology's, or that collide, are refused; the original is untouched.
+func TestTopicNames(t *testing.T) {
+	b := topology.New("web")
+	clickSource(b).Aggregate("h", windows.Tumbling(time.Hour)).Grace(0).Count("n")
+	topo, err := b.LateTopic("web-late").Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := topo.WithTopicNames("dev-", map[string]string{"clicks": "raw.clicks"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(dev.Topics(), ","); got != "raw.clicks,dev-web-totals,dev-web-dead-letter,dev-web-late" {
+		t.Fatalf("renamed topics %s", got)
+	}
+	if got := strings.Join(topo.Topics(), ","); got != "clicks,web-totals,web-dead-letter,web-late" {
+		t.Fatalf("the original changed: %s", got)
+	}
+	if plan.Of(dev).Sources[0].Topic != "raw.clicks" || plan.Of(topo).Sources[0].Topic != "clicks" {
+		t.Fatal("the engine sees other names")
+	}
+	if _, err := topo.WithTopicNames("", map[string]string{"nope": "x"}); err == nil || !strings.Contains(err.Error(), `"nope" is not a topic of topology web`) {
+		t.Fatalf("unknown topic renamed: %v", err)
+	}
+	if _, err := topo.WithTopicNames("", map[string]string{"clicks": "web-totals"}); err == nil || !strings.Contains(err.Error(), "would both be named") {
+		t.Fatalf("collision accepted: %v", err)
+	}
+}
+
+// TestEmitModesMatchThePlan: the public emission modes and the engine's have the same values.
+func TestEmitModesMatchThePlan(t *testing.T) {
+	if plan.EmitFinal != plan.EmitMode(topology.EmitFinal) || plan.EmitEveryUpdate != plan.EmitMode(topology.EmitEveryUpdate) ||
+		plan.EmitEarly != plan.EmitMode(topology.EmitEarly) {
+		t.Fatal("emission modes differ")
+	}
+}
+
 func TestBuildValid(t *testing.T) {
 	b := topology.New("web")
 	src := clickSource(b).EventType(func(c click) string { return c.Page })
@@ -95,23 +134,30 @@ func TestBuildValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(topo.Sets) != 2 || topo.TotalsTopic != "web-totals" || topo.DeadLetter != "web-dead-letter" {
+	if len(topo.Sets()) != 2 || topo.TotalsTopic() != "web-totals" || topo.DeadLetterTopic() != "web-dead-letter" {
 		t.Fatalf("unexpected topology %+v", topo)
 	}
-	if topo.Sets[1].Accepts("home") || !topo.Sets[1].Accepts("checkout") || !topo.Sets[0].Accepts("home") {
+	p := plan.Of(topo)
+	if p.Sets[1].Accepts("home") || !p.Sets[1].Accepts("checkout") || !p.Sets[0].Accepts("home") {
 		t.Error("type filter not applied")
 	}
-	if got := topo.Sources[0].Sets; len(got) != 2 {
+	if got := topo.Sources()[0].Sets; len(got) != 2 || got[0] != "user-hourly" || got[1] != "user-daily" {
 		t.Errorf("source feeds sets %v, want both", got)
 	}
-	ev, err := topo.Sources[0].Decode([]byte(`{"user":"u1","page":"checkout","ts":1000,"latency_ms":3.5}`))
+	daily, ok := topo.Set("user-daily")
+	if !ok || daily.Source != "clicks" || daily.Grace != time.Hour || len(daily.Types) != 1 || daily.Types[0] != "checkout" ||
+		len(daily.Aggregations) != 1 || daily.Aggregations[0] != "bytes" || daily.Emit.Mode != topology.EmitFinal {
+		t.Errorf("set described as %+v", daily)
+	}
+	ps := p.Sources[0]
+	ev, err := ps.Decode([]byte(`{"user":"u1","page":"checkout","ts":1000,"latency_ms":3.5}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if topo.Sources[0].Entity(ev) != "u1" || topo.Sources[0].EventTime(ev) != 1000 || topo.Sources[0].Type(ev) != "checkout" {
+	if ps.Entity(ev) != "u1" || ps.EventTime(ev) != 1000 || ps.Type(ev) != "checkout" {
 		t.Errorf("extractors read %v", ev)
 	}
-	if _, err := topo.Sources[0].Decode([]byte(`{"user":`)); err == nil {
+	if _, err := ps.Decode([]byte(`{"user":`)); err == nil {
 		t.Error("truncated JSON decoded")
 	}
 }
@@ -189,8 +235,8 @@ func TestAggregationsRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			def := topo.Sets[0].Aggs[0]
-			roundTrip := func(a topology.Accumulator) topology.Accumulator {
+			def := plan.Of(topo).Sets[0].Aggs[0]
+			roundTrip := func(a plan.Accumulator) plan.Accumulator {
 				t.Helper()
 				out, err := def.Decode(a.AppendBinary(nil))
 				if err != nil {

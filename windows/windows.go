@@ -119,7 +119,7 @@ func (w Window) ClosesAt(grace int64) int64 { return w.End + grace }
 
 // Closed reports whether the window is closed at the given stream time: stream time has reached
 // its end plus grace, so no event may change it any more.
-func (w Window) Closed(grace, streamTime int64) bool { return streamTime >= w.End+grace }
+func (w Window) Closed(grace, streamTime int64) bool { return streamTime >= w.ClosesAt(grace) }
 
 // floorDiv divides rounding towards negative infinity, so times before 1970 still land in the
 // window that contains them.

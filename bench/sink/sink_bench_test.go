@@ -18,7 +18,9 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -88,7 +90,11 @@ func produceOnce(b *testing.B, brokers []string) string {
 func newTable(b *testing.B, c *hbase.Client, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := sinks.EnsureTable(ctx, c.Admin(), sinks.TableLayout{Name: name, Family: "d", SaltBuckets: buckets}); err != nil {
+	st, err := hbasestore.New(c, hbasestore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := st.EnsureTable(ctx, schema.TableLayout{Name: name, Family: "d", SaltBuckets: buckets}); err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
@@ -121,7 +127,7 @@ func BenchmarkFactsSink(b *testing.B) {
 		b.StopTimer()
 		table := fmt.Sprintf("bench_facts_go_%d", time.Now().UnixNano())
 		newTable(b, c, table)
-		st, _ := sinks.NewHBaseStore(c, sinks.HBaseStoreConfig{})
+		st, _ := hbasestore.New(c, hbasestore.Config{})
 		enc := &sinks.FactsEncoder{Table: table, Family: "d", SaltBuckets: buckets, Extract: func(rec *kgo.Record) (sinks.Fact, error) {
 			var r reading
 			if err := json.Unmarshal(rec.Value, &r); err != nil {

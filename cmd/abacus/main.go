@@ -18,7 +18,8 @@ func main() {
 		Topologies: []func() (*topology.Topology, error){devices.Topology},
 		DemoTopics: map[string]int32{devices.Topic: 4},
 		DemoGenerator: func(ctx context.Context, cl *kgo.Client) error {
-			g := devices.Generator{Devices: 20, PerSecond: 100, Jitter: 3 * time.Second, LatePercent: 2, DuplicatePercent: 1, Seed: 7}
+			g := devices.Generator{Devices: 20, PerSecond: 100, Jitter: 3 * time.Second, LatePercent: 2, DuplicatePercent: 1, Seed: 7,
+				History: time.Hour}
 			_, err := g.Run(ctx, cl)
 			return err
 		},

@@ -8,6 +8,7 @@ package devices
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -58,6 +59,9 @@ func Topology() (*topology.Topology, error) {
 // Generator produces readings for a fleet of devices at a steady rate. Event times trail the wall
 // clock by up to Jitter; LatePercent of readings arrive minutes late (past every grace period) and
 // DuplicatePercent are sent twice, as an at-least-once device would.
+//
+// With History set, Run first produces that much of the past at full speed, then goes on live, so
+// that a dashboard opened at once shows real curves rather than one or two windows.
 type Generator struct {
 	Devices          int
 	PerSecond        int
@@ -65,61 +69,115 @@ type Generator struct {
 	LatePercent      int
 	DuplicatePercent int
 	Seed             uint64
+	// History is how much of the past to produce before going live (0: none). Its readings are
+	// produced in event-time order, a tick of 100 ms at a time as the live generator would have, so
+	// the processor's stream time advances through them as it would have live and drops only the
+	// readings meant to be late.
+	History time.Duration
 }
+
+// tick is the generator's step: live, one batch every tick of wall-clock time; in history, one
+// batch every tick of event time.
+const tick = 100 * time.Millisecond
+
+// historyBatch is how many history records go out in one produce call: large enough to move an
+// hour of history in seconds, small enough to keep the client's buffers modest.
+const historyBatch = 5000
 
 // Run produces until ctx ends, through cl (which must partition keys as goka does: see
 // app.GokaPartitioner), and returns how many records it produced.
 func (g Generator) Run(ctx context.Context, cl *kgo.Client) (int, error) {
 	rng := rand.New(rand.NewPCG(g.Seed, g.Seed+1))
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	perTick := max(1, g.PerSecond/10)
 	n := 0
+	produce := func(recs []*kgo.Record) error {
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("produce readings: %w", err)
+		}
+		n += len(recs)
+		return nil
+	}
+	if g.History > 0 {
+		now := time.Now()
+		var recs []*kgo.Record
+		for t := now.Add(-g.History); t.Before(now); t = t.Add(tick) {
+			var err error
+			if recs, err = g.batch(rng, t, recs); err != nil {
+				return n, err
+			}
+			if len(recs) >= historyBatch {
+				if err := produce(recs); err != nil {
+					return n, ignoreCancel(err)
+				}
+				recs = recs[:0]
+			}
+		}
+		if len(recs) > 0 {
+			if err := produce(recs); err != nil {
+				return n, ignoreCancel(err)
+			}
+		}
+	}
+	ticker := time.NewTicker(tick)
+	defer ticker.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return n, nil
-		case <-tick.C:
+		case <-ticker.C:
 		}
-		now := time.Now()
-		var recs []*kgo.Record
-		for range perTick {
-			d := rng.IntN(max(1, g.Devices))
-			ts := now.Add(-time.Duration(rng.Int64N(int64(max(g.Jitter, time.Millisecond)))))
-			if rng.IntN(100) < g.LatePercent {
-				ts = ts.Add(-3 * time.Minute)
-			}
-			kind := "reading"
-			if rng.IntN(100) < 5 {
-				kind = "alarm"
-			}
-			// Each device has its own climate, with a slow daily-ish wave and noise.
-			base := 18 + float64(d%7)*2.5
-			wave := 3 * math.Sin(float64(now.UnixMilli())/600_000+float64(d))
-			r := Reading{
-				Device:   fmt.Sprintf("device-%03d", d),
-				Sensor:   fmt.Sprintf("s%d", rng.IntN(3)),
-				Time:     ts.UnixMilli(),
-				Temp:     math.Round((base+wave+rng.NormFloat64()*0.7)*100) / 100,
-				Humidity: math.Round((45+float64(d%5)*5+rng.NormFloat64()*3)*10) / 10,
-				Kind:     kind,
-			}
-			v, err := json.Marshal(r)
-			if err != nil {
-				return n, err
-			}
-			rec := &kgo.Record{Topic: Topic, Key: []byte(r.Device), Value: v}
-			recs = append(recs, rec)
-			if rng.IntN(100) < g.DuplicatePercent {
-				recs = append(recs, &kgo.Record{Topic: Topic, Key: rec.Key, Value: v})
-			}
+		recs, err := g.batch(rng, time.Now(), nil)
+		if err != nil {
+			return n, err
 		}
-		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-			if ctx.Err() != nil {
-				return n, nil
-			}
-			return n, fmt.Errorf("produce readings: %w", err)
+		if err := produce(recs); err != nil {
+			return n, ignoreCancel(err)
 		}
-		n += len(recs)
 	}
+}
+
+func ignoreCancel(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return nil
+	}
+	return err
+}
+
+// batch appends one tick's readings, as of now, to recs.
+func (g Generator) batch(rng *rand.Rand, now time.Time, recs []*kgo.Record) ([]*kgo.Record, error) {
+	perTick := max(1, g.PerSecond/10)
+	for range perTick {
+		d := rng.IntN(max(1, g.Devices))
+		ts := now.Add(-time.Duration(rng.Int64N(int64(max(g.Jitter, time.Millisecond)))))
+		if rng.IntN(100) < g.LatePercent {
+			ts = ts.Add(-3 * time.Minute)
+		}
+		kind := "reading"
+		if rng.IntN(100) < 5 {
+			kind = "alarm"
+		}
+		// Each device has its own climate, with a slow daily-ish wave and noise.
+		base := 18 + float64(d%7)*2.5
+		wave := 3 * math.Sin(float64(now.UnixMilli())/600_000+float64(d))
+		r := Reading{
+			Device:   fmt.Sprintf("device-%03d", d),
+			Sensor:   fmt.Sprintf("s%d", rng.IntN(3)),
+			Time:     ts.UnixMilli(),
+			Temp:     math.Round((base+wave+rng.NormFloat64()*0.7)*100) / 100,
+			Humidity: math.Round((45+float64(d%5)*5+rng.NormFloat64()*3)*10) / 10,
+			Kind:     kind,
+		}
+		v, err := json.Marshal(r)
+		if err != nil {
+			return recs, fmt.Errorf("encode reading: %w", err)
+		}
+		rec := &kgo.Record{Topic: Topic, Key: []byte(r.Device), Value: v}
+		recs = append(recs, rec)
+		if rng.IntN(100) < g.DuplicatePercent {
+			recs = append(recs, &kgo.Record{Topic: Topic, Key: rec.Key, Value: v})
+		}
+	}
+	return recs, nil
 }

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -26,9 +25,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/processors"
-	"github.com/abacus-stream/abacus/processors/totals"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 
@@ -88,7 +88,7 @@ func run(ctx context.Context, log *slog.Logger, brokersFlag string, devices, hou
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(input),
 		// goka partitions by FNV-1a the way sarama does: producers must agree.
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv32a))))
+		kgo.RecordPartitioner(partitioner.Kgo()))
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}
@@ -121,7 +121,7 @@ func run(ctx context.Context, log *slog.Logger, brokersFlag string, devices, hou
 
 	// Every window closes: hourly ones as stream time passes, the rest when the stream goes idle.
 	want := devices * (hours + 1) // hourly windows (readings may straddle one more hour)
-	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topo.TotalsTopic),
+	cons, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topo.TotalsTopic()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		cancel()
@@ -170,10 +170,4 @@ func run(ctx context.Context, log *slog.Logger, brokersFlag string, devices, hou
 	}
 	log.Info("done", "final totals", finals)
 	return nil
-}
-
-func fnv32a(b []byte) uint32 {
-	h := fnv.New32a()
-	h.Write(b)
-	return h.Sum32()
 }

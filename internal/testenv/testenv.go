@@ -152,13 +152,25 @@ func StartService(t testing.TB, name string) { t.Helper(); services(t, "start", 
 
 func services(t testing.TB, verb, name string) {
 	t.Helper()
+	cmd := exec.Command(servicesScript(t), verb)
+	cmd.Env = append(os.Environ(), "SERVICES="+name)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv/services.sh %s %s: %v\n%s", verb, name, err, out)
+	}
+	t.Logf("testenv/services.sh %s %s:\n%s", verb, name, out)
+}
+
+// servicesScript returns the path of testenv/services.sh, found above the test's directory.
+func servicesScript(t testing.TB) string {
+	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "testenv", "services.sh")); err == nil {
-			break
+			return filepath.Join(dir, "testenv", "services.sh")
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
@@ -166,11 +178,4 @@ func services(t testing.TB, verb, name string) {
 		}
 		dir = parent
 	}
-	cmd := exec.Command(filepath.Join(dir, "testenv", "services.sh"), verb)
-	cmd.Env = append(os.Environ(), "SERVICES="+name)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("testenv/services.sh %s %s: %v\n%s", verb, name, err, out)
-	}
-	t.Logf("testenv/services.sh %s %s:\n%s", verb, name, out)
 }

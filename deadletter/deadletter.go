@@ -1,0 +1,171 @@
+// Package deadletter is the one format of the records abacus sets aside: dead letters (records no
+// role can process, with the reason) and late events (routed to the late topic). The processor and
+// both sinks write them through this package, so one consumer reads both topics the same way.
+//
+// A set-aside record is keyed by the coordinates of the record it stands for (topic/partition@
+// offset) and carries only values fixed by that record and by the reason, never a clock reading or
+// a process name: a repeat after a crash is an identical record, which a compacted topic or a
+// consumer drops. The original key, value, timestamp and headers are kept.
+//
+// It is a leaf: it imports nothing from abacus and knows no Kafka client.
+package deadletter
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names on set-aside records, beside the original record's own headers.
+const (
+	HeaderReason    = "abacus.reason"    // a Reason
+	HeaderDetail    = "abacus.detail"    // what exactly was wrong, for people
+	HeaderSource    = "abacus.source"    // the original record's coordinates, topic/partition@offset
+	HeaderKey       = "abacus.key"       // the original record's key (the record's own key is the source)
+	HeaderTimestamp = "abacus.timestamp" // the original record's timestamp, ms since the epoch
+	HeaderSet       = "abacus.set"       // the aggregate set an event was late for (late records only)
+)
+
+// Reason says why a record was set aside.
+type Reason string
+
+// The reasons.
+const (
+	Undecodable  Reason = "undecodable"    // the value cannot be decoded as the source's events
+	Future       Reason = "future"         // the event time is further ahead than MaxFutureSkew
+	EntityNotKey Reason = "entity-not-key" // the record key is not the entity, and the source does not repartition
+	NoEntity     Reason = "no-entity"      // the record has no key, or its event has an empty entity
+	ReservedKey  Reason = "reserved-key"   // the entity is a key the state store keeps for itself
+	TooLarge     Reason = "too-large"      // the record passes a size limit
+	Panic        Reason = "panic"          // user code (decoder, extractor, aggregation) panicked on it
+	Rejected     Reason = "rejected"       // the store refused its cells for good (no such family, too large)
+	Invalid      Reason = "invalid"        // a totals record that is not valid
+	Late         Reason = "late"           // the event came after its windows closed (late topic)
+)
+
+// Source is the position of the original record.
+type Source struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// String is topic/partition@offset, the key of the set-aside record.
+func (s Source) String() string {
+	return s.Topic + "/" + strconv.FormatInt(int64(s.Partition), 10) + "@" + strconv.FormatInt(s.Offset, 10)
+}
+
+// ParseSource reads a Source written by String.
+func ParseSource(v string) (Source, error) {
+	at := strings.LastIndexByte(v, '@')
+	slash := strings.LastIndexByte(v[:max(at, 0)], '/')
+	if at < 0 || slash < 0 {
+		return Source{}, fmt.Errorf("deadletter: source %q is not topic/partition@offset", v)
+	}
+	p, err1 := strconv.ParseInt(v[slash+1:at], 10, 32)
+	o, err2 := strconv.ParseInt(v[at+1:], 10, 64)
+	if err1 != nil || err2 != nil || slash == 0 {
+		return Source{}, fmt.Errorf("deadletter: source %q is not topic/partition@offset", v)
+	}
+	return Source{Topic: v[:slash], Partition: int32(p), Offset: o}, nil
+}
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Record is a set-aside record: the original record and why it was set aside.
+type Record struct {
+	Source Source
+	Reason Reason
+	Detail string
+	Set    string // Late only
+
+	// The original record.
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time
+	Headers   []Header
+}
+
+// RecordKey is the key to produce the record with: its source.
+func (r *Record) RecordKey() []byte { return []byte(r.Source.String()) }
+
+// RecordHeaders are the headers to produce the record with: abacus's, then the original ones.
+func (r *Record) RecordHeaders() []Header {
+	h := make([]Header, 0, 6+len(r.Headers))
+	h = append(h,
+		Header{HeaderReason, []byte(r.Reason)},
+		Header{HeaderDetail, []byte(r.Detail)},
+		Header{HeaderSource, []byte(r.Source.String())},
+		Header{HeaderKey, r.Key},
+		Header{HeaderTimestamp, strconv.AppendInt(nil, r.Timestamp.UnixMilli(), 10)},
+	)
+	if r.Set != "" {
+		h = append(h, Header{HeaderSet, []byte(r.Set)})
+	}
+	return append(h, r.Headers...)
+}
+
+// Parse reads a set-aside record back from what was produced.
+func Parse(value []byte, headers []Header) (Record, error) {
+	r := Record{Value: value}
+	var src string
+	for _, h := range headers {
+		switch h.Key {
+		case HeaderReason:
+			r.Reason = Reason(h.Value)
+		case HeaderDetail:
+			r.Detail = string(h.Value)
+		case HeaderSource:
+			src = string(h.Value)
+		case HeaderKey:
+			r.Key = h.Value
+		case HeaderTimestamp:
+			ms, err := strconv.ParseInt(string(h.Value), 10, 64)
+			if err != nil {
+				return r, fmt.Errorf("deadletter: header %s %q is not ms", HeaderTimestamp, h.Value)
+			}
+			r.Timestamp = time.UnixMilli(ms)
+		case HeaderSet:
+			r.Set = string(h.Value)
+		default:
+			r.Headers = append(r.Headers, h)
+		}
+	}
+	if r.Reason == "" || src == "" {
+		return r, errors.New("deadletter: record without abacus.reason or abacus.source headers")
+	}
+	var err error
+	r.Source, err = ParseSource(src)
+	return r, err
+}
+
+// Error is an error that says why its record is set aside.
+type Error struct {
+	Reason Reason
+	Err    error
+}
+
+func (e *Error) Error() string { return string(e.Reason) + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an error for a record set aside for reason.
+func Errorf(reason Reason, format string, args ...any) error {
+	return &Error{Reason: reason, Err: fmt.Errorf(format, args...)}
+}
+
+// ReasonOf returns the reason an error carries (see Error), or fallback.
+func ReasonOf(err error, fallback Reason) Reason {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return fallback
+}

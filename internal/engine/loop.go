@@ -1,0 +1,81 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/wire"
+)
+
+// loopKind tags the messages the processor sends itself through goka's loop topic.
+type loopKind byte
+
+const (
+	// loopClose asks an entity to emit and prune its windows closed at the carried stream time.
+	loopClose loopKind = 1
+	// loopTick is the periodic per-partition heartbeat that lets idle partitions close windows.
+	loopTick loopKind = 2
+	// loopEvent is a source event re-keyed by entity, carrying its source position for dedup.
+	loopEvent loopKind = 3
+)
+
+// loopMsg is the decoded loop message. Encoding: byte kind, then
+// close and tick: nothing (messages written by earlier versions carry a time, which is ignored:
+// a time carried in a loop message may come from a crashed run's future, so none decides anything);
+// event: uvarint source index, uvarint len + topic, varint partition, varint offset, remaining
+// bytes = record value.
+type loopMsg struct {
+	kind      loopKind
+	source    int
+	topic     string
+	partition int32
+	offset    int64
+	value     []byte
+}
+
+func (m *loopMsg) encode() []byte {
+	b := make([]byte, 0, 32+len(m.topic)+len(m.value))
+	b = append(b, byte(m.kind))
+	switch m.kind {
+	case loopEvent:
+		b = binary.AppendUvarint(b, uint64(m.source))
+		b = wire.AppendString(b, m.topic)
+		b = binary.AppendVarint(b, int64(m.partition))
+		b = binary.AppendVarint(b, m.offset)
+		b = append(b, m.value...)
+	}
+	return b
+}
+
+// errCorruptLoop is wrapped by every loop decoding error.
+var errCorruptLoop = errors.New("corrupt loop message")
+
+func decodeLoop(b []byte) (*loopMsg, error) {
+	if len(b) == 0 {
+		return nil, fmt.Errorf("%w: empty", errCorruptLoop)
+	}
+	m := &loopMsg{kind: loopKind(b[0])}
+	d := wire.NewReader(b[1:], errCorruptLoop)
+	switch m.kind {
+	case loopClose, loopTick:
+	case loopEvent:
+		m.source = int(d.Uvarint())
+		m.topic = d.String()
+		m.partition = int32(d.Varint())
+		m.offset = d.Varint()
+		m.value = append([]byte(nil), d.Rest()...)
+	default:
+		return nil, fmt.Errorf("%w: unknown kind %d", errCorruptLoop, m.kind)
+	}
+	if err := d.Err(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// origin is the position of a re-keyed event's original record.
+func (m *loopMsg) origin() deadletter.Source {
+	return deadletter.Source{Topic: m.topic, Partition: m.partition, Offset: m.offset}
+}

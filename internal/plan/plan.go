@@ -1,0 +1,123 @@
+// Package plan is the compiled form of a topology that the engine runs: how to decode each
+// source's records and read an event's entity, time and type; each aggregate set's window, grace,
+// emission and aggregations as accumulators.
+//
+// Package topology builds a Plan and keeps it behind its immutable, read-only Topology; the parts
+// of abacus that run a topology (the processor engine, the test driver, the facts sink, live
+// views) get it with Of. Nothing outside abacus can reach it, so no user code can change a
+// topology after Build checked it. A Plan must be treated as read-only by everyone.
+package plan
+
+import (
+	"time"
+
+	"github.com/abacus-stream/abacus/totals"
+	"github.com/abacus-stream/abacus/windows"
+)
+
+// Event is a decoded source event, type-erased.
+type Event = any
+
+// Accumulator is one aggregation's running state in one window. The engine decodes it from the
+// entity state, adds events or merges other accumulators of the same aggregation (session
+// windows), and encodes it back.
+type Accumulator interface {
+	// Add applies one event with its event time in ms.
+	Add(e Event, eventTime int64)
+	// Merge folds other, an accumulator of the same aggregation, into this one.
+	Merge(other Accumulator) error
+	// Value is the aggregate's current value; the engine fills in the name.
+	Value() totals.Value
+	// AppendBinary appends the accumulator's encoding, which Decode of its Agg reads.
+	AppendBinary(b []byte) []byte
+}
+
+// Agg is a compiled aggregation.
+type Agg struct {
+	Name   string
+	New    func() Accumulator
+	Decode func([]byte) (Accumulator, error)
+}
+
+// EmitMode says when an aggregate set emits totals (topology.EmitMode has the same values).
+type EmitMode uint8
+
+// The emission modes.
+const (
+	EmitFinal       EmitMode = iota + 1 // once, when the window closes
+	EmitEveryUpdate                     // after every applied event, and the final
+	EmitEarly                           // at most every EmitEvery of wall-clock time, and the final
+)
+
+// Set is a compiled aggregate set.
+type Set struct {
+	Name      string
+	Index     uint16 // position in Plan.Sets
+	Source    int    // index in Plan.Sources
+	Window    windows.Spec
+	Grace     int64 // ms
+	Emit      EmitMode
+	EmitEvery time.Duration   // EmitEarly only
+	Types     map[string]bool // nil: every event type
+	Aggs      []Agg
+}
+
+// Accepts reports whether an event of type typ feeds the set.
+func (s *Set) Accepts(typ string) bool { return s.Types == nil || s.Types[typ] }
+
+// Source is a compiled source: how to decode its records and read entity, event time and type.
+type Source struct {
+	Topic string
+	// Decode turns a record value into an event; an error sends the record to the dead-letter topic.
+	Decode func([]byte) (Event, error)
+	// Entity returns the entity the event aggregates under.
+	Entity func(Event) string
+	// EventTime returns the event time in ms since the Unix epoch.
+	EventTime func(Event) int64
+	// Type returns the event type, or "" when the source declares none.
+	Type func(Event) string
+	// Repartition is set when the record key is not the entity: the engine re-keys events through
+	// its loop topic, carrying the source position so that deduplication stays exact.
+	Repartition bool
+	// Sets are the indexes of the aggregate sets fed by this source.
+	Sets []uint16
+}
+
+// Plan is a compiled topology.
+type Plan struct {
+	Name          string
+	TotalsTopic   string
+	DeadLetter    string
+	LateTopic     string // empty: late events are dropped
+	MaxFutureSkew time.Duration
+	Sources       []*Source
+	Sets          []*Set
+}
+
+// SetByName returns the set with the given name, or nil.
+func (p *Plan) SetByName(name string) *Set {
+	for _, s := range p.Sets {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// SourceByTopic returns the source reading topic, or nil.
+func (p *Plan) SourceByTopic(topic string) *Source {
+	for _, s := range p.Sources {
+		if s.Topic == topic {
+			return s
+		}
+	}
+	return nil
+}
+
+var of func(topology any) *Plan
+
+// Register is called once by package topology with the function that reads a Topology's plan.
+func Register(f func(topology any) *Plan) { of = f }
+
+// Of returns the plan of a *topology.Topology (nil for a nil topology).
+func Of(topology any) *Plan { return of(topology) }

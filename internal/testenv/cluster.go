@@ -1,0 +1,171 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Environment of the three-broker cluster that `KAFKA_BROKERS=3 testenv/services.sh start` runs;
+// its `env` prints the first two, and testenv/run-tests.sh sets the third in its cluster stage.
+const (
+	EnvKafkaCluster    = "ABACUS_KAFKA_CLUSTER_BROKERS" // node i (node.id i) at position i
+	EnvKafkaClusterDir = "ABACUS_KAFKA_CLUSTER_DIR"     // the services.sh data folder that holds it
+	// EnvRequireCluster makes a missing cluster fail TestCluster* tests instead of skipping them.
+	EnvRequireCluster = "ABACUS_REQUIRE_CLUSTER"
+)
+
+const clusterHint = "start one with `KAFKA_BROKERS=3 SERVICES=kafka testenv/services.sh start` and " +
+	"eval \"$(KAFKA_BROKERS=3 SERVICES=kafka testenv/services.sh env)\" (testenv/run-tests.sh does this in its cluster stage)"
+
+// Cluster is the real multi-broker KRaft cluster of testenv/services.sh: tests find a partition's
+// leader, SIGKILL a broker and start it again through it. Broker ids are node ids, 1-based, and
+// broker i listens at Brokers[i-1].
+type Cluster struct {
+	Brokers []string
+	dir     string
+	cl      *kgo.Client
+	adm     *kadm.Client
+}
+
+// KafkaCluster returns the running cluster, or skips the test when none is configured (fails it
+// when ABACUS_REQUIRE_CLUSTER=1). The ordinary single broker never counts as a cluster: tests that
+// need several brokers ask for this one by its own variable.
+func KafkaCluster(t testing.TB) *Cluster {
+	t.Helper()
+	fail := t.Skip
+	if os.Getenv(EnvRequireCluster) == "1" {
+		fail = t.Fatal
+	}
+	list := os.Getenv(EnvKafkaCluster)
+	if list == "" {
+		fail(EnvKafkaCluster + " is unset: no multi-broker Kafka cluster; " + clusterHint)
+		return nil
+	}
+	c := &Cluster{Brokers: strings.Split(list, ","), dir: os.Getenv(EnvKafkaClusterDir)}
+	if len(c.Brokers) < 3 {
+		fail(fmt.Sprintf("%s=%s lists %d brokers; cluster tests need 3", EnvKafkaCluster, list, len(c.Brokers)))
+		return nil
+	}
+	if c.dir == "" {
+		fail(EnvKafkaClusterDir + " is unset: tests could not kill and restart brokers; " + clusterHint)
+		return nil
+	}
+	for _, b := range c.Brokers {
+		conn, err := net.DialTimeout("tcp", b, 2*time.Second)
+		if err != nil {
+			fail(fmt.Sprintf("cluster broker %s (%s) not reachable: %v; %s", b, EnvKafkaCluster, err, clusterHint))
+			return nil
+		}
+		conn.Close()
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.MetadataMinAge(100*time.Millisecond),
+		kgo.RetryTimeout(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	c.cl, c.adm = cl, kadm.NewClient(cl)
+	return c
+}
+
+// Admin returns an admin client on the cluster (closed when the test ends).
+func (c *Cluster) Admin() *kadm.Client { return c.adm }
+
+// Partition returns the leader and the in-sync replicas of a partition, as the cluster's
+// metadata says now.
+func (c *Cluster) Partition(t testing.TB, topic string, partition int32) (leader int32, isr []int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	md, err := c.adm.Metadata(ctx, topic)
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	p, ok := md.Topics[topic].Partitions[partition]
+	if !ok || md.Topics[topic].Err != nil {
+		t.Fatalf("metadata of %s: no partition %d (%v)", topic, partition, md.Topics[topic].Err)
+	}
+	if p.Err != nil {
+		// LEADER_NOT_AVAILABLE while an election runs: report no leader rather than fail.
+		return -1, p.ISR
+	}
+	return p.Leader, slices.Sorted(slices.Values(p.ISR))
+}
+
+// Leader returns the broker that leads a partition (-1 while none does).
+func (c *Cluster) Leader(t testing.TB, topic string, partition int32) int32 {
+	t.Helper()
+	l, _ := c.Partition(t, topic, partition)
+	return l
+}
+
+// KillBroker SIGKILLs broker id, as a crash would, through `testenv/services.sh kill-broker`; it
+// returns once the process is gone.
+func (c *Cluster) KillBroker(t testing.TB, id int32) { t.Helper(); c.script(t, "kill-broker", id) }
+
+// StartBroker starts broker id again through `testenv/services.sh start-broker` and returns once
+// it answers with every broker of the cluster in its metadata. It may still be catching up: see
+// WaitInSync.
+func (c *Cluster) StartBroker(t testing.TB, id int32) { t.Helper(); c.script(t, "start-broker", id) }
+
+// WaitPartition waits until ok holds for a partition's leader and in-sync replicas, failing the
+// test with what after timeout. It returns how long that took.
+func (c *Cluster) WaitPartition(t testing.TB, topic string, partition int32, what string, timeout time.Duration,
+	ok func(leader int32, isr []int32) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		leader, isr := c.Partition(t, topic, partition)
+		if ok(leader, isr) {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("%s/%d: no %s after %v (leader %d, ISR %v)", topic, partition, what, timeout, leader, isr)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// WaitInSync waits until broker id is in the ISR of every listed partition of topic, failing the
+// test after timeout. It returns how long that took.
+func (c *Cluster) WaitInSync(t testing.TB, topic string, partitions []int32, id int32, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for _, p := range partitions {
+		c.WaitPartition(t, topic, p, fmt.Sprintf("broker %d in the ISR", id), timeout-time.Since(start),
+			func(_ int32, isr []int32) bool { return slices.Contains(isr, id) })
+	}
+	return time.Since(start)
+}
+
+// script runs testenv/services.sh VERB ID on this cluster's data folder and ports.
+func (c *Cluster) script(t testing.TB, verb string, id int32) {
+	t.Helper()
+	if id < 1 || int(id) > len(c.Brokers) {
+		t.Fatalf("%s %d: the cluster has brokers 1..%d", verb, id, len(c.Brokers))
+	}
+	_, port, err := net.SplitHostPort(c.Brokers[0])
+	if err != nil {
+		t.Fatalf("%s: %v", EnvKafkaCluster, err)
+	}
+	cmd := exec.Command(servicesScript(t), verb, strconv.Itoa(int(id)))
+	cmd.Env = append(os.Environ(), "SERVICES=kafka", "ABACUS_TESTENV_DIR="+c.dir,
+		"KAFKA_BROKERS="+strconv.Itoa(len(c.Brokers)), "KAFKA_CLUSTER_PORT="+port)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("testenv/services.sh %s %d: %v\n%s", verb, id, err, out)
+	}
+	t.Logf("testenv/services.sh %s %d (%v): %s", verb, id, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+}

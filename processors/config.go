@@ -1,0 +1,145 @@
+package processors
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/lovoo/goka"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/abacus-stream/abacus/topology"
+)
+
+// Config says where and how to run a topology. The zero value plus Brokers is usable; see
+// EnsureDefaults and Validate.
+type Config struct {
+	// Brokers are the Kafka seed brokers.
+	Brokers []string
+	// Group is the goka group (default: the topology name). Its table is <group>-table, its loop
+	// topic <group>-loop.
+	Group string
+	// StoragePath is the folder of the local LevelDB tables (default $TMPDIR/abacus/<group>).
+	StoragePath string
+	// Replication is the replication factor of the topics the processor creates (default 1: set
+	// it to 3 on a production cluster).
+	Replication int
+	// IdleTimeout is how long a partition may receive no events before its stream time advances
+	// with the wall clock to close its windows (default 1 minute).
+	IdleTimeout time.Duration
+	// TickInterval is how often every partition is sent a tick (default IdleTimeout/4). It must
+	// be shorter than IdleTimeout, or idle partitions would wait for a tick past their timeout.
+	TickInterval time.Duration
+	// FinalRetention is how long (wall clock) a closed window stays in the table after its final
+	// total was emitted (default 1 minute). goka writes the local table at once but Kafka
+	// acknowledges emitted totals later; if the process dies in between, the rebuilt partition
+	// must find the window to emit its final total again. It must exceed the producer's
+	// worst-case time to acknowledge or fail a message.
+	FinalRetention time.Duration
+	// LoopRetention is the retention of the loop topic, which carries re-keyed events and close
+	// messages: it must exceed any outage (default 7 days).
+	LoopRetention time.Duration
+	// KafkaVersion is the protocol version sarama speaks (default V2_8_0_0).
+	KafkaVersion sarama.KafkaVersion
+	// Registerer receives the processor's metrics (default: a private registry, so nothing is
+	// exported; pass the registry you serve).
+	Registerer prometheus.Registerer
+	// Logger receives the processor's and goka's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Now is the wall clock, used only for the future-skew check, idle timeout and early firings
+	// (default time.Now). Event time never comes from it.
+	Now func() time.Time
+	// Sarama, if set, adjusts every sarama config the processor builds (timeouts, TLS, SASL). It
+	// runs after abacus's settings, so it can override them; keep Offsets.Initial at OffsetOldest.
+	Sarama func(*sarama.Config)
+	// GokaOptions are appended to the processor options (e.g. a storage builder).
+	GokaOptions []goka.ProcessorOption
+}
+
+// EnsureDefaults fills in the zero fields.
+func (c *Config) EnsureDefaults(topo *topology.Topology) {
+	if c.Group == "" {
+		c.Group = topo.Name()
+	}
+	if c.StoragePath == "" {
+		c.StoragePath = filepath.Join(os.TempDir(), "abacus", c.Group)
+	}
+	if c.Replication == 0 {
+		c.Replication = 1
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = time.Minute
+	}
+	if c.TickInterval == 0 {
+		c.TickInterval = max(c.IdleTimeout/4, 10*time.Millisecond)
+	}
+	if c.FinalRetention == 0 {
+		c.FinalRetention = time.Minute
+	}
+	if c.LoopRetention == 0 {
+		c.LoopRetention = 7 * 24 * time.Hour
+	}
+	if c.KafkaVersion == (sarama.KafkaVersion{}) {
+		c.KafkaVersion = sarama.V2_8_0_0
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate rejects settings that cannot work together, each error naming its field. Call it after
+// EnsureDefaults (New does both).
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("processors: Config.%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if len(c.Brokers) == 0 {
+		bad("Brokers", "empty")
+	}
+	if c.Replication < 1 || c.Replication > 32767 {
+		bad("Replication", "%d is outside 1..32767", c.Replication)
+	}
+	if c.IdleTimeout <= 0 {
+		bad("IdleTimeout", "must be positive, got %v", c.IdleTimeout)
+	}
+	if c.TickInterval <= 0 {
+		bad("TickInterval", "must be positive, got %v", c.TickInterval)
+	} else if c.TickInterval >= c.IdleTimeout {
+		bad("TickInterval", "%v is not shorter than IdleTimeout %v: idle partitions would wait past their timeout", c.TickInterval, c.IdleTimeout)
+	}
+	if c.FinalRetention < 0 {
+		bad("FinalRetention", "must not be negative, got %v", c.FinalRetention)
+	}
+	if c.LoopRetention < time.Hour {
+		bad("LoopRetention", "%v is under an hour: re-keyed events and close messages would expire during an outage", c.LoopRetention)
+	}
+	return errors.Join(errs...)
+}
+
+// saramaConfig returns a fresh sarama config for one client: goka's defaults, our protocol
+// version, the oldest offset for new groups (nothing produced before the group first joined is
+// skipped: DESIGN invariant 9) and acknowledgement by every in-sync replica, then the user's hook.
+func (c *Config) saramaConfig(clientID string) *sarama.Config {
+	sc := goka.DefaultConfig()
+	sc.Version = c.KafkaVersion
+	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	if clientID != "" {
+		sc.ClientID = clientID
+	}
+	if c.Sarama != nil {
+		c.Sarama(sc)
+	}
+	return sc
+}

@@ -1,0 +1,84 @@
+package processors
+
+import (
+	"fmt"
+	"hash"
+	"log/slog"
+
+	"github.com/IBM/sarama"
+	"github.com/lovoo/goka"
+	"github.com/lovoo/goka/codec"
+	"github.com/lovoo/goka/storage"
+)
+
+// The builders give goka clients made from Config.saramaConfig, so that every client of the group
+// gets the same protocol version, acknowledgements, timeouts and the user's Sarama hook.
+
+func (p *Processor) topicManagerBuilder() goka.TopicManagerBuilder {
+	return func(brokers []string) (goka.TopicManager, error) {
+		tmc := goka.NewTopicManagerConfig()
+		tmc.Table.Replication = p.cfg.Replication
+		tmc.Stream.Replication = p.cfg.Replication
+		tmc.Stream.Retention = p.cfg.LoopRetention
+		return goka.NewTopicManager(brokers, p.cfg.saramaConfig("abacus-topic-manager"), tmc)
+	}
+}
+
+func (p *Processor) producerBuilder() goka.ProducerBuilder {
+	return func(brokers []string, clientID string, hasher func() hash.Hash32) (goka.Producer, error) {
+		c := p.cfg.saramaConfig(clientID)
+		c.Producer.Partitioner = sarama.NewCustomHashPartitioner(hasher)
+		return goka.NewProducer(brokers, c)
+	}
+}
+
+func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
+	return func(brokers []string, group, clientID string) (sarama.ConsumerGroup, error) {
+		return sarama.NewConsumerGroup(brokers, group, p.cfg.saramaConfig(clientID))
+	}
+}
+
+func (p *Processor) consumerBuilder() goka.SaramaConsumerBuilder {
+	return func(brokers []string, clientID string) (sarama.Consumer, error) {
+		return sarama.NewConsumer(brokers, p.cfg.saramaConfig(clientID))
+	}
+}
+
+// storageBuilder opens goka's LevelDB storage under StoragePath and hands each partition's table
+// storage to the engine, which rebuilds its close schedule from it after an assignment.
+func (p *Processor) storageBuilder() storage.Builder {
+	inner := storage.DefaultBuilder(p.cfg.StoragePath)
+	return func(topic string, part int32) (storage.Storage, error) {
+		st, err := inner(topic, part)
+		if err != nil {
+			return nil, err
+		}
+		if topic == p.table {
+			p.eng.SetStorage(part, st)
+		}
+		return st, nil
+	}
+}
+
+// graph is the group graph: the engine's inputs, loop and table, and its output topics.
+func (p *Processor) graph() *goka.GroupGraph {
+	edges := p.eng.Edges()
+	for _, t := range p.eng.OutputTopics() {
+		edges = append(edges, goka.Output(goka.Stream(t), new(codec.Bytes)))
+	}
+	return goka.DefineGroup(p.group, edges...)
+}
+
+// gokaLogger sends goka's logs to slog at debug level: goka is chatty about normal rebalances.
+type gokaLogger struct{ l *slog.Logger }
+
+// Print implements goka.Logger.
+func (g gokaLogger) Print(v ...any) { g.l.Debug(fmt.Sprint(v...), "component", "goka") }
+
+// Println implements goka.Logger.
+func (g gokaLogger) Println(v ...any) { g.l.Debug(fmt.Sprint(v...), "component", "goka") }
+
+// Printf implements goka.Logger.
+func (g gokaLogger) Printf(format string, v ...any) {
+	g.l.Debug(fmt.Sprintf(format, v...), "component", "goka")
+}

@@ -1,0 +1,96 @@
+package processors
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/lovoo/goka"
+
+	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/topology"
+)
+
+// TopicRole says what a topic of a deployment is for.
+type TopicRole string
+
+// The roles of a deployment's topics.
+const (
+	RoleSource     TopicRole = "source"      // events the processor and the facts sink read
+	RoleTotals     TopicRole = "totals"      // window totals the aggregates sink reads
+	RoleDeadLetter TopicRole = "dead-letter" // records that cannot be processed, with their reasons
+	RoleLate       TopicRole = "late"        // events that came after their window closed
+	RoleLoop       TopicRole = "loop"        // re-keyed events and close messages (goka's loop)
+	RoleTable      TopicRole = "table"       // the group table's changelog (compacted)
+)
+
+// TopicSpec is one topic a deployment of a topology needs.
+type TopicSpec struct {
+	Name        string
+	Role        TopicRole
+	Partitions  int32
+	Replication int16
+	// Config are the topic settings abacus needs (cleanup policy, retention); others are the
+	// broker's defaults.
+	Config map[string]string
+}
+
+// Topics lists every topic that running topo with cfg needs: the sources, then the totals,
+// dead-letter and late topics, the group's loop topic and its table's changelog, all with the
+// given partition count (goka copartitions a group's inputs, loop and table) and cfg's
+// replication. The processor creates the ones missing when it starts, `abacus admin create`
+// creates them all, `abacus admin verify` checks them.
+func Topics(topo *topology.Topology, cfg Config, partitions int32) []TopicSpec {
+	cfg.EnsureDefaults(topo)
+	p := plan.Of(topo)
+	rf := int16(cfg.Replication)
+	spec := func(name string, role TopicRole, conf map[string]string) TopicSpec {
+		return TopicSpec{Name: name, Role: role, Partitions: partitions, Replication: rf, Config: conf}
+	}
+	deleteOld := map[string]string{"cleanup.policy": "delete"}
+	var out []TopicSpec
+	for _, s := range p.Sources {
+		out = append(out, spec(s.Topic, RoleSource, nil))
+	}
+	out = append(out, spec(p.TotalsTopic, RoleTotals, deleteOld), spec(p.DeadLetter, RoleDeadLetter, deleteOld))
+	if p.LateTopic != "" {
+		out = append(out, spec(p.LateTopic, RoleLate, deleteOld))
+	}
+	group := goka.Group(cfg.Group)
+	out = append(out,
+		// goka names the loop topic <group>-loop and exports no function for it.
+		spec(cfg.Group+"-loop", RoleLoop, map[string]string{
+			"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(cfg.LoopRetention.Milliseconds(), 10)}),
+		spec(string(goka.GroupTable(group)), RoleTable, map[string]string{"cleanup.policy": "compact"}))
+	return out
+}
+
+// ensureTopics checks that the sources exist with one partition count, creates the group's other
+// topics that are missing (Topics), and returns the partition count.
+func (p *Processor) ensureTopics() (int, error) {
+	tm, err := p.topicManagerBuilder()(p.cfg.Brokers)
+	if err != nil {
+		return 0, fmt.Errorf("processor %s: topic manager: %w", p.group, err)
+	}
+	defer tm.Close()
+	npar := 0
+	for _, s := range p.plan.Sources {
+		parts, err := tm.Partitions(s.Topic)
+		if err != nil {
+			return 0, fmt.Errorf("processor %s: partitions of source %s: %w", p.group, s.Topic, err)
+		}
+		if npar != 0 && len(parts) != npar {
+			return 0, fmt.Errorf("processor %s: source %s has %d partitions, %s has %d: a group's sources must have the same partition count",
+				p.group, s.Topic, len(parts), p.plan.Sources[0].Topic, npar)
+		}
+		npar = len(parts)
+	}
+	for _, t := range Topics(p.topo, p.cfg, int32(npar)) {
+		if t.Role == RoleSource {
+			continue
+		}
+		if err := tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config); err != nil {
+			return 0, fmt.Errorf("processor %s: create %s topic %s: %w", p.group, t.Role, t.Name, err)
+		}
+	}
+	return npar, nil
+}

@@ -1,0 +1,136 @@
+// Package live reads the windows a processor group still holds open, through a goka view of the
+// group table, so that dashboards see the running totals of windows whose final total has not been
+// emitted yet (query.LiveSource).
+//
+// It only reads the group table's changelog; it must never write to a topic of the group.
+package live
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
+	"github.com/lovoo/goka"
+	"github.com/lovoo/goka/storage"
+)
+
+// Config says where the group table is and where the view keeps its copy.
+type Config struct {
+	Brokers []string
+	// Group is the processor group whose table is read (default: the topology name).
+	Group string
+	// StoragePath keeps the view's local copy on disk; empty keeps it in memory.
+	StoragePath string
+	// KafkaVersion is the protocol version sarama speaks (default V2_8_0_0, as the processor).
+	KafkaVersion sarama.KafkaVersion
+	// Sarama, if set, adjusts the sarama config (TLS, SASL, timeouts).
+	Sarama func(*sarama.Config)
+}
+
+// View serves the open windows of one topology's processor group.
+type View struct {
+	plan *plan.Plan
+	view *goka.View
+}
+
+// New prepares a view; Run must run for it to fill and follow the table.
+func New(topo *topology.Topology, cfg Config) (*View, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("live: Brokers is empty")
+	}
+	if cfg.Group == "" {
+		cfg.Group = topo.Name()
+	}
+	if cfg.KafkaVersion == (sarama.KafkaVersion{}) {
+		cfg.KafkaVersion = sarama.V2_8_0_0
+	}
+	sc := func() *sarama.Config {
+		c := goka.DefaultConfig()
+		c.Version = cfg.KafkaVersion
+		c.Consumer.Offsets.Initial = sarama.OffsetOldest
+		if cfg.Sarama != nil {
+			cfg.Sarama(c)
+		}
+		return c
+	}
+	sb := storage.MemoryBuilder()
+	if cfg.StoragePath != "" {
+		sb = storage.DefaultBuilder(cfg.StoragePath)
+	}
+	gv, err := goka.NewView(cfg.Brokers, goka.GroupTable(goka.Group(cfg.Group)), state.Codec{},
+		goka.WithViewStorageBuilder(sb),
+		goka.WithViewConsumerSaramaBuilder(func(brokers []string, clientID string) (sarama.Consumer, error) {
+			c := sc()
+			c.ClientID = clientID
+			return sarama.NewConsumer(brokers, c)
+		}),
+		goka.WithViewTopicManagerBuilder(func(brokers []string) (goka.TopicManager, error) {
+			return goka.NewTopicManager(brokers, sc(), goka.NewTopicManagerConfig())
+		}),
+		goka.WithViewAutoReconnect(),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("live: view of group %s: %w", cfg.Group, err)
+	}
+	return &View{plan: plan.Of(topo), view: gv}, nil
+}
+
+// Run follows the group table until ctx ends.
+func (v *View) Run(ctx context.Context) error {
+	if err := v.view.Run(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("live: %w", err)
+	}
+	return nil
+}
+
+// Recovered reports whether the view has caught up with the table once.
+func (v *View) Recovered() bool { return v.view.Recovered() }
+
+// OpenWindows implements query.LiveSource: the windows of an entity in a set that the processor
+// holds and has not yet closed, with their running totals.
+func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Window, error) {
+	def := v.plan.SetByName(set)
+	if def == nil {
+		return nil, fmt.Errorf("%w: no aggregate set %q", query.ErrInvalid, set)
+	}
+	if !v.view.Recovered() {
+		return nil, nil // still loading: the table's stored totals are all there is to show yet
+	}
+	val, err := v.view.Get(entity)
+	if err != nil {
+		return nil, fmt.Errorf("live: get %s: %w", entity, err)
+	}
+	e, _ := val.(*state.Entity)
+	if e == nil {
+		return nil, nil
+	}
+	var out []query.Window
+	for _, w := range e.Windows {
+		if w.Set != def.Index || e.Closed(w, def.Grace) {
+			continue
+		}
+		qw := query.Window{Entity: entity, Set: set, Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End),
+			Revision: w.Revision, Live: true, Values: map[string]totals.Value{}}
+		for k, ad := range def.Aggs {
+			if k >= len(w.Aggs) {
+				break
+			}
+			acc, err := ad.Decode(w.Aggs[k])
+			if err != nil {
+				return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
+			}
+			val := acc.Value()
+			val.Name = ad.Name
+			qw.Values[ad.Name] = val
+		}
+		out = append(out, qw)
+	}
+	return out, nil
+}

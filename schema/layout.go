@@ -1,0 +1,102 @@
+package schema
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// AttrSaltBuckets is the table attribute that records a table's salt bucket count: row keys built
+// with another count would land in the wrong buckets and be invisible to prefix scans, so readers
+// and writers take the count from the table, and a writer configured otherwise refuses to run.
+const AttrSaltBuckets = "abacus.salt.buckets"
+
+// TableLayout describes an abacus table: one family, pre-split on the salt bucket boundaries.
+type TableLayout struct {
+	Name        string
+	Family      string
+	SaltBuckets int
+	// Versions kept per cell (default 1: sinks rewrite identical cells, history is not wanted).
+	Versions int
+	// TTL expires cells older than this, judged by their timestamps (event time or window end).
+	// Zero keeps cells forever.
+	TTL time.Duration
+	// BloomFilter is NONE, ROW or ROWCOL (default ROW: reads are by row prefix and row).
+	BloomFilter string
+	// Compression is a codec the region servers have (e.g. SNAPPY, GZ); default NONE.
+	Compression string
+}
+
+// EnsureDefaults fills the zero fields that have defaults.
+func (l *TableLayout) EnsureDefaults() {
+	if l.Versions <= 0 {
+		l.Versions = 1
+	}
+	if l.BloomFilter == "" {
+		l.BloomFilter = "ROW"
+	}
+	if l.Compression == "" {
+		l.Compression = "NONE"
+	}
+}
+
+// Validate reports what makes the layout unusable.
+func (l *TableLayout) Validate() error {
+	var errs []error
+	if l.Name == "" {
+		errs = append(errs, errors.New("table name is empty"))
+	}
+	if l.Family == "" {
+		errs = append(errs, fmt.Errorf("table %s: family is empty", l.Name))
+	}
+	if l.SaltBuckets < 1 || l.SaltBuckets > MaxSaltBuckets {
+		errs = append(errs, fmt.Errorf("table %s: salt buckets %d outside 1..%d", l.Name, l.SaltBuckets, MaxSaltBuckets))
+	}
+	switch l.BloomFilter {
+	case "", "NONE", "ROW", "ROWCOL":
+	default:
+		errs = append(errs, fmt.Errorf("table %s: bloom filter %q is not NONE, ROW or ROWCOL", l.Name, l.BloomFilter))
+	}
+	if l.TTL < 0 {
+		errs = append(errs, fmt.Errorf("table %s: negative TTL", l.Name))
+	}
+	return errors.Join(errs...)
+}
+
+// Attributes are the table attributes that record the layout (AttrSaltBuckets).
+func (l *TableLayout) Attributes() map[string]string {
+	return map[string]string{AttrSaltBuckets: strconv.Itoa(l.SaltBuckets)}
+}
+
+// SaltBucketsOf reads the salt bucket count from a table's attributes.
+func SaltBucketsOf(table string, attrs map[string]string) (int, error) {
+	got, ok := attrs[AttrSaltBuckets]
+	if !ok {
+		return 0, fmt.Errorf("table %s has no %s attribute: it was not created by abacus", table, AttrSaltBuckets)
+	}
+	n, err := strconv.Atoi(got)
+	if err != nil || n < 1 || n > MaxSaltBuckets {
+		return 0, fmt.Errorf("table %s: %s=%q is not a bucket count in 1..%d", table, AttrSaltBuckets, got, MaxSaltBuckets)
+	}
+	return n, nil
+}
+
+// CheckExisting checks that a table found with these attributes and families was made for this
+// layout: the same salt bucket count and the family present. Running against another table would
+// write rows no query finds, so a mismatch is an error naming both values.
+func (l *TableLayout) CheckExisting(attrs map[string]string, families []string) error {
+	n, err := SaltBucketsOf(l.Name, attrs)
+	if err != nil {
+		return fmt.Errorf("%w; refusing to use it with %d salt buckets", err, l.SaltBuckets)
+	}
+	if n != l.SaltBuckets {
+		return fmt.Errorf("table %s was created with %s=%d, the configuration says %d: refusing to run",
+			l.Name, AttrSaltBuckets, n, l.SaltBuckets)
+	}
+	if !slices.Contains(families, l.Family) {
+		return fmt.Errorf("table %s has families %v, not %q: refusing to run", l.Name, families, l.Family)
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+// Package schema is the layout of abacus's HBase tables: the row keys, qualifiers and cell values
+// that the sinks write and the queries read, and the table layout (salt buckets, family) a
+// deployment creates. It is the one place both sides agree on bytes.
+//
+// It is a leaf: it imports no abacus package but totals (the values it encodes), never talks to a
+// store, and a change to any encoding here must stay readable by queries of cells already written.
+package schema
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/spaolacci/murmur3"
+)
+
+// Row keys spread entities over N salt buckets (one leading byte), so that writes for many entities
+// hit every region of a table pre-split on the bucket boundaries, while all rows of one entity stay
+// contiguous and can be read with one prefix scan.
+//
+//	aggregate row: salt | entity | aggregate set | reversed window start
+//	fact row:      salt | entity | reversed event time
+//
+// salt = murmur3_32(entity) mod N. Entity and set are written escaped and terminated (0x00 becomes
+// 0x00 0xFF, the end is 0x00 0x01), so a prefix for entity "ab1" never matches "ab12" and the
+// components can be read back unambiguously. Reversed time is MaxInt64 - ms as 8 big-endian bytes:
+// the newest window or event of an entity sorts first.
+
+// MaxSaltBuckets is the most buckets a one-byte salt allows.
+const MaxSaltBuckets = 256
+
+// Salt returns the bucket of an entity among n. n below 1 counts as one bucket, so a zero layout
+// gives bucket 0 rather than a division by zero.
+func Salt(entity string, n int) byte {
+	if n <= 1 {
+		return 0
+	}
+	return byte(murmur3.Sum32([]byte(entity)) % uint32(n))
+}
+
+// SaltSplitKeys returns the n-1 split keys that pre-split a table into one region per bucket.
+func SaltSplitKeys(n int) [][]byte {
+	keys := make([][]byte, 0, n-1)
+	for i := 1; i < n; i++ {
+		keys = append(keys, []byte{byte(i)})
+	}
+	return keys
+}
+
+// AppendComponent appends s escaped and terminated.
+func AppendComponent(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			dst = append(dst, 0, 0xFF)
+		} else {
+			dst = append(dst, s[i])
+		}
+	}
+	return append(dst, 0, 1)
+}
+
+// ReadComponent reads one component written by AppendComponent from the front of b and returns
+// it with the rest of b.
+func ReadComponent(b []byte) (string, []byte, error) {
+	out := make([]byte, 0, len(b))
+	for i := 0; i < len(b); i++ {
+		if b[i] != 0 {
+			out = append(out, b[i])
+			continue
+		}
+		if i+1 >= len(b) {
+			break
+		}
+		switch b[i+1] {
+		case 0xFF:
+			out = append(out, 0)
+			i++
+		case 1:
+			return string(out), b[i+2:], nil
+		default:
+			return "", nil, fmt.Errorf("schema: bad escape 0x00 0x%02x in row key", b[i+1])
+		}
+	}
+	return "", nil, errors.New("schema: unterminated row key component")
+}
+
+// ReverseTime maps ms so that later times sort first.
+func ReverseTime(ms int64) uint64 { return uint64(math.MaxInt64 - ms) }
+
+// EntityPrefix is the row prefix of every fact row of an entity.
+func EntityPrefix(entity string, buckets int) []byte {
+	return AppendComponent([]byte{Salt(entity, buckets)}, entity)
+}
+
+// AggregatePrefix is the row prefix of every window of one aggregate set of an entity.
+func AggregatePrefix(entity, set string, buckets int) []byte {
+	return AppendComponent(EntityPrefix(entity, buckets), set)
+}
+
+// AggregateRow is the row of one window of an aggregate set of an entity.
+func AggregateRow(entity, set string, windowStart int64, buckets int) []byte {
+	return binary.BigEndian.AppendUint64(AggregatePrefix(entity, set, buckets), ReverseTime(windowStart))
+}
+
+// FactRow is the row of an entity's events at one event time.
+func FactRow(entity string, eventTime int64, buckets int) []byte {
+	return binary.BigEndian.AppendUint64(EntityPrefix(entity, buckets), ReverseTime(eventTime))
+}
+
+// ParseAggregateRow reads entity, set and window start back from an aggregate row.
+func ParseAggregateRow(row []byte) (entity, set string, windowStart int64, err error) {
+	if len(row) < 1+2+2+8 {
+		return "", "", 0, fmt.Errorf("schema: aggregate row of %d bytes is too short", len(row))
+	}
+	rest := row[1:]
+	if entity, rest, err = ReadComponent(rest); err != nil {
+		return "", "", 0, err
+	}
+	if set, rest, err = ReadComponent(rest); err != nil {
+		return "", "", 0, err
+	}
+	if len(rest) != 8 {
+		return "", "", 0, fmt.Errorf("schema: aggregate row ends with %d bytes, want 8", len(rest))
+	}
+	return entity, set, math.MaxInt64 - int64(binary.BigEndian.Uint64(rest)), nil
+}
+
+// ParseFactRow reads entity and event time back from a fact row.
+func ParseFactRow(row []byte) (entity string, eventTime int64, err error) {
+	if len(row) < 1+2+8 {
+		return "", 0, fmt.Errorf("schema: fact row of %d bytes is too short", len(row))
+	}
+	entity, rest, err := ReadComponent(row[1:])
+	if err != nil {
+		return "", 0, err
+	}
+	if len(rest) != 8 {
+		return "", 0, fmt.Errorf("schema: fact row ends with %d bytes, want 8", len(rest))
+	}
+	return entity, math.MaxInt64 - int64(binary.BigEndian.Uint64(rest)), nil
+}

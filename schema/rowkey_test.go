@@ -1,0 +1,84 @@
+package schema
+
+import (
+	"bytes"
+	"sort"
+	"testing"
+)
+
+func TestEntityPrefixDoesNotMatchLongerEntity(t *testing.T) {
+	for _, n := range []int{1, 16} {
+		// Same bucket is forced with n=1; with 16 the salt may differ as well.
+		a := EntityPrefix("ab1", n)
+		row := FactRow("ab12", 1000, n)
+		if bytes.HasPrefix(row, a) {
+			t.Fatalf("buckets=%d: fact row of ab12 %x has the prefix of ab1 %x", n, row, a)
+		}
+		agg := AggregateRow("ab12", "hourly", 0, n)
+		if bytes.HasPrefix(agg, AggregatePrefix("ab1", "hourly", n)) || bytes.HasPrefix(agg, a) {
+			t.Fatalf("buckets=%d: aggregate row of ab12 matches ab1", n)
+		}
+		if !bytes.HasPrefix(FactRow("ab1", 5, n), a) {
+			t.Fatal("fact row of ab1 lacks its own prefix")
+		}
+	}
+}
+
+func TestRowsRoundTripAndSortNewestFirst(t *testing.T) {
+	entities := []string{"", "a", "a\x00b", "\x00", "dev-17", "ünï"}
+	for _, e := range entities {
+		var rows [][]byte
+		for _, ts := range []int64{0, 1, 60_000, 1_700_000_000_000} {
+			row := AggregateRow(e, "set\x00x", ts, 16)
+			ge, gs, gt, err := ParseAggregateRow(row)
+			if err != nil || ge != e || gs != "set\x00x" || gt != ts {
+				t.Fatalf("aggregate row %x parsed as %q %q %d %v", row, ge, gs, gt, err)
+			}
+			fe, ft, err := ParseFactRow(FactRow(e, ts, 16))
+			if err != nil || fe != e || ft != ts {
+				t.Fatalf("fact row parsed as %q %d %v", fe, ft, err)
+			}
+			rows = append(rows, row)
+		}
+		sorted := append([][]byte(nil), rows...)
+		sort.Slice(sorted, func(i, j int) bool { return bytes.Compare(sorted[i], sorted[j]) < 0 })
+		for i := range rows {
+			if !bytes.Equal(sorted[i], rows[len(rows)-1-i]) {
+				t.Fatalf("entity %q: rows do not sort newest first", e)
+			}
+		}
+	}
+}
+
+func TestSaltSpreadsAndSplits(t *testing.T) {
+	const n = 16
+	seen := map[byte]int{}
+	for i := range 1000 {
+		s := Salt("device-"+string(rune('a'+i%26))+string(rune('0'+i/26%10))+string(rune('0'+i/260)), n)
+		if s >= n {
+			t.Fatalf("salt %d out of range", s)
+		}
+		seen[s]++
+	}
+	if len(seen) != n {
+		t.Fatalf("1000 entities hit %d of %d buckets", len(seen), n)
+	}
+	keys := SaltSplitKeys(n)
+	if len(keys) != n-1 || keys[0][0] != 1 || keys[n-2][0] != n-1 {
+		t.Fatalf("split keys %x", keys)
+	}
+}
+
+func FuzzParseAggregateRow(f *testing.F) {
+	f.Add(AggregateRow("dev", "hourly", 123, 16))
+	f.Add([]byte{0, 0, 1, 0, 1, 1, 2, 3, 4, 5, 6, 7, 8})
+	f.Fuzz(func(t *testing.T, row []byte) {
+		e, s, ts, err := ParseAggregateRow(row)
+		if err != nil {
+			return
+		}
+		if again := AggregateRow(e, s, ts, 1); !bytes.Equal(again[1:], row[1:]) {
+			t.Fatalf("row %x parsed to %q %q %d which encodes to %x", row, e, s, ts, again)
+		}
+	})
+}

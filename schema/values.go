@@ -1,0 +1,117 @@
+package schema
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+
+	"github.com/abacus-stream/abacus/totals"
+)
+
+// Aggregate cells. A window row holds one cell per aggregate, qualified by the aggregate's name,
+// plus MetaQualifier; every cell's timestamp is the window end (exclusive, ms), so every firing of
+// a window rewrites the same cells. Values have fixed widths after a kind byte, readable by HBase's
+// Java Bytes.toLong / toDouble:
+//
+//	kind 1 int:       1 byte 0x01, 8 bytes int64 big-endian
+//	kind 2 float:     1 byte 0x02, 8 bytes IEEE 754 float64 big-endian
+//	kind 3 quantiles: 1 byte 0x03, then per quantile 8 bytes q and 8 bytes value (float64 BE)
+//	kind 4 bytes:     1 byte 0x04, the bytes
+//
+// MetaQualifier holds 1 byte of flags (bit 0: final) and 8 bytes of revision (uint64 BE).
+
+// MetaQualifier is the qualifier of a window row's final flag and revision. Aggregate names may not
+// start with '_' (ValidAggregateName), so it never meets one.
+const MetaQualifier = "_meta"
+
+// ValidAggregateName reports why name cannot qualify an aggregate cell, or nil.
+func ValidAggregateName(name string) error {
+	if name == "" || name[0] == '_' {
+		return fmt.Errorf("aggregate name %q is empty or starts with '_', which is reserved", name)
+	}
+	return nil
+}
+
+// AppendCellValue appends v in the cell value encoding.
+func AppendCellValue(b []byte, v totals.Value) ([]byte, error) {
+	b = append(b, byte(v.Kind))
+	switch v.Kind {
+	case totals.KindInt:
+		return binary.BigEndian.AppendUint64(b, uint64(v.Int)), nil
+	case totals.KindFloat:
+		return binary.BigEndian.AppendUint64(b, math.Float64bits(v.Float)), nil
+	case totals.KindQuantiles:
+		for _, q := range v.Quantiles {
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(q.Q))
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(q.Value))
+		}
+		return b, nil
+	case totals.KindBytes:
+		return append(b, v.Bytes...), nil
+	}
+	return nil, fmt.Errorf("unknown value kind %d", v.Kind)
+}
+
+// ParseCellValue reads a value written by AppendCellValue.
+func ParseCellValue(name string, b []byte) (totals.Value, error) {
+	if len(b) == 0 {
+		return totals.Value{}, errors.New("schema: empty aggregate cell")
+	}
+	v := totals.Value{Name: name, Kind: totals.Kind(b[0])}
+	b = b[1:]
+	switch v.Kind {
+	case totals.KindInt, totals.KindFloat:
+		if len(b) != 8 {
+			return v, fmt.Errorf("schema: aggregate cell %s: %d value bytes, want 8", name, len(b))
+		}
+		x := binary.BigEndian.Uint64(b)
+		if v.Kind == totals.KindInt {
+			v.Int = int64(x)
+		} else {
+			v.Float = math.Float64frombits(x)
+		}
+	case totals.KindQuantiles:
+		if len(b)%16 != 0 {
+			return v, fmt.Errorf("schema: aggregate cell %s: %d quantile bytes", name, len(b))
+		}
+		for ; len(b) > 0; b = b[16:] {
+			v.Quantiles = append(v.Quantiles, totals.Quantile{
+				Q: math.Float64frombits(binary.BigEndian.Uint64(b)), Value: math.Float64frombits(binary.BigEndian.Uint64(b[8:]))})
+		}
+	case totals.KindBytes:
+		v.Bytes = append([]byte(nil), b...)
+	default:
+		return v, fmt.Errorf("schema: aggregate cell %s: unknown kind %d", name, v.Kind)
+	}
+	return v, nil
+}
+
+// AppendMeta appends a MetaQualifier cell's value.
+func AppendMeta(b []byte, final bool, revision uint64) []byte {
+	var flags byte
+	if final {
+		flags = 1
+	}
+	return binary.BigEndian.AppendUint64(append(b, flags), revision)
+}
+
+// ParseMeta reads a MetaQualifier cell.
+func ParseMeta(b []byte) (final bool, revision uint64, err error) {
+	if len(b) != 9 {
+		return false, 0, fmt.Errorf("schema: meta cell of %d bytes, want 9", len(b))
+	}
+	return b[0]&1 == 1, binary.BigEndian.Uint64(b[1:]), nil
+}
+
+// AppendFactQualifier appends the qualifier of a fact cell: the event type and the record's source
+// position, type ":" partition ":" offset, so a replay of the record rewrites the same cell and two
+// events of one entity at one time never share one.
+func AppendFactQualifier(b []byte, eventType string, partition int32, offset int64) []byte {
+	b = append(b, eventType...)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(partition), 10)
+	b = append(b, ':')
+	return strconv.AppendInt(b, offset, 10)
+}
