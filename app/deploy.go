@@ -88,7 +88,7 @@ func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.L
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	hc, err := hbase.NewClient(hctx, hbase.Config{ZooKeeper: cfg.HBase.ZooKeeper})
+	hc, err := hbase.NewClient(hctx, cfg.HBase.ClientConfig())
 	if err != nil {
 		d.shutdown()
 		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)

@@ -109,11 +109,13 @@ echo "[run-tests] Kerberos: HBase's Java client against the Kerberized HBase"
 eval "$("${secure[@]}" env)"
 echo "[run-tests] Kerberos: go test -run '^TestKerberos' ./hbase/"
 ABACUS_REQUIRE_SECURE_HBASE=1 go test -count=1 -timeout 15m -run '^TestKerberos' "$@" ./hbase/
-# Tests whose HBase clients come from testenv.HBaseConfig or testenv.HBaseClient. (sinks joins when
-# its end-to-end tests' sink() takes testenv.HBaseConfig too.)
+# Tests whose HBase clients come from testenv.HBaseConfig or testenv.HBaseClient: the client, the
+# store, queries and the sinks' end-to-end tests against real HBase.
 echo "[run-tests] Kerberos: tests of the plain HBase, again with Kerberos"
 ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
   go test -count=1 -timeout 15m -skip '^(TestDisruptive|TestCluster|TestDashboardInChromium|TestPyOpenTSDB)' "$@" \
   ./internal/testenv/ ./store/hbasestore/ ./query/
+ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
+  go test -count=1 -timeout 15m -run '^TestSink' "$@" ./sinks/
 "${secure[@]}" status
 echo "[run-tests] Kerberos stage: $((SECONDS - kerberos_t0)) s before stopping its services"
