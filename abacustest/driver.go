@@ -82,6 +82,9 @@ type Driver struct {
 	out       []Message
 	failed    error
 
+	totals   []Total // decoded totals, in order, up to totalsAt of out
+	totalsAt int
+
 	sent     uint64   // messages the processor sent (state writes, totals, loop messages)
 	sentLog  []uint64 // sent at each of the last deliveries, for AckLag
 	ackedNow uint64
@@ -510,8 +513,11 @@ type Total struct {
 // Totals are every window total emitted, in order: early and every-update firings and finals.
 func (d *Driver) Totals() []Total {
 	d.t.Helper()
-	var out []Total
-	for _, m := range d.Messages(d.plan.TotalsTopic) {
+	for ; d.totalsAt < len(d.out); d.totalsAt++ {
+		m := d.out[d.totalsAt]
+		if m.Topic != d.plan.TotalsTopic {
+			continue
+		}
 		r, err := totals.Decode(m.Value)
 		if err != nil {
 			d.t.Fatalf("abacustest: totals record: %v", err)
@@ -521,9 +527,9 @@ func (d *Driver) Totals() []Total {
 		for _, v := range r.Values {
 			t.Values[v.Name] = v
 		}
-		out = append(out, t)
+		d.totals = append(d.totals, t)
 	}
-	return out
+	return slices.Clone(d.totals)
 }
 
 // Finals are the final totals emitted, in order.

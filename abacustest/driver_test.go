@@ -1,6 +1,8 @@
 package abacustest_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +21,7 @@ type reading struct {
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
 
-func sensors(t *testing.T, late bool) *topology.Topology {
+func sensors(t testing.TB, late bool) *topology.Topology {
 	t.Helper()
 	b := topology.New("sensors")
 	if late {
@@ -115,6 +117,47 @@ func TestPruneWithAckLag(t *testing.T) {
 		}
 		for _, f := range d.Finals() {
 			d.Final(f.Set, f.Entity, f.Start) // fails on two different finals
+		}
+	}
+}
+
+// TestDeterministic (issue 13): the same test run 50 times gives the same output, message for
+// message: totals, late records, dead letters (run it under -race too: run-tests.sh does).
+func TestDeterministic(t *testing.T) {
+	run := func() string {
+		d := abacustest.New(t, sensors(t, true), abacustest.Options{Start: at(t0), AckLag: 3})
+		for i := range 600 {
+			dev := fmt.Sprintf("d%d", i%13)
+			ts := t0 + int64(i)*700
+			switch {
+			case i%97 == 0:
+				d.Send("readings", dev, []byte("garbage"))
+			case i%31 == 0:
+				ts -= 5 * 60_000 // late
+			case i%53 == 0:
+				d.Pipe("readings", dev, reading{Device: dev, TS: ts, Temp: float64(i % 17)}) // a duplicate event
+			}
+			d.Pipe("readings", dev, reading{Device: dev, TS: ts, Temp: float64(i % 17)}, abacustest.At(at(ts)))
+			if i%50 == 0 {
+				d.Advance(20 * time.Second)
+			}
+		}
+		d.Advance(10 * time.Minute)
+		var b strings.Builder
+		for _, topic := range []string{"sensors-totals", "sensors-late", "sensors-dead-letter"} {
+			for _, m := range d.Messages(topic) {
+				fmt.Fprintf(&b, "%s %s %x %v\n", topic, m.Key, m.Value, m.Headers)
+			}
+		}
+		return b.String()
+	}
+	first := run()
+	if len(first) < 1000 {
+		t.Fatalf("too little output to compare: %q", first)
+	}
+	for i := 1; i < 50; i++ {
+		if got := run(); got != first {
+			t.Fatalf("run %d differs from run 0", i)
 		}
 	}
 }

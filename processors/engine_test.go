@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -389,10 +391,31 @@ func TestStorageFolderLocked(t *testing.T) {
 	source(b, name+"-in").Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
 	topo := build(t, b)
 	storage := t.TempDir()
-	cfg := processors.Config{Brokers: brokers, StoragePath: storage, Logger: testLogger(t)}
-	stop := runProcessor(t, topo, cfg)
-	defer stop()
+	first, err := processors.New(topo, processors.Config{Brokers: brokers, StoragePath: storage, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstCtx, stopFirst := context.WithCancel(ctx)
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first.Run(firstCtx) }()
+	defer func() { stopFirst(); <-firstDone }()
+	// The lock file appears when the first processor takes the lock; try the second only then,
+	// so that a refusal cannot come from anything else.
+	lockFile := filepath.Join(filepath.Dir(storage), "."+filepath.Base(storage)+".lock")
 	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(lockFile); err == nil {
+			break
+		}
+		select {
+		case err := <-firstDone:
+			t.Fatalf("first processor stopped before taking the lock: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("first processor never took the storage lock")
+		}
+	}
 	for {
 		p, err := processors.New(topo, processors.Config{Brokers: brokers, StoragePath: storage, Logger: testLogger(t), Group: name + "-other"})
 		if err != nil {
@@ -403,6 +426,11 @@ func TestStorageFolderLocked(t *testing.T) {
 		runCancel()
 		if err != nil && strings.Contains(err.Error(), "is in use by another process") && strings.Contains(err.Error(), storage) {
 			return
+		}
+		select {
+		case ferr := <-firstDone:
+			t.Fatalf("first processor stopped (%v); second one on the same folder: %v", ferr, err)
+		default:
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("second processor on %s: %v, want a refusal naming the folder", storage, err)

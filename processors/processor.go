@@ -6,14 +6,12 @@
 // It must never write anywhere but Kafka (the sinks turn totals into HBase cells on their own
 // consumers) and never start from local tables a crashed run may have left ahead of the changelog.
 //
-// goka commits a message's offset as soon as that message's own writes are acknowledged, so on a
-// cluster of several brokers a later message can commit past an earlier one whose writes are
-// still in flight. The changelog of a partition is one Kafka partition, written in order, so state
-// stays a prefix; final totals survive because closed windows stay FinalRetention and a rebuilt
-// partition emits them again. Two things can be lost there and are only proven exact on one
-// broker (where one connection carries every write in order): non-final totals (early or
-// every-update firings, which the final supersedes), and events re-keyed through the loop topic
-// (Source.Repartition).
+// goka commits a record's offset once the messages its callback sent are acknowledged. On a
+// cluster of several brokers those are acknowledged in any order, so a later record could commit
+// while an earlier one's messages were in flight; the processor's own producer settles goka's
+// promises in the order messages were sent, so a commit implies that everything sent before it is
+// in Kafka, and it tells the engine how far Kafka has acknowledged (see the engine's package
+// comment for what depends on it).
 package processors
 
 import (
@@ -82,15 +80,16 @@ func (p *Processor) LoopTopic() string { return p.cfg.Group + "-loop" }
 
 // Run creates the output topics, then runs the processor group until ctx is done or it fails.
 func (p *Processor) Run(ctx context.Context) error {
-	npar, err := p.ensureTopics()
-	if err != nil {
-		return err
-	}
+	// The lock comes first: a second process on the folder is refused before it touches Kafka.
 	unlock, err := p.lockStorage()
 	if err != nil {
 		return err
 	}
 	defer unlock()
+	npar, err := p.ensureTopics()
+	if err != nil {
+		return err
+	}
 	if err := p.checkCleanShutdown(); err != nil {
 		return err
 	}

@@ -66,11 +66,38 @@ type Entity struct {
 	// LayoutDesc, when set, describes Layout in the entity itself: the processor writes it until
 	// its partition's record, which describes the layouts once for all entities, is acknowledged
 	// with this layout, so that a restart under another topology can always read the entity.
+	// Decode leaves it nil and keeps the description's bytes (Described) for who needs them.
 	LayoutDesc *Layout
+	layoutRaw  []byte
 	StreamTime int64 // partition stream time after this entity's last write, ms
 	Fences     []Fence
 	Windows    []Window
 }
+
+// Described returns the layout the entity describes in itself (LayoutDesc, or the description
+// Decode read), or nil.
+func (e *Entity) Described() (*Layout, error) {
+	if e.LayoutDesc != nil || e.layoutRaw == nil {
+		return e.LayoutDesc, nil
+	}
+	sets, err := readSets(wire.NewReader(e.layoutRaw, ErrCorrupt))
+	if err != nil {
+		return nil, err
+	}
+	return &Layout{Hash: e.Layout, Sets: sets}, nil
+}
+
+// Clone returns a copy that can be changed without changing e: its fences and windows are its
+// own (accumulator encodings are shared: they are replaced, never written into).
+func (e *Entity) Clone() *Entity {
+	c := *e
+	c.Fences = append([]Fence(nil), e.Fences...)
+	c.Windows = append([]Window(nil), e.Windows...)
+	return &c
+}
+
+// Undescribe drops the entity's description of its layout.
+func (e *Entity) Undescribe() { e.LayoutDesc, e.layoutRaw = nil, nil }
 
 // Applied reports whether the record at (topic, partition, offset) has already been applied.
 func (e *Entity) Applied(topic uint32, partition int32, offset int64) bool {
@@ -125,12 +152,16 @@ func (e *Entity) Find(set uint16, start int64) int {
 func (e *Entity) Append(b []byte) []byte {
 	b = append(b, Version)
 	b = binary.BigEndian.AppendUint32(b, e.Layout)
-	if e.LayoutDesc == nil {
-		b = append(b, 0)
-	} else {
+	switch {
+	case e.LayoutDesc != nil:
 		desc := e.LayoutDesc.appendSets(nil)
 		b = binary.AppendUvarint(b, uint64(len(desc)))
 		b = append(b, desc...)
+	case e.layoutRaw != nil:
+		b = binary.AppendUvarint(b, uint64(len(e.layoutRaw)))
+		b = append(b, e.layoutRaw...)
+	default:
+		b = append(b, 0)
 	}
 	b = binary.AppendVarint(b, e.StreamTime)
 	b = binary.AppendUvarint(b, uint64(len(e.Fences)))
@@ -175,11 +206,7 @@ func Decode(b []byte) (*Entity, error) {
 		}
 		e.Layout = binary.BigEndian.Uint32(d.Next(4))
 		if desc := d.Bytes(); len(desc) > 0 {
-			sets, err := readSets(wire.NewReader(desc, ErrCorrupt))
-			if err != nil {
-				return nil, err
-			}
-			e.LayoutDesc = &Layout{Hash: e.Layout, Sets: sets}
+			e.layoutRaw = desc
 		}
 	}
 	e.StreamTime = d.Varint()

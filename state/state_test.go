@@ -31,10 +31,21 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		desc, err := got.Described()
+		if err != nil || !reflect.DeepEqual(desc, e.LayoutDesc) {
+			t.Errorf("layout description read back as %+v (%v), want %+v", desc, err, e.LayoutDesc)
+		}
+		got.LayoutDesc = desc
+		got.Undescribe()
+		got.LayoutDesc = desc
 		if !reflect.DeepEqual(normalize(got), normalize(e)) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, e)
 		}
 		v, err := Codec{}.Decode(b)
+		if err == nil {
+			v.(*Entity).LayoutDesc, _ = v.(*Entity).Described()
+			v.(*Entity).layoutRaw = nil
+		}
 		if err != nil || !reflect.DeepEqual(normalize(v.(*Entity)), normalize(e)) {
 			t.Errorf("codec round trip: %+v %v", v, err)
 		}

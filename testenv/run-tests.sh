@@ -87,6 +87,9 @@ go vet ./...
 # run leaves its results as the last word.
 echo "[run-tests] go test ./... (disruptive tests: services are stopped and restarted)"
 ABACUS_DISRUPTIVE=1 go test -count=1 -timeout 30m -p 1 -run '^TestDisruptive' "$@" ./...
+echo "[run-tests] go test -race (the engine, the test driver and the in-memory packages)"
+go test -race -count=1 -timeout 15m "$@" ./abacustest ./internal/... ./state ./totals ./windows ./topology \
+  ./schema ./deadletter ./partitioner ./store/cellstore
 echo "[run-tests] go test ./... (everything else)"
 go test -count=1 -timeout 45m -skip '^(TestDisruptive|TestCluster)' "$@" ./...
 

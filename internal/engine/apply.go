@@ -57,9 +57,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 			e.fail(ctx, err)
 			return
 		}
-		pt.describe(ent)
-		ctx.SetValue(ent)
-		pt.wrote(ctx.Key())
+		pt.set(ctx, ent)
 		for _, u := range ups {
 			e.emit(ctx, ctx.Key(), u.set, &u.window, u.values, false)
 		}
@@ -119,9 +117,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	ent.Advance(from.topic, from.partition, at.Offset, og.wm)
 	ent.Fences = pt.spentFences(ent.Fences, from)
 	ent.StreamTime = pt.closeST()
-	pt.describe(ent)
-	ctx.SetValue(ent)
-	pt.wrote(ctx.Key())
+	pt.set(ctx, ent)
 	if isNew {
 		pt.entities.Inc()
 	}

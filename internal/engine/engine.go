@@ -95,6 +95,9 @@ type Config struct {
 	// Durability says which writes Kafka acknowledged; nil means every write is acknowledged at
 	// once (an in-memory store).
 	Durability Durability
+	// CacheEntities bounds the decoded entities each partition keeps in memory (default 20,000;
+	// negative: none), so that an entity's next event and its windows' close read no table.
+	CacheEntities int
 	// Output, if set, takes every message the engine emits, with its headers, in place of
 	// ctx.Emit: goka's context options are opaque, and the in-memory test driver must read the
 	// headers of dead letters.
@@ -112,6 +115,8 @@ type Engine struct {
 	// span is how far past an event's time its last window closes (largest window size plus
 	// grace); -1 when a set has session windows, whose merges can reach any time back.
 	span int64
+	// cacheLimit is Config.CacheEntities with its default.
+	cacheLimit int
 
 	mu       sync.Mutex
 	parts    map[int32]*partition
@@ -158,6 +163,9 @@ func New(p *plan.Plan, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: register metrics: %w", err)
 	}
+	if cfg.CacheEntities == 0 {
+		cfg.CacheEntities = 20_000
+	}
 	var span int64
 	for _, s := range p.Sets {
 		if s.Window.Kind() == windows.KindSession {
@@ -166,7 +174,7 @@ func New(p *plan.Plan, cfg Config) (*Engine, error) {
 		}
 		span = max(span, s.Window.Size()+s.Grace)
 	}
-	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span,
+	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span, cacheLimit: cfg.CacheEntities,
 		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}}, nil
 }
 

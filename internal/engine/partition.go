@@ -78,6 +78,11 @@ type partition struct {
 	tickKey string // the partition's own key: for its record and messages to itself
 	nudged  bool   // a nudge is on its way back
 
+	// cache holds entities as last written or read, decoded and in the current layout: the next
+	// event and the close of an entity then need no read and decode of the local table. Every
+	// write of the table goes through the engine, so the cache never disagrees with it.
+	cache map[string]*state.Entity
+
 	// emitted remembers, per entity, the final emissions this process made and has not pruned.
 	emitted map[string][]emission
 	prunes  []retainedEntry // entities with emitted windows, by when a close message may prune them
@@ -131,7 +136,8 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	}
 	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64,
 		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{},
-		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap()}
+		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap(),
+		cache: map[string]*state.Entity{}}
 	for _, src := range e.plan.Sources {
 		pt.eventsIn = append(pt.eventsIn, e.m.eventsIn.WithLabelValues(src.Topic, pt.label))
 	}
@@ -269,19 +275,25 @@ func (pt *partition) knowLayout(l state.Layout) error {
 // convert brings an entity read from the table to the current layout.
 func (pt *partition) convert(key string, ent *state.Entity) error {
 	cur := pt.e.layout.Hash
-	desc := ent.LayoutDesc
-	ent.LayoutDesc = nil
 	if ent.Layout == cur || ent.Layout == 0 { // version-1 state follows the plan by position
 		ent.Layout = cur
+		ent.Undescribe()
 		return nil
 	}
 	c := pt.layouts[ent.Layout]
-	if c == nil && desc != nil {
-		if err := pt.knowLayout(*desc); err != nil {
-			return err
+	if c == nil {
+		desc, err := ent.Described()
+		if err != nil {
+			return fmt.Errorf("partition %d: entity %q: %w", pt.id, key, err)
 		}
-		c = pt.layouts[ent.Layout]
+		if desc != nil {
+			if err := pt.knowLayout(*desc); err != nil {
+				return err
+			}
+			c = pt.layouts[ent.Layout]
+		}
 	}
+	ent.Undescribe()
 	if c == nil {
 		pt.e.m.unknownLayout.Inc()
 		return fmt.Errorf("partition %d: entity %q was written under topology layout %08x, which neither it nor the partition's record describes", pt.id, key, ent.Layout)
@@ -292,14 +304,18 @@ func (pt *partition) convert(key string, ent *state.Entity) error {
 
 // describe sets what an entity about to be written says of its layout (see state.Entity.LayoutDesc).
 func (pt *partition) describe(ent *state.Entity) {
-	ent.Layout, ent.LayoutDesc = pt.e.layout.Hash, nil
+	ent.Undescribe()
+	ent.Layout = pt.e.layout.Hash
 	if !pt.layoutHeld {
 		ent.LayoutDesc = &pt.e.layout
 	}
 }
 
-// load reads the callback's entity from the table, in the current layout.
+// load reads the callback's entity, in the current layout, as a copy the caller may change.
 func (pt *partition) load(ctx goka.Context) (*state.Entity, error) {
+	if c, ok := pt.cache[ctx.Key()]; ok {
+		return c.Clone(), nil
+	}
 	v := ctx.Value()
 	if v == nil {
 		return nil, nil
@@ -314,8 +330,11 @@ func (pt *partition) load(ctx goka.Context) (*state.Entity, error) {
 	return ent, nil
 }
 
-// read reads another entity from the local table (closing it), in the current layout.
+// read reads another entity (closing it), in the current layout, not to be changed.
 func (pt *partition) read(entity string) (*state.Entity, error) {
+	if c, ok := pt.cache[entity]; ok {
+		return c, nil
+	}
 	raw, err := pt.tbl.Get(entity)
 	if err != nil || raw == nil {
 		return nil, err
@@ -327,7 +346,31 @@ func (pt *partition) read(entity string) (*state.Entity, error) {
 	if err := pt.convert(entity, ent); err != nil {
 		return nil, err
 	}
+	pt.remember(entity, ent)
 	return ent, nil
+}
+
+// remember caches an entity as written or read (it must not be changed after). A full cache
+// forgets an entity at random: the next read of it goes to the table.
+func (pt *partition) remember(entity string, ent *state.Entity) {
+	if pt.e.cacheLimit <= 0 {
+		return
+	}
+	if _, ok := pt.cache[entity]; !ok && len(pt.cache) >= pt.e.cacheLimit {
+		for k := range pt.cache {
+			delete(pt.cache, k)
+			break
+		}
+	}
+	pt.cache[entity] = ent
+}
+
+// set writes an entity to the table, and remembers it.
+func (pt *partition) set(ctx goka.Context, ent *state.Entity) {
+	pt.describe(ent)
+	ctx.SetValue(ent)
+	pt.wrote(ctx.Key())
+	pt.remember(ctx.Key(), ent)
 }
 
 func (pt *partition) originOf(k originKey) *origin {

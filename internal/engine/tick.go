@@ -186,6 +186,7 @@ func (pt *partition) closeEntity(ctx goka.Context) {
 		if pt.covered(ent) {
 			ctx.Delete()
 			pt.wrote(ctx.Key())
+			delete(pt.cache, ctx.Key())
 			delete(pt.emitted, ctx.Key())
 			pt.due.remove(ctx.Key())
 			pt.entities.Dec()
@@ -196,9 +197,7 @@ func (pt *partition) closeEntity(ctx goka.Context) {
 	}
 	if changed {
 		ent.StreamTime = max(ent.StreamTime, pt.closeST())
-		pt.describe(ent)
-		ctx.SetValue(ent)
-		pt.wrote(ctx.Key())
+		pt.set(ctx, ent)
 	}
 	pt.schedule(ctx.Key(), ent)
 }
