@@ -10,6 +10,8 @@ import (
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/codec"
 	"github.com/lovoo/goka/storage"
+
+	"github.com/abacus-stream/abacus/internal/localtable"
 )
 
 // The builders give goka clients made from Config.saramaConfig, so that every client of the group
@@ -83,10 +85,11 @@ func (p *Processor) consumerBuilder() goka.SaramaConsumerBuilder {
 	}
 }
 
-// storageBuilder opens goka's LevelDB storage under StoragePath and hands each partition's table
-// storage to the engine, which rebuilds its close schedule from it after an assignment.
+// storageBuilder opens the local tables under StoragePath (LevelDB, written in batches: see
+// package localtable) and hands each partition's table to the engine, which rebuilds its close
+// schedule from it after an assignment.
 func (p *Processor) storageBuilder() storage.Builder {
-	inner := storage.DefaultBuilder(p.cfg.StoragePath)
+	inner := localtable.Builder(p.cfg.StoragePath, 0)
 	return func(topic string, part int32) (storage.Storage, error) {
 		st, err := inner(topic, part)
 		if err != nil {

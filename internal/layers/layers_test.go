@@ -51,7 +51,7 @@ func TestImportsRunOneWay(t *testing.T) {
 		"query/live": above("sinks", "processors", "internal/engine", "app", "cmd"),
 	}
 	// Clients that imports nothing else from abacus.
-	for _, leaf := range []string{"hbase", "kafkasec", "deadletter", "partitioner", "internal/wire", "windows"} {
+	for _, leaf := range []string{"hbase", "kafkasec", "deadletter", "partitioner", "internal/wire", "internal/localtable", "windows"} {
 		for _, d := range deps(t, leaf) {
 			if strings.HasPrefix(d, mod) {
 				t.Errorf("%s imports %s: it must import nothing else from abacus", leaf, d)
