@@ -141,6 +141,13 @@ func TestValidate(t *testing.T) {
 				"kafka.tls.key_file: required with kafka.tls.cert_file"},
 		},
 		{
+			name: "endless or folder files",
+			cfg: kafkasec.Config{TLS: kafkasec.TLS{Enabled: true, CAFile: dir},
+				SASL: scram(kafkasec.SASL{Username: "u", PasswordFile: "/dev/zero"})},
+			want: []string{"kafka.tls.ca_file: " + dir + " is a folder, not a file",
+				"kafka.sasl.password_file: /dev/zero is over 4194304 bytes (kafkasec.MaxFileBytes): not a PEM or password file"},
+		},
+		{
 			name: "skip verify beside a CA",
 			cfg:  kafkasec.Config{TLS: kafkasec.TLS{Enabled: true, CAFile: cert, InsecureSkipVerify: true}},
 			want: []string{"kafka.tls.insecure_skip_verify: is set together with kafka.tls.ca_file, which it would ignore: choose one"},
