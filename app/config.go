@@ -4,13 +4,19 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 )
 
 // Config is a deployment of one topology: where Kafka and HBase are, and how its processor group,
@@ -26,6 +32,9 @@ type Config struct {
 	Processor ProcessorConfig `yaml:"processor"`
 	Sinks     SinksConfig     `yaml:"sinks"`
 	Query     QueryConfig     `yaml:"query"`
+
+	// envErrs are the environment variables ApplyEnv could not read; Validate reports them.
+	envErrs []error
 }
 
 // TopicsConfig names the topology's topics in this environment, so that one compiled topology runs
@@ -39,9 +48,23 @@ type TopicsConfig struct {
 	Names map[string]string `yaml:"names"`
 }
 
-// KafkaConfig says where the brokers are.
+// KafkaConfig says where the brokers are and how every Kafka client of every role reaches them:
+// the processor's sarama clients (under goka), both sinks, the query server's live view, and the
+// admin, offsets and demo clients all take their TLS and SASL from here, through one
+// kafkasec.Settings per process.
 type KafkaConfig struct {
 	Brokers []string `yaml:"brokers"` // env ABACUS_KAFKA_BROKERS (comma separated)
+	// TLS: enabled, ca_file, cert_file, key_file, server_name (env ABACUS_KAFKA_TLS,
+	// ABACUS_KAFKA_TLS_CA_FILE, ...; see ApplyEnv).
+	TLS kafkasec.TLS `yaml:"tls"`
+	// SASL: mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), username, and password (best as
+	// ${VAR}) or password_file. The password is a kafkasec.Secret: it never prints.
+	SASL kafkasec.SASL `yaml:"sasl"`
+}
+
+// Security is the kafkasec configuration of the block, with errors naming fields under kafka.
+func (k KafkaConfig) Security() kafkasec.Config {
+	return kafkasec.Config{TLS: k.TLS, SASL: k.SASL, Prefix: "kafka"}
 }
 
 // HBaseConfig says where HBase is: a ZooKeeper quorum, or an embedded cell store folder for
@@ -113,22 +136,138 @@ func (d *Duration) UnmarshalYAML(b []byte) error {
 	return nil
 }
 
+// MaxConfigBytes bounds a config file: a path naming a device or a log by mistake fails at once.
+const MaxConfigBytes = 1 << 20
+
 // LoadConfig reads a YAML file; unknown fields are errors, so a typo never goes unnoticed.
 // ${NAME} is replaced by the environment variable NAME (an unset one is an error), so one file
-// can serve several environments; a $ not followed by { is left alone.
+// can serve several environments; a $ not followed by { is left alone. An error never shows a
+// password, neither one written in the file nor one expanded from ${NAME}.
 func LoadConfig(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if b, err = expandEnv(b, os.LookupEnv); err != nil {
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(b) > MaxConfigBytes {
+		return nil, fmt.Errorf("config %s: over %d bytes (app.MaxConfigBytes)", path, MaxConfigBytes)
+	}
+	c, err := ParseConfig(b, os.LookupEnv)
+	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig reads a config from YAML text, replacing ${NAME} with lookup(NAME) first, as
+// LoadConfig does with the environment.
+func ParseConfig(b []byte, lookup func(string) (string, bool)) (*Config, error) {
+	b, err := expandEnv(b, lookup)
+	if err != nil {
+		return nil, err
 	}
 	var c Config
 	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
-		return nil, fmt.Errorf("config %s: %s", path, yaml.FormatError(err, false, true))
+		// The formatted error quotes the lines around the mistake, after expansion: passwords
+		// there (written or expanded) are taken out.
+		msg := yaml.FormatError(err, false, true)
+		if multilineSecret(b) {
+			msg = yaml.FormatError(err, false, false) // its lines could not be told apart
+		}
+		return nil, errors.New(redactSecrets(msg, b))
 	}
 	return &c, nil
+}
+
+// secretKey finds the values of password keys in YAML text, in block (password: x) and flow
+// ({password: x}) style, quoted or not: the fallback when the text does not parse, and the way
+// the quoted lines of an error are found.
+var secretKey = regexp.MustCompile(`(?m)(^|[\s{,])password\s*:[ \t]*("(?:[^"\\\n]|\\.)*"|'(?:[^'\n]|'')*'|[^,}#\n]*)`)
+
+// minScrubbed is the shortest password value taken out of an error's text wherever it appears;
+// shorter ones are only taken out of the lines that quote a password key, so that a one-letter
+// password does not blank out every such letter of the message.
+const minScrubbed = 4
+
+// redactSecrets removes from msg every password value of the YAML text b (as parsed, and as the
+// regular expression finds them), and the rest of every line of msg that quotes a password key.
+func redactSecrets(msg string, b []byte) string {
+	var values []string
+	if f, err := parser.ParseBytes(b, 0); err == nil {
+		for _, doc := range f.Docs {
+			if doc != nil {
+				ast.Walk(passwordFinder{&values}, doc)
+			}
+		}
+	}
+	for _, m := range secretKey.FindAllSubmatch(b, -1) {
+		v := strings.TrimSpace(string(m[2]))
+		values = append(values, v)
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			values = append(values, v[1:len(v)-1])
+		}
+	}
+	// Longest first, so that a value containing another is taken out whole.
+	sort.Slice(values, func(i, j int) bool { return len(values[i]) > len(values[j]) })
+	for _, v := range values {
+		if len(v) >= minScrubbed {
+			msg = strings.ReplaceAll(msg, v, kafkasec.Secret(v).String())
+		}
+	}
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		if loc := secretKey.FindStringSubmatchIndex(l); loc != nil && loc[5] > loc[4] {
+			lines[i] = l[:loc[4]] + kafkasec.Secret("x").String()
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// multilineSecret reports whether a password value of b may continue past its key's line (a block
+// scalar, an anchor or alias, a quote left open, a value on the next line): the lines of an error
+// that quote such a value are not told apart by redactSecrets, so the error quotes no lines.
+func multilineSecret(b []byte) bool {
+	for _, m := range secretKey.FindAllSubmatch(b, -1) {
+		v := strings.TrimSpace(string(m[2]))
+		if v == "" || strings.ContainsAny(v[:1], "|>&*!") {
+			return true
+		}
+		if (v[0] == '"' || v[0] == '\'') && (len(v) < 2 || v[len(v)-1] != v[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// passwordFinder collects the values of every mapping key named password.
+type passwordFinder struct{ values *[]string }
+
+// Visit implements ast.Visitor.
+func (f passwordFinder) Visit(n ast.Node) ast.Visitor {
+	mv, ok := n.(*ast.MappingValueNode)
+	if !ok || mv.Key == nil || mv.Value == nil {
+		return f
+	}
+	if k := mv.Key.GetToken(); k == nil || k.Value != "password" {
+		return f
+	}
+	switch v := mv.Value.(type) {
+	case *ast.StringNode:
+		*f.values = append(*f.values, v.Value)
+	case *ast.LiteralNode:
+		if v.Value != nil {
+			*f.values = append(*f.values, v.Value.Value, strings.TrimRight(v.Value.Value, "\n"))
+		}
+	default:
+		if tk := v.GetToken(); tk != nil {
+			*f.values = append(*f.values, tk.Value)
+		}
+	}
+	return f
 }
 
 // ApplyEnv fills fields from ABACUS_* environment variables where they are set.
@@ -147,6 +286,41 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	}
 	if v := getenv("ABACUS_TOPIC_PREFIX"); v != "" {
 		c.Topics.Prefix = v
+	}
+	c.applyKafkaSecurityEnv(getenv)
+}
+
+// applyKafkaSecurityEnv reads the Kafka TLS and SASL settings from the environment, for
+// deployments that keep them out of the file (and for the demo, which has no file). A password
+// from the environment replaces a password_file of the file, and the reverse.
+func (c *Config) applyKafkaSecurityEnv(getenv func(string) string) {
+	t, a := &c.Kafka.TLS, &c.Kafka.SASL
+	if v := getenv("ABACUS_KAFKA_TLS"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			c.envErrs = append(c.envErrs, fmt.Errorf("ABACUS_KAFKA_TLS: %q is not true or false", v))
+		}
+		t.Enabled = on
+	}
+	for env, field := range map[string]*string{
+		"ABACUS_KAFKA_TLS_CA_FILE": &t.CAFile, "ABACUS_KAFKA_TLS_CERT_FILE": &t.CertFile,
+		"ABACUS_KAFKA_TLS_KEY_FILE": &t.KeyFile, "ABACUS_KAFKA_TLS_SERVER_NAME": &t.ServerName,
+	} {
+		if v := getenv(env); v != "" {
+			*field, t.Enabled = v, true
+		}
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_MECHANISM"); v != "" {
+		a.Mechanism = v
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_USERNAME"); v != "" {
+		a.Username = v
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_PASSWORD"); v != "" {
+		a.Password, a.PasswordFile = kafkasec.Secret(v), ""
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_PASSWORD_FILE"); v != "" {
+		a.PasswordFile, a.Password = v, ""
 	}
 }
 
@@ -208,7 +382,7 @@ func (c *Config) EnsureDefaults() {
 
 // Validate checks the configuration; each error names the field at fault, as the YAML spells it.
 func (c *Config) Validate(known []string) error {
-	var errs []error
+	errs := append([]error(nil), c.envErrs...)
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
@@ -225,6 +399,11 @@ func (c *Config) Validate(known []string) error {
 		if !strings.Contains(b, ":") {
 			bad(fmt.Sprintf("kafka.brokers[%d]", i), "%q is not host:port", b)
 		}
+	}
+	// Reads the CA, certificate, key and password files: a missing or wrong one is named here,
+	// before anything starts.
+	if err := c.Kafka.Security().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch {
 	case c.HBase.ZooKeeper == "" && c.HBase.Embedded == "":

@@ -11,7 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/live"
@@ -39,6 +41,9 @@ type deployment struct {
 	st    store.Store   // HBase or the embedded cell store; nil when the command needs neither
 	close func()        // closes st
 	kafka *kgo.Client   // admin use only; nil when the command needs no Kafka
+	// sec is the Kafka TLS and SASL of every client of the process, loaded once: the processor's
+	// sarama clients, the sinks', the live view's, the admin client and the demo's producer.
+	sec *kafkasec.Settings
 }
 
 func parseDurability(s string) (hbase.Durability, error) {
@@ -61,14 +66,42 @@ func parseDurability(s string) (hbase.Durability, error) {
 type needs struct {
 	kafka bool // an admin client of the brokers
 	store bool // HBase or the embedded cell store
+	// brokers says that the command's roles reach Kafka with clients of their own (the processor,
+	// the live view): the security settings are checked at start as for kafka.
+	brokers bool
+	// waitForBrokers makes brokers that cannot be reached at start a warning rather than an error,
+	// for long-running roles whose clients keep retrying. A refused login or certificate is an
+	// error either way.
+	waitForBrokers bool
 }
 
-// open connects to what the command needs: Kafka, and HBase or the embedded store.
+// open connects to what the command needs: Kafka, and HBase or the embedded store. When the
+// command reaches Kafka it first checks the TLS and SASL settings against the brokers, so that a
+// wrong password or an untrusted certificate fails here, within seconds, with an error naming the
+// setting, rather than as clients retrying in the background.
 func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger, n needs) (*deployment, error) {
 	d := &deployment{cfg: cfg, topo: topo, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sec, err := cfg.Kafka.Security().Load()
+	if err != nil {
+		return nil, err
+	}
+	d.sec = sec
+	if n.kafka || n.brokers {
+		cctx, cancel := context.WithTimeout(ctx, kafkasec.DefaultCheckTimeout)
+		err := sec.Check(cctx, cfg.Kafka.Brokers)
+		cancel()
+		switch {
+		case err == nil:
+			log.Debug("kafka reached", "brokers", cfg.Kafka.Brokers, "security", sec)
+		case n.waitForBrokers && kafkasec.IsUnreachable(err) && ctx.Err() == nil:
+			log.Warn("kafka brokers not reachable at start; the clients keep trying", "brokers", cfg.Kafka.Brokers, "err", err)
+		default:
+			return nil, fmt.Errorf("kafka (%s): %w", sec, err)
+		}
+	}
 	if n.kafka {
-		kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+		kc, err := kgo.NewClient(d.kgoOpts()...)
 		if err != nil {
 			return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
 		}
@@ -102,6 +135,24 @@ func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.L
 	}
 	d.st, d.close = hs, func() { hc.Close() }
 	return d, nil
+}
+
+// kgoOpts are the options of every franz-go client of the deployment: its brokers and security,
+// then extra.
+func (d *deployment) kgoOpts(extra ...kgo.Opt) []kgo.Opt {
+	return append(append(d.sec.KgoOpts(), kgo.SeedBrokers(d.cfg.Kafka.Brokers...)), extra...)
+}
+
+// saramaHook applies the deployment's security to every sarama config goka builds (the
+// processor's consumers, producer and topic manager; the live view's).
+func (d *deployment) saramaHook() func(*sarama.Config) {
+	return func(sc *sarama.Config) {
+		if err := d.sec.Sarama(sc); err != nil {
+			// Only a protocol version below 1.0 fails, and abacus speaks 2.8: sarama then refuses
+			// the half-set config with its own error.
+			d.log.Error("kafka security settings not applied to a sarama client", "err", err)
+		}
+	}
 }
 
 func (d *deployment) shutdown() {
@@ -162,6 +213,7 @@ func (d *deployment) processorConfig(clientOpts func(*processors.Config)) proces
 		Replication: d.cfg.Processor.Replication,
 		Registerer:  d.reg,
 		Logger:      d.log.With("part", "processor"),
+		Sarama:      d.saramaHook(),
 	}
 	if clientOpts != nil {
 		clientOpts(&pc)
@@ -185,6 +237,7 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 		Logger:          d.log.With("part", name),
 		Metrics:         sinks.NewMetrics(d.reg, name),
 		TTL:             time.Duration(t.TTL),
+		ClientOptions:   d.sec.KgoOpts(),
 	}
 	if d.cfg.Sinks.Offsets == "hbase" {
 		cfg.Offsets = sinks.NewHBaseOffsets(d.hb, d.cfg.Sinks.OffsetsTable)
@@ -348,7 +401,7 @@ func (l *lazyLive) OpenWindows(ctx context.Context, set, entity string) ([]query
 // followLive starts the live view as soon as the group table exists, and keeps it running.
 func (d *deployment) followLive(ctx context.Context, lazy *lazyLive) {
 	for ctx.Err() == nil {
-		v, err := live.New(d.topo, live.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group})
+		v, err := live.New(d.topo, live.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group, Sarama: d.saramaHook()})
 		if err == nil {
 			lazy.v.Store(v)
 			err = v.Run(ctx)

@@ -310,14 +310,17 @@ func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needs
 }
 
 // rolesNeed says what the roles connect to here: the sinks check their topics and tables, the
-// query server its table; the processor opens its own Kafka clients.
-func rolesNeed(roles []string) needs {
+// query server its table; the processor and the live view open their own Kafka clients, whose
+// security is checked at start all the same.
+func rolesNeed(roles []string, cfg *Config) needs {
 	sink := contains(roles, RoleAggregates) || contains(roles, RoleFacts)
-	return needs{kafka: sink, store: sink || contains(roles, RoleQuery)}
+	live := contains(roles, RoleQuery) && !cfg.Query.NoLive
+	return needs{kafka: sink, store: sink || contains(roles, RoleQuery),
+		brokers: contains(roles, RoleProcessor) || live, waitForBrokers: true}
 }
 
 func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
-	d, err := p.connect(ctx, c, stderr, func(*Config) needs { return rolesNeed(roles) })
+	d, err := p.connect(ctx, c, stderr, func(cfg *Config) needs { return rolesNeed(roles, cfg) })
 	if err != nil {
 		return err
 	}

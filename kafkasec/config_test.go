@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -366,6 +367,13 @@ func TestCheckNeverHangs(t *testing.T) {
 		if !strings.Contains(err.Error(), "not reachable") || strings.Contains(err.Error(), password) {
 			t.Fatalf("%v: %v", brokers, err)
 		}
+		if !kafkasec.IsUnreachable(err) {
+			t.Fatalf("%v: IsUnreachable false for %v", brokers, err)
+		}
+	}
+	// One refusal among unreachable brokers says something about the settings.
+	if kafkasec.IsUnreachable(errors.Join(errors.New("kafka.sasl.password: refused"))) {
+		t.Fatal("IsUnreachable true for a refusal")
 	}
 	if err := cfg.Check(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "no brokers") {
 		t.Fatalf("no brokers: %v", err)
