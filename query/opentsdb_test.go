@@ -687,7 +687,8 @@ func TestParseM(t *testing.T) {
 func TestWindowsSaysWhenTruncated(t *testing.T) {
 	st, table := stores(t)["cellstore"](t)
 	seed(t, st, table, 4)
-	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count"}}}, Reader: newReader(t, st, table)}}}
+	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count"}}}, Reader: newReader(t, st, table)}},
+		Now: func() time.Time { return time.UnixMilli(20 * minute) }} // the seeded windows are in 1970: from..now within max_range
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
 	type page struct {
