@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/kafkasec"
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
@@ -117,6 +118,60 @@ type QueryConfig struct {
 	// NoLive leaves out still-open windows. By default the query server follows the processor
 	// group's table (a goka view, kept in memory) to show their running totals.
 	NoLive bool `yaml:"no_live"`
+	// TLS serves HTTPS with a certificate and key (PEM files), read again when they change or on
+	// SIGHUP. Off when both are empty.
+	TLS QueryTLS `yaml:"tls"`
+	// Auth admits only clients with a bearer token or a user and password of its files; health
+	// checks (/healthz, /readyz) stay open. Off when both are empty.
+	Auth QueryAuth `yaml:"auth"`
+	// ReloadInterval is how often the TLS and auth files are checked for changes (default 10s).
+	ReloadInterval Duration `yaml:"reload_interval"`
+	// Limits bound every request; zero fields take query.Limits' defaults.
+	Limits QueryLimits `yaml:"limits"`
+}
+
+// QueryTLS names the query server's certificate and key files.
+type QueryTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// QueryAuth names the query server's credentials files (see query.AuthConfig for their format).
+type QueryAuth struct {
+	TokensFile string `yaml:"tokens_file"` // one bearer token per line
+	BasicFile  string `yaml:"basic_file"`  // one user:password per line
+}
+
+// QueryLimits bound what one client can make the query server do (query.Limits; 0: default).
+type QueryLimits struct {
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // default 10s; past it: 408
+	ReadTimeout       Duration `yaml:"read_timeout"`        // default 30s
+	WriteTimeout      Duration `yaml:"write_timeout"`       // default 2m
+	IdleTimeout       Duration `yaml:"idle_timeout"`        // default 2m
+	RequestTimeout    Duration `yaml:"request_timeout"`     // default 30s; past it: 503
+	MaxHeaderBytes    int      `yaml:"max_header_bytes"`    // default 65536; past it: 431
+	MaxBodyBytes      int64    `yaml:"max_body_bytes"`      // default 1048576; past it: 413
+	MaxEntities       int      `yaml:"max_entities"`        // default 100 per /api/v1/windows
+	MaxRange          Duration `yaml:"max_range"`           // default 8784h (366 days)
+	MaxWindows        int      `yaml:"max_windows"`         // default 100000 per answer
+	MaxEntityList     int      `yaml:"max_entity_list"`     // default 10000 per /api/v1/entities
+}
+
+// Limits converts the block, defaults filled.
+func (l QueryLimits) Limits() query.Limits {
+	out := query.Limits{
+		ReadHeaderTimeout: time.Duration(l.ReadHeaderTimeout), ReadTimeout: time.Duration(l.ReadTimeout),
+		WriteTimeout: time.Duration(l.WriteTimeout), IdleTimeout: time.Duration(l.IdleTimeout),
+		RequestTimeout: time.Duration(l.RequestTimeout), MaxHeaderBytes: l.MaxHeaderBytes, MaxBodyBytes: l.MaxBodyBytes,
+		MaxEntities: l.MaxEntities, MaxRange: time.Duration(l.MaxRange), MaxWindows: l.MaxWindows, MaxEntityList: l.MaxEntityList,
+	}
+	out.EnsureDefaults()
+	return out
+}
+
+// AuthConfig is the query.AuthConfig of the block.
+func (a QueryAuth) AuthConfig() query.AuthConfig {
+	return query.AuthConfig{TokensFile: a.TokensFile, BasicFile: a.BasicFile, Prefix: "query.auth"}
 }
 
 // Duration is a time.Duration written as "90s" or "1h30m" in YAML.
@@ -378,6 +433,9 @@ func (c *Config) EnsureDefaults() {
 	if c.Query.Listen == "" {
 		c.Query.Listen = "127.0.0.1:8080"
 	}
+	if c.Query.ReloadInterval == 0 {
+		c.Query.ReloadInterval = Duration(10 * time.Second)
+	}
 }
 
 // Validate checks the configuration; each error names the field at fault, as the YAML spells it.
@@ -456,7 +514,44 @@ func (c *Config) Validate(known []string) error {
 	if _, _, err := splitHostPort(c.Query.Listen); err != nil {
 		bad("query.listen", "%v", err)
 	}
+	errs = append(errs, c.Query.validate()...)
 	return errors.Join(errs...)
+}
+
+// validate checks the query server's TLS, auth and limits; it reads the TLS and auth files, so
+// that a missing or broken one is named before anything starts.
+func (q *QueryConfig) validate() []error {
+	var errs []error
+	if q.TLS.CertFile != "" || q.TLS.KeyFile != "" {
+		if _, err := query.NewCertReloader(q.TLS.CertFile, q.TLS.KeyFile, "query.tls"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ac := q.Auth.AuthConfig(); ac.Enabled() {
+		if _, err := query.NewAuthenticator(ac); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if q.ReloadInterval < 0 {
+		errs = append(errs, errors.New("query.reload_interval: must not be negative"))
+	}
+	l := q.Limits
+	for name, v := range map[string]int64{
+		"read_header_timeout": int64(l.ReadHeaderTimeout), "read_timeout": int64(l.ReadTimeout), "write_timeout": int64(l.WriteTimeout),
+		"idle_timeout": int64(l.IdleTimeout), "request_timeout": int64(l.RequestTimeout), "max_header_bytes": int64(l.MaxHeaderBytes),
+		"max_body_bytes": l.MaxBodyBytes, "max_entities": int64(l.MaxEntities), "max_range": int64(l.MaxRange),
+		"max_windows": int64(l.MaxWindows), "max_entity_list": int64(l.MaxEntityList),
+	} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("query.limits.%s: must not be negative (0 means the default)", name))
+		}
+	}
+	if lim := l.Limits(); lim.WriteTimeout <= lim.RequestTimeout {
+		errs = append(errs, fmt.Errorf("query.limits.write_timeout: %s is not longer than query.limits.request_timeout %s: answers would be cut off",
+			lim.WriteTimeout, lim.RequestTimeout))
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errs
 }
 
 func splitHostPort(s string) (string, int, error) {

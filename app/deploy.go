@@ -2,13 +2,15 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -285,6 +287,7 @@ func (d *deployment) queryServer(r *query.Reader) *query.Server {
 		Topologies: []query.Topology{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
 		Registry:   d.reg,
 		Logger:     d.log.With("part", "query"),
+		Limits:     d.cfg.Query.Limits.Limits(),
 		Ready: func(ctx context.Context) error {
 			return d.st.Scan(ctx, store.ScanSpec{Table: r.Table(), Limit: 1}, func([]byte, []store.Cell) bool { return false })
 		},
@@ -292,7 +295,8 @@ func (d *deployment) queryServer(r *query.Reader) *query.Server {
 }
 
 // serve runs the HTTP API (and dashboard) on the configured address until ctx ends; ready is
-// called with the URL once it listens.
+// called with the URL once it listens. TLS and authentication come from query.tls and
+// query.auth; their files are read again when they change and on SIGHUP.
 func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 	r, err := d.reader(ctx)
 	if err != nil {
@@ -303,27 +307,92 @@ func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 		r = r.WithLive(live)
 		go d.followLive(ctx, live)
 	}
+	qc := d.cfg.Query
 	srv := d.queryServer(r)
+	var reloadable []query.Reloadable
+	if qc.TLS.CertFile != "" || qc.TLS.KeyFile != "" {
+		if srv.TLS, err = query.NewCertReloader(qc.TLS.CertFile, qc.TLS.KeyFile, "query.tls"); err != nil {
+			return err
+		}
+		reloadable = append(reloadable, srv.TLS)
+	}
+	if ac := qc.Auth.AuthConfig(); ac.Enabled() {
+		if srv.Auth, err = query.NewAuthenticator(ac); err != nil {
+			return err
+		}
+		reloadable = append(reloadable, srv.Auth)
+	}
 	mux := srv.Handler()
 	mountDashboard(mux)
-	ln, err := net.Listen("tcp", d.cfg.Query.Listen)
+	h := srv.Secure(mux)
+	ln, err := net.Listen("tcp", qc.Listen)
 	if err != nil {
-		return fmt.Errorf("query.listen %s: %w", d.cfg.Query.Listen, err)
+		return fmt.Errorf("query.listen %s: %w", qc.Listen, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	warnExposed(d.log, qc.Listen, srv.Auth != nil, srv.TLS != nil)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hup := make(chan os.Signal, 1)
+	if len(reloadable) > 0 {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		for _, rl := range reloadable {
+			go query.Watch(ctx, rl, time.Duration(qc.ReloadInterval), d.log.With("part", "query"))
+		}
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+				}
+				for _, rl := range reloadable {
+					if err := rl.Reload(); err != nil {
+						d.log.Error("SIGHUP: files not reloaded; the ones loaded before stay in use", "files", rl.Files(), "err", err)
+					} else {
+						d.log.Info("SIGHUP: reloaded", "files", rl.Files())
+					}
+				}
+			}
+		}()
+	}
+	scheme := "http"
+	if srv.TLS != nil {
+		scheme = "https"
+	}
 	if ready != nil {
-		ready("http://" + ln.Addr().String() + "/")
+		ready(scheme + "://" + ln.Addr().String() + "/")
 	}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-	}()
-	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	return srv.Serve(ctx, ln, h)
+}
+
+// warnExposed logs at start when the query server listens beyond this machine without
+// authentication (anyone who reaches the port reads every aggregate), or with authentication but
+// without TLS (credentials cross the network in clear).
+func warnExposed(log *slog.Logger, listen string, auth, tls bool) {
+	host, _, _ := splitHostPort(listen)
+	if isLoopback(host) {
+		return
 	}
-	return nil
+	switch {
+	case !auth:
+		log.Warn("the query server listens beyond this machine without authentication: anyone who reaches it reads every aggregate; set query.auth (and query.tls), or listen on 127.0.0.1",
+			"listen", listen)
+	case !tls:
+		log.Warn("the query server takes credentials without TLS: tokens and passwords cross the network in clear; set query.tls",
+			"listen", listen)
+	}
+}
+
+// isLoopback reports whether a listen host only accepts connections from this machine.
+func isLoopback(host string) bool {
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Roles a process can run.

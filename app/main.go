@@ -79,6 +79,9 @@ Usage:
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
 ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX.
+Kafka TLS and SASL (kafka.tls, kafka.sasl in the file) also from ABACUS_KAFKA_TLS=true,
+ABACUS_KAFKA_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME, ABACUS_KAFKA_SASL_MECHANISM,
+_USERNAME, _PASSWORD or _PASSWORD_FILE (the demo against real brokers reads only these).
 `
 
 // Run runs one command line and returns the exit code: 0 on success, 1 on failure, 2 on a usage
