@@ -30,8 +30,12 @@ type syncBuffer struct {
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuffer) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // serveInProcess runs `abacus serve` with the config until the test ends and returns the URL it
 // prints and its log.
@@ -40,7 +44,9 @@ func serveInProcess(t *testing.T, config string) (string, *syncBuffer) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- program.Run(ctx, []string{"serve", "-config", config, "-log-level", "info"}, &stdout, &stderr) }()
+	go func() {
+		done <- program.Run(ctx, []string{"serve", "-config", config, "-log-level", "info"}, &stdout, &stderr)
+	}()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
