@@ -15,7 +15,9 @@ type limitEvent struct {
 // TestJSONCodecLimits: a value past a limit is refused before parsing, with an error naming the
 // limit; one at the limit is decoded.
 func TestJSONCodecLimits(t *testing.T) {
-	nested := func(n int) string { return `{"device":"d","extra":{"x":` + strings.Repeat("[", n-2) + strings.Repeat("]", n-2) + `}}` }
+	nested := func(n int) string {
+		return `{"device":"d","extra":{"x":` + strings.Repeat("[", n-2) + strings.Repeat("]", n-2) + `}}`
+	}
 	members := func(n int) string {
 		var b strings.Builder
 		b.WriteString(`{"device":"d","extra":{`)
