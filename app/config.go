@@ -226,7 +226,7 @@ func ParseConfig(b []byte, lookup func(string) (string, bool)) (*Config, error) 
 		return nil, err
 	}
 	var c Config
-	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
+	if err := unmarshalYAML(b, &c); err != nil {
 		// The formatted error quotes the lines around the mistake, after expansion: passwords
 		// there (written or expanded) are taken out.
 		msg := yaml.FormatError(err, false, true)
@@ -236,6 +236,19 @@ func ParseConfig(b []byte, lookup func(string) (string, bool)) (*Config, error) 
 		return nil, errors.New(redactSecrets(msg, b))
 	}
 	return &c, nil
+}
+
+// unmarshalYAML is yaml.UnmarshalWithOptions with unknown fields refused, and with a panic of
+// the decoder turned into an error: goccy/go-yaml v1.19.2 dereferences nil on a tag without a
+// value on a list field (`brokers: !`, goccy/go-yaml issue 735, fixed upstream after that
+// release), and a config mistake must never crash the command.
+func unmarshalYAML(b []byte, c *Config) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the YAML decoder failed on this file (%v): look for a tag (!...) or a construct it does not take", p)
+		}
+	}()
+	return yaml.UnmarshalWithOptions(b, c, yaml.DisallowUnknownField())
 }
 
 // secretKey finds the values of password keys in YAML text, in block (password: x) and flow
@@ -252,13 +265,16 @@ const minScrubbed = 4
 // regular expression finds them), and the rest of every line of msg that quotes a password key.
 func redactSecrets(msg string, b []byte) string {
 	var values []string
-	if f, err := parser.ParseBytes(b, 0); err == nil {
-		for _, doc := range f.Docs {
-			if doc != nil {
-				ast.Walk(passwordFinder{&values}, doc)
+	func() {
+		defer func() { _ = recover() }() // the regular expression below still finds them
+		if f, err := parser.ParseBytes(b, 0); err == nil {
+			for _, doc := range f.Docs {
+				if doc != nil {
+					ast.Walk(passwordFinder{&values}, doc)
+				}
 			}
 		}
-	}
+	}()
 	for _, m := range secretKey.FindAllSubmatch(b, -1) {
 		v := strings.TrimSpace(string(m[2]))
 		values = append(values, v)

@@ -32,7 +32,7 @@ var tsdbEntities = []string{"device-001", "device-002", "other-7"}
 // count = i+1 for device-001, 100+i for device-002 and 1000 for other-7; mean = count/10;
 // temp_q has quantiles 0.5 = count and 0.95 = 2*count. Every window is final but the last.
 // An hour set holds one window per entity, so that listings must skip rows of other sets.
-func seedTSDB(t *testing.T, st store.Writer, table string, buckets int) {
+func seedTSDB(t testing.TB, st store.Writer, table string, buckets int) {
 	t.Helper()
 	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
 	var cells []store.Cell
