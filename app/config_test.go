@@ -55,6 +55,7 @@ func TestExpandEnv(t *testing.T) {
 // environment; every command loads the same renamed topology, and a name the topology does not
 // declare is refused.
 func TestTopicNamesPerEnvironment(t *testing.T) {
+	clearServiceEnv(t)
 	p := Program{Topologies: []func() (*topology.Topology, error){devices.Topology}}
 	dir := t.TempDir()
 	write := func(body string) *common {
@@ -170,5 +171,13 @@ hbase: {embedded: cells}
 	c.Kafka.SASL.PasswordFile = ""
 	if err := c.Validate([]string{"devices"}); err == nil || !strings.Contains(err.Error(), "kafka.sasl.password: required for PLAIN") {
 		t.Fatalf("missing password: %v", err)
+	}
+}
+
+// clearServiceEnv unsets the variables that testenv/services.sh env exports (the real services'
+// addresses): ApplyEnv would apply them over configs that name an embedded store on purpose.
+func clearServiceEnv(t *testing.T) {
+	for _, k := range []string{"ABACUS_KAFKA_BROKERS", "ABACUS_HBASE_ZK", "ABACUS_LISTEN", "ABACUS_TOPOLOGY", "ABACUS_TOPIC_PREFIX"} {
+		t.Setenv(k, "")
 	}
 }

@@ -41,11 +41,17 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // prints and its log.
 func serveInProcess(t *testing.T, config string) (string, *syncBuffer) {
 	t.Helper()
+	// The configs name an embedded store and no live view: the real services' addresses that
+	// testenv/services.sh env exports must not apply over them.
+	for _, k := range []string{"ABACUS_KAFKA_BROKERS", "ABACUS_HBASE_ZK", "ABACUS_LISTEN"} {
+		t.Setenv(k, "")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- program.Run(ctx, []string{"serve", "-config", config, "-log-level", "info"}, &stdout, &stderr)
+		close(done) // a second receive (the cleanup after a failed start) gets 0 at once
 	}()
 	t.Cleanup(func() {
 		cancel()
