@@ -105,7 +105,7 @@ func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.L
 	if n.kafka {
 		// kadm answers from franz-go's metadata cache, which keeps "no such topic" for
 		// MetadataMinAge (5 s by default): waiting for a topic just created would take that long.
-		kc, err := kgo.NewClient(d.kgoOpts(kgo.MetadataMinAge(200*time.Millisecond))...)
+		kc, err := kgo.NewClient(d.kgoOpts(kgo.MetadataMinAge(200 * time.Millisecond))...)
 		if err != nil {
 			return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
 		}
