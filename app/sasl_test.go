@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/app"
+	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/totals"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -86,6 +89,28 @@ func TestCLISASL(t *testing.T) {
 					recs = append(recs, &kgo.Record{Topic: ts.Getenv("SOURCE"), Key: []byte(dev), Value: []byte(v)})
 				}
 				ts.Check(cl.ProduceSync(ctx, recs...).FirstErr())
+			},
+			// count-cells TABLE MIN fails unless the HBase table holds at least MIN cells: what a
+			// sink wrote there, read back independently of abacus's readers.
+			"count-cells": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: count-cells TABLE MIN")
+				}
+				want, err := strconv.Atoi(args[1])
+				ts.Check(err)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				hc, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: ts.Getenv("ABACUS_HBASE_ZK")})
+				ts.Check(err)
+				defer hc.Close()
+				st, err := hbasestore.New(hc, hbasestore.Config{})
+				ts.Check(err)
+				n := 0
+				ts.Check(st.Scan(ctx, store.ScanSpec{Table: args[0]}, func(_ []byte, cells []store.Cell) bool { n += len(cells); return true }))
+				if n < want {
+					ts.Fatalf("table %s holds %d cells, want at least %d", args[0], n, want)
+				}
+				ts.Logf("table %s: %d cells", args[0], n)
 			},
 			// read-finals CONFIG TOPIC MIN reads TOPIC (a totals topic) from the start through the
 			// config's Kafka settings and fails unless it holds at least MIN final totals.

@@ -49,6 +49,7 @@ type Limits struct {
 // Names of the limits in messages, as the config spells them.
 const (
 	limitReadHeaderTimeout = "query.limits.read_header_timeout"
+	limitIdleTimeout       = "query.limits.idle_timeout"
 	limitRequestTimeout    = "query.limits.request_timeout"
 	limitMaxBodyBytes      = "query.limits.max_body_bytes"
 	limitMaxEntities       = "query.limits.max_entities"
@@ -116,7 +117,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		// then sees no *tls.Conn: it speaks HTTP/1.1 only (no h2 is offered) and r.TLS is nil.
 		ln = tlsListener(ln, s.TLS)
 	}
-	inner := &limitListener{Listener: ln, timeout: s.Limits.ReadHeaderTimeout}
+	inner := &limitListener{Listener: ln, timeout: s.Limits.ReadHeaderTimeout, idle: s.Limits.IdleTimeout}
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: s.Limits.ReadHeaderTimeout,
@@ -156,7 +157,7 @@ type connKey struct{}
 // limitListener hands out limitConns.
 type limitListener struct {
 	net.Listener
-	timeout time.Duration
+	timeout, idle time.Duration
 }
 
 // Accept implements net.Listener.
@@ -165,7 +166,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &limitConn{Conn: c, timeout: l.timeout}, nil
+	return &limitConn{Conn: c, timeout: l.timeout, idle: l.idle}, nil
 }
 
 // limitConn answers 408 when a read times out while no request is being handled, that is while
@@ -175,8 +176,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // word.
 type limitConn struct {
 	net.Conn
-	timeout time.Duration
-	busy    atomic.Int32 // requests being handled (0 or 1: HTTP/1.1 handles one at a time)
+	timeout time.Duration // ReadHeaderTimeout
+	idle    time.Duration // IdleTimeout
+	busy    atomic.Int32  // requests being handled (0 or 1: HTTP/1.1 handles one at a time)
 	// aborted says that the last read deadline was set in the past: net/http does that to stop
 	// its background read when a response is done, and that timeout is no client's fault.
 	aborted atomic.Bool
@@ -201,7 +203,8 @@ func (c *limitConn) Read(p []byte) (int, error) {
 	var ne net.Error
 	if err != nil && errors.As(err, &ne) && ne.Timeout() && c.busy.Load() == 0 && !c.aborted.Load() {
 		c.once.Do(func() {
-			msg := fmt.Sprintf(`{"error":"no complete request within %s (%s)"}`, c.timeout, limitReadHeaderTimeout)
+			msg := fmt.Sprintf(`{"error":"no complete request in time (%s %s; between requests, %s %s)"}`,
+				limitReadHeaderTimeout, c.timeout, limitIdleTimeout, c.idle)
 			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = fmt.Fprintf(c.Conn, "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n",
 				len(msg)+1, msg)

@@ -345,7 +345,7 @@ func (s slowSource) Scan(ctx context.Context, spec store.ScanSpec, fn func([]byt
 // TestRequestLimits: each limit of one request is answered with a 4xx (503 for the time limit)
 // whose message names the limit as the config spells it.
 func TestRequestLimits(t *testing.T) {
-	srv := &Server{Limits: Limits{ReadHeaderTimeout: 300 * time.Millisecond, MaxHeaderBytes: 4 << 10, MaxBodyBytes: 1 << 10,
+	srv := &Server{Limits: Limits{ReadHeaderTimeout: 300 * time.Millisecond, IdleTimeout: 400 * time.Millisecond, MaxHeaderBytes: 4 << 10, MaxBodyBytes: 1 << 10,
 		MaxEntities: 2, MaxRange: 48 * time.Hour, MaxWindows: 15, MaxEntityList: 50}}
 	base := secureServer(t, srv)
 	for _, tc := range []struct {
@@ -417,11 +417,41 @@ func TestRequestLimits(t *testing.T) {
 		t.Fatalf("slow headers: %v", err)
 	}
 	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 408 || !strings.Contains(string(body), "no complete request within 300ms (query.limits.read_header_timeout)") {
+	if resp.StatusCode != 408 || !strings.Contains(string(body), "no complete request in time (query.limits.read_header_timeout 300ms; between requests, query.limits.idle_timeout 400ms)") {
 		t.Fatalf("slow headers: %d %s", resp.StatusCode, body)
 	}
 	if took := time.Since(start); took > 3*time.Second {
 		t.Fatalf("408 after %v", took)
+	}
+
+	// A kept-alive connection left idle past idle_timeout: its answer is followed by a 408, then
+	// the connection is closed.
+	idle, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	fmt.Fprint(idle, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	idle.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(idle)
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("keep-alive request: %v %v", resp, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	start = time.Now()
+	if resp, err = http.ReadResponse(br, nil); err != nil || resp.StatusCode != 408 {
+		t.Fatalf("idle connection: %v %v", resp, err)
+	}
+	if took := time.Since(start); took < 300*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("idle connection answered 408 after %v, idle_timeout is 400ms", took)
+	}
+	if b, _ := io.ReadAll(resp.Body); !strings.Contains(string(b), "query.limits.idle_timeout 400ms") {
+		t.Fatalf("idle 408 does not name the limit: %s", b)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Fatalf("idle connection not closed after its 408: %v", err)
 	}
 
 	// A kept-alive connection serves request after request without a stray 408 among them.
