@@ -34,11 +34,10 @@ type Config struct {
 	// TickInterval is how often every partition is sent a tick (default IdleTimeout/4). It must
 	// be shorter than IdleTimeout, or idle partitions would wait for a tick past their timeout.
 	TickInterval time.Duration
-	// FinalRetention is how long (wall clock) a closed window stays in the table after its final
-	// total was emitted (default 1 minute). goka writes the local table at once but Kafka
-	// acknowledges emitted totals later; if the process dies in between, the rebuilt partition
-	// must find the window to emit its final total again. It must exceed the producer's
-	// worst-case time to acknowledge or fail a message.
+	// FinalRetention is how long (wall clock) a closed window whose final total Kafka
+	// acknowledged waits for its entity's next write to drop it, before a close message is sent
+	// to drop it (default 1 minute). A window is never dropped before its final is acknowledged,
+	// so this only trades loop messages (one per quiet entity) against state held.
 	FinalRetention time.Duration
 	// LoopRetention is the retention of the loop topic, which carries re-keyed events and close
 	// messages: it must exceed any outage (default 7 days).

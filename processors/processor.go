@@ -6,14 +6,12 @@
 // It must never write anywhere but Kafka (the sinks turn totals into HBase cells on their own
 // consumers) and never start from local tables a crashed run may have left ahead of the changelog.
 //
-// goka commits a message's offset as soon as that message's own writes are acknowledged, so on a
-// cluster of several brokers a later message can commit past an earlier one whose writes are
-// still in flight. The changelog of a partition is one Kafka partition, written in order, so state
-// stays a prefix; final totals survive because closed windows stay FinalRetention and a rebuilt
-// partition emits them again. Two things can be lost there and are only proven exact on one
-// broker (where one connection carries every write in order): non-final totals (early or
-// every-update firings, which the final supersedes), and events re-keyed through the loop topic
-// (Source.Repartition).
+// goka commits a record's offset once the messages its callback sent are acknowledged. On a
+// cluster of several brokers those are acknowledged in any order, so a later record could commit
+// while an earlier one's messages were in flight; the processor's own producer settles goka's
+// promises in the order messages were sent, so a commit implies that everything sent before it is
+// in Kafka, and it tells the engine how far Kafka has acknowledged (see the engine's package
+// comment for what depends on it).
 package processors
 
 import (
@@ -24,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -43,6 +42,8 @@ type Processor struct {
 	table string
 	eng   *engine.Engine
 	log   *slog.Logger
+	// durability follows the producer goka builds at Run, for the engine.
+	durability *durability
 }
 
 // New checks the configuration and prepares a processor; Run starts it.
@@ -56,19 +57,21 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 	}
 	p := plan.Of(topo)
 	log := cfg.Logger.With("topology", p.Name, "group", cfg.Group)
+	d := &durability{}
 	eng, err := engine.New(p, engine.Config{IdleTimeout: cfg.IdleTimeout, FinalRetention: cfg.FinalRetention,
-		Registerer: cfg.Registerer, Logger: log, Now: cfg.Now})
+		Registerer: cfg.Registerer, Logger: log, Now: cfg.Now, Durability: d})
 	if err != nil {
 		return nil, fmt.Errorf("processors.New: %w", err)
 	}
 	return &Processor{
-		topo:  topo,
-		plan:  p,
-		cfg:   cfg,
-		group: goka.Group(cfg.Group),
-		table: string(goka.GroupTable(goka.Group(cfg.Group))),
-		eng:   eng,
-		log:   log,
+		topo:       topo,
+		plan:       p,
+		cfg:        cfg,
+		group:      goka.Group(cfg.Group),
+		table:      string(goka.GroupTable(goka.Group(cfg.Group))),
+		eng:        eng,
+		log:        log,
+		durability: d,
 	}, nil
 }
 
@@ -77,6 +80,12 @@ func (p *Processor) LoopTopic() string { return p.cfg.Group + "-loop" }
 
 // Run creates the output topics, then runs the processor group until ctx is done or it fails.
 func (p *Processor) Run(ctx context.Context) error {
+	// The lock comes first: a second process on the folder is refused before it touches Kafka.
+	unlock, err := p.lockStorage()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	npar, err := p.ensureTopics()
 	if err != nil {
 		return err
@@ -87,7 +96,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	tmb := p.topicManagerBuilder()
 	opts := []goka.ProcessorOption{
 		goka.WithTopicManagerBuilder(tmb),
-		goka.WithProducerBuilder(p.producerBuilder()),
+		goka.WithProducerBuilder(p.producerBuilder(true)),
 		goka.WithConsumerGroupBuilder(p.consumerGroupBuilder()),
 		goka.WithConsumerSaramaBuilder(p.consumerBuilder()),
 		goka.WithStorageBuilder(p.storageBuilder()),
@@ -101,7 +110,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 
 	emitter, err := goka.NewEmitter(p.cfg.Brokers, goka.Stream(p.LoopTopic()), new(codec.Bytes),
-		goka.WithEmitterProducerBuilder(p.producerBuilder()),
+		goka.WithEmitterProducerBuilder(p.producerBuilder(false)),
 		goka.WithEmitterTopicManagerBuilder(tmb),
 		goka.WithEmitterLogger(gokaLogger{p.log}))
 	if err != nil {
@@ -145,6 +154,29 @@ func (p *Processor) tick(ctx context.Context, em *goka.Emitter, keys []string) {
 			}
 		}
 	}
+}
+
+// lockStorage takes an exclusive lock on the storage folder for the run: two processes on one
+// folder would corrupt each other's tables, and a second one would take the first's for a crashed
+// run's and delete them. The lock file stays; the lock goes with the process.
+func (p *Processor) lockStorage() (func(), error) {
+	if err := os.MkdirAll(p.cfg.StoragePath, 0o755); err != nil {
+		return nil, fmt.Errorf("processor %s: storage folder: %w", p.group, err)
+	}
+	path := filepath.Join(filepath.Dir(filepath.Clean(p.cfg.StoragePath)), "."+filepath.Base(p.cfg.StoragePath)+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("processor %s: lock file: %w", p.group, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("processor %s: storage folder %s is in use by another process (%s is locked): give each processor its own storage_path",
+			p.group, p.cfg.StoragePath, path)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 func (p *Processor) cleanMarker() string {

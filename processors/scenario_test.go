@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +13,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/abacus-stream/abacus/abacustest"
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
 )
 
 const scenarioPartitions = 4
@@ -189,4 +195,120 @@ func rekey(ins []input) {
 // TestScenarioRealKafka runs the oracle scenario against the real Kafka broker of testenv.
 func TestScenarioRealKafka(t *testing.T) {
 	runScenario(t, testenv.Kafka(t), false)
+}
+
+// TestDriverMatchesBroker (issue 13): the in-memory driver gives the same totals as a processor
+// group on the real broker, for the same records: every final total and every every-update total
+// alike, the same late and dead-lettered records.
+func TestDriverMatchesBroker(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	name := uniqueName("match")
+	input := name + "-in"
+	createTopic(ctx, t, brokers, input, scenarioPartitions)
+	topo := scenarioTopology(t, name, input, false)
+	ins := genInputs(7, 1500, 20, baseTime)
+	produce(ctx, t, brokers, input, ins)
+	o := newOracle(scenarioPartitions)
+	for _, in := range ins {
+		o.feed(in)
+	}
+	o.idle()
+
+	reg := prometheus.NewRegistry()
+	stop := runProcessor(t, topo, processors.Config{Brokers: brokers, StoragePath: t.TempDir(), IdleTimeout: 3 * time.Second,
+		TickInterval: 200 * time.Millisecond, Registerer: reg, Logger: testLogger(t)})
+	readTotals(ctx, t, brokers, topo.TotalsTopic(), o.hasAllFinals)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	broker := outputsOf(ctx, t, brokers, topo)
+
+	d := abacustest.New(t, topo, abacustest.Options{Partitions: scenarioPartitions, IdleTimeout: 3 * time.Second, Start: time.Now()})
+	for _, in := range ins {
+		d.Send(input, in.key, in.value, abacustest.At(time.Now()))
+	}
+	d.Advance(time.Minute)
+	driver := map[string][]string{}
+	for _, tot := range d.Totals() {
+		driver["totals"] = append(driver["totals"], tot.String())
+	}
+	for _, r := range d.Late() {
+		driver["late"] = append(driver["late"], r.Source.String()+" "+r.Set)
+	}
+	for _, r := range d.DeadLetters() {
+		driver["dead"] = append(driver["dead"], r.Source.String()+" "+string(r.Reason))
+	}
+	for _, kind := range []string{"totals", "late", "dead"} {
+		a, b := broker[kind], driver[kind]
+		slices.Sort(a)
+		slices.Sort(b)
+		if !slices.Equal(a, b) {
+			t.Errorf("%s: the broker gave %d, the driver %d; first differences:\n%s", kind, len(a), len(b), firstDiff(a, b))
+		}
+	}
+}
+
+// outputsOf reads a topology's totals, late and dead-letter topics as the driver shows them.
+func outputsOf(ctx context.Context, t *testing.T, brokers []string, topo *topology.Topology) map[string][]string {
+	out := map[string][]string{}
+	end := endOffsets(ctx, t, brokers, topo.TotalsTopic())
+	l := readTotals(ctx, t, brokers, topo.TotalsTopic(), func(l *totalsLog) bool { return int64(l.count) >= end })
+	for _, r := range l.ordered {
+		tot := abacustest.Total{Set: r.Set, Entity: r.Entity, Start: time.UnixMilli(r.Start), End: time.UnixMilli(r.End),
+			Final: r.Final, Revision: r.Revision, Values: map[string]totals.Value{}}
+		for _, v := range r.Values {
+			tot.Values[v.Name] = v
+		}
+		out["totals"] = append(out["totals"], tot.String())
+	}
+	for kind, topic := range map[string]string{"late": topo.LateTopic(), "dead": topo.DeadLetterTopic()} {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := endOffsets(ctx, t, brokers, topic)
+		for n := int64(0); n < want; {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatal(ctx.Err())
+			}
+			fs.EachRecord(func(rec *kgo.Record) {
+				n++
+				var hs []deadletter.Header
+				for _, h := range rec.Headers {
+					hs = append(hs, deadletter.Header{Key: h.Key, Value: h.Value})
+				}
+				r, err := deadletter.Parse(rec.Value, hs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if kind == "late" {
+					out[kind] = append(out[kind], r.Source.String()+" "+r.Set)
+				} else {
+					out[kind] = append(out[kind], r.Source.String()+" "+string(r.Reason))
+				}
+			})
+		}
+		cl.Close()
+	}
+	return out
+}
+
+func firstDiff(a, b []string) string {
+	var out []string
+	for i := 0; i < max(len(a), len(b)) && len(out) < 6; i++ {
+		var x, y string
+		if i < len(a) {
+			x = a[i]
+		}
+		if i < len(b) {
+			y = b[i]
+		}
+		if x != y {
+			out = append(out, fmt.Sprintf("  broker %s\n  driver %s", x, y))
+		}
+	}
+	return strings.Join(out, "\n")
 }

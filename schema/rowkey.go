@@ -12,7 +12,7 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/spaolacci/murmur3"
+	"github.com/twmb/murmur3"
 )
 
 // Row keys spread entities over N salt buckets (one leading byte), so that writes for many entities

@@ -1,0 +1,90 @@
+package devices_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/abacustest"
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/examples/devices"
+)
+
+// A test of the devices topology that runs in memory: no Kafka, no HBase, no sleeping. Copy it
+// to test a topology of your own.
+
+var t0 = time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+
+func reading(dev string, at time.Duration, temp float64, kind string) devices.Reading {
+	return devices.Reading{Device: dev, Sensor: "s1", Time: t0.Add(at).UnixMilli(), Temp: temp, Humidity: 40, Kind: kind}
+}
+
+func newDriver(t *testing.T) *abacustest.Driver {
+	topo, err := devices.Topology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The wall clock starts with the stream: the processor judges idleness and early firings by it.
+	return abacustest.New(t, topo, abacustest.Options{Start: t0})
+}
+
+func TestMinuteWindow(t *testing.T) {
+	d := newDriver(t)
+	d.Pipe(devices.Topic, "dev-1", reading("dev-1", 5*time.Second, 20, "reading"))
+	d.Pipe(devices.Topic, "dev-1", reading("dev-1", 30*time.Second, 24, "reading"))
+	d.Pipe(devices.Topic, "dev-1", reading("dev-1", 75*time.Second, 21, "reading")) // the next minute
+	d.Advance(3 * time.Minute)                                                      // the device goes quiet: after the idle timeout stream time follows the clock
+
+	d.Final("minute", "dev-1", t0).Expect(t, map[string]float64{"count": 2, "mean_temp": 22, "max_temp": 24})
+	d.Final("minute", "dev-1", t0.Add(time.Minute)).Expect(t, map[string]float64{"count": 1})
+}
+
+func TestEarlyFiringsThenOneFinal(t *testing.T) {
+	d := newDriver(t)
+	for i := range 12 { // one reading a second
+		d.Pipe(devices.Topic, "dev-2", reading("dev-2", time.Duration(i)*time.Second, float64(i), "reading"))
+		d.Advance(time.Second)
+	}
+	var early int
+	for _, tot := range d.Totals() {
+		if tot.Set == "minute" && tot.Entity == "dev-2" && !tot.Final {
+			early++
+		}
+	}
+	if early < 2 {
+		t.Fatalf("%d early firings in 12 s at one every 5 s", early)
+	}
+	d.Advance(2 * time.Minute)
+	if got := len(d.FinalsOf("minute", "dev-2")); got != 1 {
+		t.Fatalf("%d finals for one window", got)
+	}
+	d.Final("minute", "dev-2", t0).Expect(t, map[string]float64{"count": 12, "max_temp": 11})
+}
+
+func TestLateAndBadReadings(t *testing.T) {
+	d := newDriver(t)
+	d.Pipe(devices.Topic, "dev-3", reading("dev-3", 2*time.Minute, 20, "reading"))
+	d.Pipe(devices.Topic, "dev-3", reading("dev-3", 5*time.Second, 99, "reading")) // past the 10 s grace of its minute
+	d.Send(devices.Topic, "dev-3", []byte(`{"device":`))                           // undecodable
+	d.Advance(5 * time.Minute)
+
+	if got := d.Final("minute", "dev-3", t0.Add(2*time.Minute)).Float("max_temp"); got != 20 {
+		t.Fatalf("max %v: the late reading must not count", got)
+	}
+	dls := d.DeadLetters()
+	if len(dls) != 1 || dls[0].Reason != deadletter.Undecodable {
+		t.Fatalf("dead letters %+v", dls)
+	}
+}
+
+func TestRestartLosingLocalState(t *testing.T) {
+	d := newDriver(t)
+	d.Pipe(devices.Topic, "dev-4", reading("dev-4", time.Second, 20, "reading"))
+	d.Restart(true)                  // local tables lost: state comes back from the changelog
+	d.Redeliver(devices.Topic, 0, 0) // records replayed: they do not count twice
+	d.Redeliver(devices.Topic, 1, 0)
+	d.Redeliver(devices.Topic, 2, 0)
+	d.Redeliver(devices.Topic, 3, 0)
+	d.Pipe(devices.Topic, "dev-4", reading("dev-4", 2*time.Second, 30, "reading"))
+	d.Advance(2 * time.Minute)
+	d.Final("minute", "dev-4", t0).Expect(t, map[string]float64{"count": 2, "max_temp": 30})
+}
