@@ -4,14 +4,21 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/kafkasec"
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
 )
 
 // Config is a deployment of one topology: where Kafka and HBase are, and how its processor group,
@@ -27,6 +34,9 @@ type Config struct {
 	Processor ProcessorConfig `yaml:"processor"`
 	Sinks     SinksConfig     `yaml:"sinks"`
 	Query     QueryConfig     `yaml:"query"`
+
+	// envErrs are the environment variables ApplyEnv could not read; Validate reports them.
+	envErrs []error
 }
 
 // TopicsConfig names the topology's topics in this environment, so that one compiled topology runs
@@ -40,9 +50,23 @@ type TopicsConfig struct {
 	Names map[string]string `yaml:"names"`
 }
 
-// KafkaConfig says where the brokers are.
+// KafkaConfig says where the brokers are and how every Kafka client of every role reaches them:
+// the processor's sarama clients (under goka), both sinks, the query server's live view, and the
+// admin, offsets and demo clients all take their TLS and SASL from here, through one
+// kafkasec.Settings per process.
 type KafkaConfig struct {
 	Brokers []string `yaml:"brokers"` // env ABACUS_KAFKA_BROKERS (comma separated)
+	// TLS: enabled, ca_file, cert_file, key_file, server_name (env ABACUS_KAFKA_TLS,
+	// ABACUS_KAFKA_TLS_CA_FILE, ...; see ApplyEnv).
+	TLS kafkasec.TLS `yaml:"tls"`
+	// SASL: mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), username, and password (best as
+	// ${VAR}) or password_file. The password is a kafkasec.Secret: it never prints.
+	SASL kafkasec.SASL `yaml:"sasl"`
+}
+
+// Security is the kafkasec configuration of the block, with errors naming fields under kafka.
+func (k KafkaConfig) Security() kafkasec.Config {
+	return kafkasec.Config{TLS: k.TLS, SASL: k.SASL, Prefix: "kafka"}
 }
 
 // HBaseConfig says where HBase is: a ZooKeeper quorum, or an embedded cell store folder for
@@ -116,6 +140,60 @@ type QueryConfig struct {
 	// NoLive leaves out still-open windows. By default the query server follows the processor
 	// group's table (a goka view, kept in memory) to show their running totals.
 	NoLive bool `yaml:"no_live"`
+	// TLS serves HTTPS with a certificate and key (PEM files), read again when they change or on
+	// SIGHUP. Off when both are empty.
+	TLS QueryTLS `yaml:"tls"`
+	// Auth admits only clients with a bearer token or a user and password of its files; health
+	// checks (/healthz, /readyz) stay open. Off when both are empty.
+	Auth QueryAuth `yaml:"auth"`
+	// ReloadInterval is how often the TLS and auth files are checked for changes (default 10s).
+	ReloadInterval Duration `yaml:"reload_interval"`
+	// Limits bound every request; zero fields take query.Limits' defaults.
+	Limits QueryLimits `yaml:"limits"`
+}
+
+// QueryTLS names the query server's certificate and key files.
+type QueryTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+}
+
+// QueryAuth names the query server's credentials files (see query.AuthConfig for their format).
+type QueryAuth struct {
+	TokensFile string `yaml:"tokens_file"` // one bearer token per line
+	BasicFile  string `yaml:"basic_file"`  // one user:password per line
+}
+
+// QueryLimits bound what one client can make the query server do (query.Limits; 0: default).
+type QueryLimits struct {
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // default 10s; past it: 408
+	ReadTimeout       Duration `yaml:"read_timeout"`        // default 30s
+	WriteTimeout      Duration `yaml:"write_timeout"`       // default 2m
+	IdleTimeout       Duration `yaml:"idle_timeout"`        // default 2m
+	RequestTimeout    Duration `yaml:"request_timeout"`     // default 30s; past it: 503
+	MaxHeaderBytes    int      `yaml:"max_header_bytes"`    // default 65536; past it: 431
+	MaxBodyBytes      int64    `yaml:"max_body_bytes"`      // default 1048576; past it: 413
+	MaxEntities       int      `yaml:"max_entities"`        // default 100 per /api/v1/windows
+	MaxRange          Duration `yaml:"max_range"`           // default 8784h (366 days)
+	MaxWindows        int      `yaml:"max_windows"`         // default 100000 per answer
+	MaxEntityList     int      `yaml:"max_entity_list"`     // default 10000 per /api/v1/entities
+}
+
+// Limits converts the block, defaults filled.
+func (l QueryLimits) Limits() query.Limits {
+	out := query.Limits{
+		ReadHeaderTimeout: time.Duration(l.ReadHeaderTimeout), ReadTimeout: time.Duration(l.ReadTimeout),
+		WriteTimeout: time.Duration(l.WriteTimeout), IdleTimeout: time.Duration(l.IdleTimeout),
+		RequestTimeout: time.Duration(l.RequestTimeout), MaxHeaderBytes: l.MaxHeaderBytes, MaxBodyBytes: l.MaxBodyBytes,
+		MaxEntities: l.MaxEntities, MaxRange: time.Duration(l.MaxRange), MaxWindows: l.MaxWindows, MaxEntityList: l.MaxEntityList,
+	}
+	out.EnsureDefaults()
+	return out
+}
+
+// AuthConfig is the query.AuthConfig of the block.
+func (a QueryAuth) AuthConfig() query.AuthConfig {
+	return query.AuthConfig{TokensFile: a.TokensFile, BasicFile: a.BasicFile, Prefix: "query.auth"}
 }
 
 // Duration is a time.Duration written as "90s" or "1h30m" in YAML.
@@ -135,22 +213,154 @@ func (d *Duration) UnmarshalYAML(b []byte) error {
 	return nil
 }
 
+// MaxConfigBytes bounds a config file: a path naming a device or a log by mistake fails at once.
+const MaxConfigBytes = 1 << 20
+
 // LoadConfig reads a YAML file; unknown fields are errors, so a typo never goes unnoticed.
 // ${NAME} is replaced by the environment variable NAME (an unset one is an error), so one file
-// can serve several environments; a $ not followed by { is left alone.
+// can serve several environments; a $ not followed by { is left alone. An error never shows a
+// password, neither one written in the file nor one expanded from ${NAME}.
 func LoadConfig(path string) (*Config, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if b, err = expandEnv(b, os.LookupEnv); err != nil {
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, MaxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(b) > MaxConfigBytes {
+		return nil, fmt.Errorf("config %s: over %d bytes (app.MaxConfigBytes)", path, MaxConfigBytes)
+	}
+	c, err := ParseConfig(b, os.LookupEnv)
+	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	return c, nil
+}
+
+// ParseConfig reads a config from YAML text, replacing ${NAME} with lookup(NAME) first, as
+// LoadConfig does with the environment.
+func ParseConfig(b []byte, lookup func(string) (string, bool)) (*Config, error) {
+	b, err := expandEnv(b, lookup)
+	if err != nil {
+		return nil, err
+	}
 	var c Config
-	if err := yaml.UnmarshalWithOptions(b, &c, yaml.DisallowUnknownField()); err != nil {
-		return nil, fmt.Errorf("config %s: %s", path, yaml.FormatError(err, false, true))
+	if err := unmarshalYAML(b, &c); err != nil {
+		// The formatted error quotes the lines around the mistake, after expansion: passwords
+		// there (written or expanded) are taken out.
+		msg := yaml.FormatError(err, false, true)
+		if multilineSecret(b) {
+			msg = yaml.FormatError(err, false, false) // its lines could not be told apart
+		}
+		return nil, errors.New(redactSecrets(msg, b))
 	}
 	return &c, nil
+}
+
+// unmarshalYAML is yaml.UnmarshalWithOptions with unknown fields refused, and with a panic of
+// the decoder turned into an error: goccy/go-yaml v1.19.2 dereferences nil on a tag without a
+// value on a list field (`brokers: !`, goccy/go-yaml issue 735, fixed upstream after that
+// release), and a config mistake must never crash the command.
+func unmarshalYAML(b []byte, c *Config) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("the YAML decoder failed on this file (%v): look for a tag (!...) or a construct it does not take", p)
+		}
+	}()
+	return yaml.UnmarshalWithOptions(b, c, yaml.DisallowUnknownField())
+}
+
+// secretKey finds the values of password keys in YAML text, in block (password: x) and flow
+// ({password: x}) style, quoted or not: the fallback when the text does not parse, and the way
+// the quoted lines of an error are found.
+var secretKey = regexp.MustCompile(`(?m)(^|[\s{,])password\s*:[ \t]*("(?:[^"\\\n]|\\.)*"|'(?:[^'\n]|'')*'|[^,}#\n]*)`)
+
+// minScrubbed is the shortest password value taken out of an error's text wherever it appears;
+// shorter ones are only taken out of the lines that quote a password key, so that a one-letter
+// password does not blank out every such letter of the message.
+const minScrubbed = 4
+
+// redactSecrets removes from msg every password value of the YAML text b (as parsed, and as the
+// regular expression finds them), and the rest of every line of msg that quotes a password key.
+func redactSecrets(msg string, b []byte) string {
+	var values []string
+	func() {
+		defer func() { _ = recover() }() // the regular expression below still finds them
+		if f, err := parser.ParseBytes(b, 0); err == nil {
+			for _, doc := range f.Docs {
+				if doc != nil {
+					ast.Walk(passwordFinder{&values}, doc)
+				}
+			}
+		}
+	}()
+	for _, m := range secretKey.FindAllSubmatch(b, -1) {
+		v := strings.TrimSpace(string(m[2]))
+		values = append(values, v)
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			values = append(values, v[1:len(v)-1])
+		}
+	}
+	// Longest first, so that a value containing another is taken out whole.
+	sort.Slice(values, func(i, j int) bool { return len(values[i]) > len(values[j]) })
+	for _, v := range values {
+		if len(v) >= minScrubbed {
+			msg = strings.ReplaceAll(msg, v, kafkasec.Secret(v).String())
+		}
+	}
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		if loc := secretKey.FindStringSubmatchIndex(l); loc != nil && loc[5] > loc[4] {
+			lines[i] = l[:loc[4]] + kafkasec.Secret("x").String()
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// multilineSecret reports whether a password value of b may continue past its key's line (a block
+// scalar, an anchor or alias, a quote left open, a value on the next line): the lines of an error
+// that quote such a value are not told apart by redactSecrets, so the error quotes no lines.
+func multilineSecret(b []byte) bool {
+	for _, m := range secretKey.FindAllSubmatch(b, -1) {
+		v := strings.TrimSpace(string(m[2]))
+		if v == "" || strings.ContainsAny(v[:1], "|>&*!") {
+			return true
+		}
+		if (v[0] == '"' || v[0] == '\'') && (len(v) < 2 || v[len(v)-1] != v[0]) {
+			return true
+		}
+	}
+	return false
+}
+
+// passwordFinder collects the values of every mapping key named password.
+type passwordFinder struct{ values *[]string }
+
+// Visit implements ast.Visitor.
+func (f passwordFinder) Visit(n ast.Node) ast.Visitor {
+	mv, ok := n.(*ast.MappingValueNode)
+	if !ok || mv.Key == nil || mv.Value == nil {
+		return f
+	}
+	if k := mv.Key.GetToken(); k == nil || k.Value != "password" {
+		return f
+	}
+	switch v := mv.Value.(type) {
+	case *ast.StringNode:
+		*f.values = append(*f.values, v.Value)
+	case *ast.LiteralNode:
+		if v.Value != nil {
+			*f.values = append(*f.values, v.Value.Value, strings.TrimRight(v.Value.Value, "\n"))
+		}
+	default:
+		if tk := v.GetToken(); tk != nil {
+			*f.values = append(*f.values, tk.Value)
+		}
+	}
+	return f
 }
 
 // ApplyEnv fills fields from ABACUS_* environment variables where they are set.
@@ -169,6 +379,41 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	}
 	if v := getenv("ABACUS_TOPIC_PREFIX"); v != "" {
 		c.Topics.Prefix = v
+	}
+	c.applyKafkaSecurityEnv(getenv)
+}
+
+// applyKafkaSecurityEnv reads the Kafka TLS and SASL settings from the environment, for
+// deployments that keep them out of the file (and for the demo, which has no file). A password
+// from the environment replaces a password_file of the file, and the reverse.
+func (c *Config) applyKafkaSecurityEnv(getenv func(string) string) {
+	t, a := &c.Kafka.TLS, &c.Kafka.SASL
+	if v := getenv("ABACUS_KAFKA_TLS"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			c.envErrs = append(c.envErrs, fmt.Errorf("ABACUS_KAFKA_TLS: %q is not true or false", v))
+		}
+		t.Enabled = on
+	}
+	for env, field := range map[string]*string{
+		"ABACUS_KAFKA_TLS_CA_FILE": &t.CAFile, "ABACUS_KAFKA_TLS_CERT_FILE": &t.CertFile,
+		"ABACUS_KAFKA_TLS_KEY_FILE": &t.KeyFile, "ABACUS_KAFKA_TLS_SERVER_NAME": &t.ServerName,
+	} {
+		if v := getenv(env); v != "" {
+			*field, t.Enabled = v, true
+		}
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_MECHANISM"); v != "" {
+		a.Mechanism = v
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_USERNAME"); v != "" {
+		a.Username = v
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_PASSWORD"); v != "" {
+		a.Password, a.PasswordFile = kafkasec.Secret(v), ""
+	}
+	if v := getenv("ABACUS_KAFKA_SASL_PASSWORD_FILE"); v != "" {
+		a.PasswordFile, a.Password = v, ""
 	}
 }
 
@@ -226,11 +471,14 @@ func (c *Config) EnsureDefaults() {
 	if c.Query.Listen == "" {
 		c.Query.Listen = "127.0.0.1:8080"
 	}
+	if c.Query.ReloadInterval == 0 {
+		c.Query.ReloadInterval = Duration(10 * time.Second)
+	}
 }
 
 // Validate checks the configuration; each error names the field at fault, as the YAML spells it.
 func (c *Config) Validate(known []string) error {
-	var errs []error
+	errs := append([]error(nil), c.envErrs...)
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
 	}
@@ -247,6 +495,11 @@ func (c *Config) Validate(known []string) error {
 		if !strings.Contains(b, ":") {
 			bad(fmt.Sprintf("kafka.brokers[%d]", i), "%q is not host:port", b)
 		}
+	}
+	// Reads the CA, certificate, key and password files: a missing or wrong one is named here,
+	// before anything starts.
+	if err := c.Kafka.Security().Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	switch {
 	case c.HBase.ZooKeeper == "" && c.HBase.Embedded == "":
@@ -305,7 +558,44 @@ func (c *Config) Validate(known []string) error {
 	if _, _, err := splitHostPort(c.Query.Listen); err != nil {
 		bad("query.listen", "%v", err)
 	}
+	errs = append(errs, c.Query.validate()...)
 	return errors.Join(errs...)
+}
+
+// validate checks the query server's TLS, auth and limits; it reads the TLS and auth files, so
+// that a missing or broken one is named before anything starts.
+func (q *QueryConfig) validate() []error {
+	var errs []error
+	if q.TLS.CertFile != "" || q.TLS.KeyFile != "" {
+		if _, err := query.NewCertReloader(q.TLS.CertFile, q.TLS.KeyFile, "query.tls"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if ac := q.Auth.AuthConfig(); ac.Enabled() {
+		if _, err := query.NewAuthenticator(ac); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if q.ReloadInterval < 0 {
+		errs = append(errs, errors.New("query.reload_interval: must not be negative"))
+	}
+	l := q.Limits
+	for name, v := range map[string]int64{
+		"read_header_timeout": int64(l.ReadHeaderTimeout), "read_timeout": int64(l.ReadTimeout), "write_timeout": int64(l.WriteTimeout),
+		"idle_timeout": int64(l.IdleTimeout), "request_timeout": int64(l.RequestTimeout), "max_header_bytes": int64(l.MaxHeaderBytes),
+		"max_body_bytes": l.MaxBodyBytes, "max_entities": int64(l.MaxEntities), "max_range": int64(l.MaxRange),
+		"max_windows": int64(l.MaxWindows), "max_entity_list": int64(l.MaxEntityList),
+	} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("query.limits.%s: must not be negative (0 means the default)", name))
+		}
+	}
+	if lim := l.Limits(); lim.WriteTimeout <= lim.RequestTimeout {
+		errs = append(errs, fmt.Errorf("query.limits.write_timeout: %s is not longer than query.limits.request_timeout %s: answers would be cut off",
+			lim.WriteTimeout, lim.RequestTimeout))
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errs
 }
 
 func splitHostPort(s string) (string, int, error) {

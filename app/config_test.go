@@ -1,12 +1,14 @@
 package app
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/abacus-stream/abacus/examples/devices"
+	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/topology"
 )
 
@@ -53,6 +55,7 @@ func TestExpandEnv(t *testing.T) {
 // environment; every command loads the same renamed topology, and a name the topology does not
 // declare is refused.
 func TestTopicNamesPerEnvironment(t *testing.T) {
+	clearServiceEnv(t)
 	p := Program{Topologies: []func() (*topology.Topology, error){devices.Topology}}
 	for _, v := range []string{"ABACUS_KAFKA_BROKERS", "ABACUS_HBASE_ZK", "ABACUS_LISTEN", "ABACUS_TOPOLOGY", "ABACUS_TOPIC_PREFIX"} {
 		t.Setenv(v, "") // the test's own config decides, whatever the environment of the run
@@ -83,5 +86,101 @@ func TestTopicNamesPerEnvironment(t *testing.T) {
 	_, _, err = p.load(write(base + "topics:\n  names: {readings: x}\n"))
 	if err == nil || !strings.Contains(err.Error(), `topics:`) || !strings.Contains(err.Error(), `"readings" is not a topic of topology devices`) {
 		t.Fatalf("unknown topic name: %v", err)
+	}
+}
+
+// TestConfigErrorsNeverShowPasswords: a mistake near a password, written in the file or expanded
+// from ${VAR}, in block or flow style, or in a block scalar, gives an error that quotes the file
+// without the password; the error still names the line and the mistake.
+func TestConfigErrorsNeverShowPasswords(t *testing.T) {
+	const secret = "s3cret-from-env"
+	lookup := func(k string) (string, bool) { return secret, k == "PW" }
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"typo beside an expanded password", "kafka:\n  sasl:\n    mechanism: PLAIN\n    username: u\n    password: ${PW}\n    passwrd: x\n", `unknown field "passwrd"`},
+		{"flow style, syntax error", "kafka:\n  sasl: {mechanism: PLAIN, password: ${PW}, username: [1}\n", "must be specified"},
+		{"written in the file", "kafka:\n  sasl:\n    password: \"" + secret + "\"\n    mechanism: [PLAIN]\n", "mechanism"},
+		{"wrong type", "kafka:\n  sasl:\n    password: [" + secret + "]\n", "kafkasec.Secret"},
+		{"block scalar, syntax error", "kafka:\n  sasl:\n    password: |\n      " + secret + "\n  x: 1\nbad: [\n", "not found"},
+		{"quoted key", "kafka:\n  sasl:\n    \"password\": '" + secret + "'\n    nope: 1\n", `unknown field "nope"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tc.yaml), lookup)
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "s3cr") {
+				t.Fatalf("the error shows the password:\n%v", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestKafkaSecurityConfig: the kafka.tls and kafka.sasl blocks are read from the file and from
+// ABACUS_KAFKA_* variables (the environment wins), checked with the rest of the config, each
+// mistake naming its field; the password never shows, however the config is printed.
+func TestKafkaSecurityConfig(t *testing.T) {
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pwFile, []byte("from-a-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const pw = "hunter2-hunter2"
+	c, err := ParseConfig([]byte(`topology: devices
+kafka:
+  brokers: [b:9094]
+  tls: {enabled: true, server_name: kafka.internal}
+  sasl: {mechanism: scram-sha-512, username: abacus, password: "${PW}"}
+hbase: {embedded: cells}
+`), func(k string) (string, bool) { return pw, k == "PW" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.EnsureDefaults()
+	if err := c.Validate([]string{"devices"}); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := c.Kafka.Security().Load()
+	if err != nil || !sec.TLSEnabled() || sec.Mechanism() != "SCRAM-SHA-512" {
+		t.Fatalf("settings %v %v", sec, err)
+	}
+	for _, s := range []string{fmt.Sprintf("%v %+v %#v %s", c, c, c, c.Kafka.SASL.Password), fmt.Sprint(sec)} {
+		if strings.Contains(s, pw) {
+			t.Fatalf("printed config shows the password: %s", s)
+		}
+	}
+
+	env := map[string]string{
+		"ABACUS_KAFKA_TLS_CA_FILE":        filepath.Join(dir, "missing-ca.pem"),
+		"ABACUS_KAFKA_SASL_MECHANISM":     "PLAIN",
+		"ABACUS_KAFKA_SASL_USERNAME":      "other",
+		"ABACUS_KAFKA_SASL_PASSWORD_FILE": pwFile,
+		"ABACUS_KAFKA_TLS":                "maybe",
+	}
+	c.ApplyEnv(func(k string) string { return env[k] })
+	if c.Kafka.SASL.Password != "" || c.Kafka.SASL.PasswordFile != pwFile || c.Kafka.SASL.Username != "other" || !c.Kafka.TLS.Enabled {
+		t.Fatalf("environment not applied: %+v %+v", c.Kafka.SASL, c.Kafka.TLS)
+	}
+	err = c.Validate([]string{"devices"})
+	for _, want := range []string{`ABACUS_KAFKA_TLS: "maybe" is not true or false`,
+		"kafka.tls.ca_file: open " + env["ABACUS_KAFKA_TLS_CA_FILE"] + ": no such file or directory"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Validate: %v\nwant %q", err, want)
+		}
+	}
+	c.Kafka.TLS = kafkasec.TLS{}
+	c.Kafka.SASL.PasswordFile = ""
+	if err := c.Validate([]string{"devices"}); err == nil || !strings.Contains(err.Error(), "kafka.sasl.password: required for PLAIN") {
+		t.Fatalf("missing password: %v", err)
+	}
+}
+
+// clearServiceEnv unsets the variables that testenv/services.sh env exports (the real services'
+// addresses): ApplyEnv would apply them over configs that name an embedded store on purpose.
+func clearServiceEnv(t *testing.T) {
+	for _, k := range []string{"ABACUS_KAFKA_BROKERS", "ABACUS_HBASE_ZK", "ABACUS_LISTEN", "ABACUS_TOPOLOGY", "ABACUS_TOPIC_PREFIX"} {
+		t.Setenv(k, "")
 	}
 }

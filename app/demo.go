@@ -75,6 +75,9 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 		brokers = cluster.ListenAddrs()
 	}
 	cfg := &Config{Topology: name, Kafka: KafkaConfig{Brokers: brokers}, Query: QueryConfig{Listen: *listen}}
+	if len(splitList(*kafka)) > 0 {
+		cfg.applyKafkaSecurityEnv(os.Getenv) // real brokers: TLS and SASL from ABACUS_KAFKA_TLS_*, ABACUS_KAFKA_SASL_*
+	}
 	if *hbaseZK != "" {
 		cfg.HBase.ZooKeeper = *hbaseZK
 	} else {
@@ -128,7 +131,7 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	})
 	if p.DemoGenerator != nil {
 		g.Go(func() error {
-			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(partitioner.Kgo()))
+			cl, err := kgo.NewClient(d.kgoOpts(kgo.RecordPartitioner(partitioner.Kgo()))...)
 			if err != nil {
 				return err
 			}

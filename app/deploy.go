@@ -2,16 +2,20 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/live"
@@ -39,6 +43,9 @@ type deployment struct {
 	st    store.Store   // HBase or the embedded cell store; nil when the command needs neither
 	close func()        // closes st
 	kafka *kgo.Client   // admin use only; nil when the command needs no Kafka
+	// sec is the Kafka TLS and SASL of every client of the process, loaded once: the processor's
+	// sarama clients, the sinks', the live view's, the admin client and the demo's producer.
+	sec *kafkasec.Settings
 }
 
 func parseDurability(s string) (hbase.Durability, error) {
@@ -61,14 +68,44 @@ func parseDurability(s string) (hbase.Durability, error) {
 type needs struct {
 	kafka bool // an admin client of the brokers
 	store bool // HBase or the embedded cell store
+	// brokers says that the command's roles reach Kafka with clients of their own (the processor,
+	// the live view): the security settings are checked at start as for kafka.
+	brokers bool
+	// waitForBrokers makes brokers that cannot be reached at start a warning rather than an error,
+	// for long-running roles whose clients keep retrying. A refused login or certificate is an
+	// error either way.
+	waitForBrokers bool
 }
 
-// open connects to what the command needs: Kafka, and HBase or the embedded store.
+// open connects to what the command needs: Kafka, and HBase or the embedded store. When the
+// command reaches Kafka it first checks the TLS and SASL settings against the brokers, so that a
+// wrong password or an untrusted certificate fails here, within seconds, with an error naming the
+// setting, rather than as clients retrying in the background.
 func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger, n needs) (*deployment, error) {
 	d := &deployment{cfg: cfg, topo: topo, log: log, reg: prometheus.NewRegistry()}
 	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	sec, err := cfg.Kafka.Security().Load()
+	if err != nil {
+		return nil, err
+	}
+	d.sec = sec
+	if n.kafka || n.brokers {
+		cctx, cancel := context.WithTimeout(ctx, kafkasec.DefaultCheckTimeout)
+		err := sec.Check(cctx, cfg.Kafka.Brokers)
+		cancel()
+		switch {
+		case err == nil:
+			log.Debug("kafka reached", "brokers", cfg.Kafka.Brokers, "security", sec)
+		case n.waitForBrokers && kafkasec.IsUnreachable(err) && ctx.Err() == nil:
+			log.Warn("kafka brokers not reachable at start; the clients keep trying", "brokers", cfg.Kafka.Brokers, "err", err)
+		default:
+			return nil, fmt.Errorf("kafka (%s): %w", sec, err)
+		}
+	}
 	if n.kafka {
-		kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.Kafka.Brokers...))
+		// kadm answers from franz-go's metadata cache, which keeps "no such topic" for
+		// MetadataMinAge (5 s by default): waiting for a topic just created would take that long.
+		kc, err := kgo.NewClient(d.kgoOpts(kgo.MetadataMinAge(200 * time.Millisecond))...)
 		if err != nil {
 			return nil, fmt.Errorf("kafka %v: %w", cfg.Kafka.Brokers, err)
 		}
@@ -102,6 +139,24 @@ func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.L
 	}
 	d.st, d.close = hs, func() { hc.Close() }
 	return d, nil
+}
+
+// kgoOpts are the options of every franz-go client of the deployment: its brokers and security,
+// then extra.
+func (d *deployment) kgoOpts(extra ...kgo.Opt) []kgo.Opt {
+	return append(append(d.sec.KgoOpts(), kgo.SeedBrokers(d.cfg.Kafka.Brokers...)), extra...)
+}
+
+// saramaHook applies the deployment's security to every sarama config goka builds (the
+// processor's consumers, producer and topic manager; the live view's).
+func (d *deployment) saramaHook() func(*sarama.Config) {
+	return func(sc *sarama.Config) {
+		if err := d.sec.Sarama(sc); err != nil {
+			// Only a protocol version below 1.0 fails, and abacus speaks 2.8: sarama then refuses
+			// the half-set config with its own error.
+			d.log.Error("kafka security settings not applied to a sarama client", "err", err)
+		}
+	}
 }
 
 func (d *deployment) shutdown() {
@@ -162,6 +217,7 @@ func (d *deployment) processorConfig(clientOpts func(*processors.Config)) proces
 		Replication: d.cfg.Processor.Replication,
 		Registerer:  d.reg,
 		Logger:      d.log.With("part", "processor"),
+		Sarama:      d.saramaHook(),
 	}
 	if clientOpts != nil {
 		clientOpts(&pc)
@@ -185,6 +241,7 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 		Logger:          d.log.With("part", name),
 		Metrics:         sinks.NewMetrics(d.reg, name),
 		TTL:             time.Duration(t.TTL),
+		ClientOptions:   d.sec.KgoOpts(),
 	}
 	if d.cfg.Sinks.Offsets == "hbase" {
 		cfg.Offsets = sinks.NewHBaseOffsets(d.hb, d.cfg.Sinks.OffsetsTable)
@@ -233,6 +290,7 @@ func (d *deployment) queryServer(r *query.Reader) *query.Server {
 		Topologies: []query.Topology{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
 		Registry:   d.reg,
 		Logger:     d.log.With("part", "query"),
+		Limits:     d.cfg.Query.Limits.Limits(),
 		Ready: func(ctx context.Context) error {
 			return d.st.Scan(ctx, store.ScanSpec{Table: r.Table(), Limit: 1}, func([]byte, []store.Cell) bool { return false })
 		},
@@ -240,7 +298,8 @@ func (d *deployment) queryServer(r *query.Reader) *query.Server {
 }
 
 // serve runs the HTTP API (and dashboard) on the configured address until ctx ends; ready is
-// called with the URL once it listens.
+// called with the URL once it listens. TLS and authentication come from query.tls and
+// query.auth; their files are read again when they change and on SIGHUP.
 func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 	r, err := d.reader(ctx)
 	if err != nil {
@@ -251,27 +310,92 @@ func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 		r = r.WithLive(live)
 		go d.followLive(ctx, live)
 	}
+	qc := d.cfg.Query
 	srv := d.queryServer(r)
+	var reloadable []query.Reloadable
+	if qc.TLS.CertFile != "" || qc.TLS.KeyFile != "" {
+		if srv.TLS, err = query.NewCertReloader(qc.TLS.CertFile, qc.TLS.KeyFile, "query.tls"); err != nil {
+			return err
+		}
+		reloadable = append(reloadable, srv.TLS)
+	}
+	if ac := qc.Auth.AuthConfig(); ac.Enabled() {
+		if srv.Auth, err = query.NewAuthenticator(ac); err != nil {
+			return err
+		}
+		reloadable = append(reloadable, srv.Auth)
+	}
 	mux := srv.Handler()
 	mountDashboard(mux)
-	ln, err := net.Listen("tcp", d.cfg.Query.Listen)
+	h := srv.Secure(mux)
+	ln, err := net.Listen("tcp", qc.Listen)
 	if err != nil {
-		return fmt.Errorf("query.listen %s: %w", d.cfg.Query.Listen, err)
+		return fmt.Errorf("query.listen %s: %w", qc.Listen, err)
 	}
-	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	warnExposed(d.log, qc.Listen, srv.Auth != nil, srv.TLS != nil)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	hup := make(chan os.Signal, 1)
+	if len(reloadable) > 0 {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		for _, rl := range reloadable {
+			go query.Watch(ctx, rl, time.Duration(qc.ReloadInterval), d.log.With("part", "query"))
+		}
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-hup:
+				}
+				for _, rl := range reloadable {
+					if err := rl.Reload(); err != nil {
+						d.log.Error("SIGHUP: files not reloaded; the ones loaded before stay in use", "files", rl.Files(), "err", err)
+					} else {
+						d.log.Info("SIGHUP: reloaded", "files", rl.Files())
+					}
+				}
+			}
+		}()
+	}
+	scheme := "http"
+	if srv.TLS != nil {
+		scheme = "https"
+	}
 	if ready != nil {
-		ready("http://" + ln.Addr().String() + "/")
+		ready(scheme + "://" + ln.Addr().String() + "/")
 	}
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(sctx)
-	}()
-	if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	return srv.Serve(ctx, ln, h)
+}
+
+// warnExposed logs at start when the query server listens beyond this machine without
+// authentication (anyone who reaches the port reads every aggregate), or with authentication but
+// without TLS (credentials cross the network in clear).
+func warnExposed(log *slog.Logger, listen string, auth, tls bool) {
+	host, _, _ := splitHostPort(listen)
+	if isLoopback(host) {
+		return
 	}
-	return nil
+	switch {
+	case !auth:
+		log.Warn("the query server listens beyond this machine without authentication: anyone who reaches it reads every aggregate; set query.auth (and query.tls), or listen on 127.0.0.1",
+			"listen", listen)
+	case !tls:
+		log.Warn("the query server takes credentials without TLS: tokens and passwords cross the network in clear; set query.tls",
+			"listen", listen)
+	}
+}
+
+// isLoopback reports whether a listen host only accepts connections from this machine.
+func isLoopback(host string) bool {
+	host = strings.Trim(host, "[]")
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Roles a process can run.
@@ -349,7 +473,7 @@ func (l *lazyLive) OpenWindows(ctx context.Context, set, entity string) ([]query
 // followLive starts the live view as soon as the group table exists, and keeps it running.
 func (d *deployment) followLive(ctx context.Context, lazy *lazyLive) {
 	for ctx.Err() == nil {
-		v, err := live.New(d.topo, live.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group})
+		v, err := live.New(d.topo, live.Config{Brokers: d.cfg.Kafka.Brokers, Group: d.cfg.Processor.Group, Sarama: d.saramaHook()})
 		if err == nil {
 			lazy.v.Store(v)
 			err = v.Run(ctx)

@@ -79,6 +79,9 @@ Usage:
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
 ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX.
+Kafka TLS and SASL (kafka.tls, kafka.sasl in the file) also from ABACUS_KAFKA_TLS=true,
+ABACUS_KAFKA_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME, ABACUS_KAFKA_SASL_MECHANISM,
+_USERNAME, _PASSWORD or _PASSWORD_FILE (the demo against real brokers reads only these).
 `
 
 // Run runs one command line and returns the exit code: 0 on success, 1 on failure, 2 on a usage
@@ -310,14 +313,17 @@ func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needs
 }
 
 // rolesNeed says what the roles connect to here: the sinks check their topics and tables, the
-// query server its table; the processor opens its own Kafka clients.
-func rolesNeed(roles []string) needs {
+// query server its table; the processor and the live view open their own Kafka clients, whose
+// security is checked at start all the same.
+func rolesNeed(roles []string, cfg *Config) needs {
 	sink := contains(roles, RoleAggregates) || contains(roles, RoleFacts)
-	return needs{kafka: sink, store: sink || contains(roles, RoleQuery)}
+	live := contains(roles, RoleQuery) && !cfg.Query.NoLive
+	return needs{kafka: sink, store: sink || contains(roles, RoleQuery),
+		brokers: contains(roles, RoleProcessor) || live, waitForBrokers: true}
 }
 
 func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
-	d, err := p.connect(ctx, c, stderr, func(*Config) needs { return rolesNeed(roles) })
+	d, err := p.connect(ctx, c, stderr, func(cfg *Config) needs { return rolesNeed(roles, cfg) })
 	if err != nil {
 		return err
 	}

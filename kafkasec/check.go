@@ -190,3 +190,20 @@ type scrubbed struct {
 
 func (e *scrubbed) Error() string { return strings.ReplaceAll(e.err.Error(), e.pw, redacted) }
 func (e *scrubbed) Unwrap() error { return e.err }
+
+// IsUnreachable reports whether an error of Check says only that no broker could be reached (no
+// route, no listener, no answer in time), and nothing about the settings: a long-running program
+// may wait for its brokers then, while a refused login or certificate is worth stopping for.
+// Check joins one error per broker tried: every one of them must say so.
+func IsUnreachable(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		for _, e := range errs {
+			if !IsUnreachable(e) {
+				return false
+			}
+		}
+		return len(errs) > 0
+	}
+	return isUnreachable(err)
+}

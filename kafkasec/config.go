@@ -43,6 +43,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -193,7 +194,7 @@ func (c Config) Load() (*Settings, error) {
 			bad("tls.insecure_skip_verify", "is set together with %s.tls.ca_file, which it would ignore: choose one", p)
 		}
 		if t.CAFile != "" {
-			pem, err := os.ReadFile(t.CAFile)
+			pem, err := readFile(t.CAFile, MaxFileBytes)
 			if err != nil {
 				badErr("tls.ca_file", err)
 			} else {
@@ -210,7 +211,7 @@ func (c Config) Load() (*Settings, error) {
 		case t.CertFile == "" && t.KeyFile != "":
 			bad("tls.cert_file", "required with %s.tls.key_file", p)
 		case t.CertFile != "":
-			pair, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+			pair, err := loadKeyPair(t.CertFile, t.KeyFile)
 			if err != nil {
 				badErr("tls.cert_file", fmt.Errorf("with key_file %s: %w", t.KeyFile, err))
 			} else {
@@ -261,10 +262,48 @@ func (c Config) Load() (*Settings, error) {
 	return s, nil
 }
 
+// MaxFileBytes bounds every file this package reads (CA, certificate, key, password): a path that
+// names /dev/zero, a FIFO or a log by mistake fails with an error naming the field instead of
+// filling memory. Real certificate bundles are a few hundred KiB at most.
+const MaxFileBytes = 4 << 20
+
+// readFile reads at most limit bytes of path; a longer file is an error, never cut silently.
+func readFile(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("%s is a folder, not a file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s is over %d bytes (kafkasec.MaxFileBytes): not a PEM or password file", path, limit)
+	}
+	return b, nil
+}
+
+// loadKeyPair is tls.LoadX509KeyPair with the files read through readFile.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	cert, err := readFile(certFile, MaxFileBytes)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	key, err := readFile(keyFile, MaxFileBytes)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.X509KeyPair(cert, key)
+}
+
 // readPasswordFile returns the file's content without one trailing newline (files written by
 // editors and `echo` end with one; Kafka passwords never do).
 func readPasswordFile(path string) (Secret, error) {
-	b, err := os.ReadFile(path)
+	b, err := readFile(path, MaxFileBytes)
 	if err != nil {
 		return "", err
 	}

@@ -10,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/big"
@@ -139,6 +140,13 @@ func TestValidate(t *testing.T) {
 			cfg:  kafkasec.Config{TLS: kafkasec.TLS{Enabled: true, CAFile: missing, CertFile: cert}},
 			want: []string{"kafka.tls.ca_file: open " + missing + ": no such file or directory",
 				"kafka.tls.key_file: required with kafka.tls.cert_file"},
+		},
+		{
+			name: "endless or folder files",
+			cfg: kafkasec.Config{TLS: kafkasec.TLS{Enabled: true, CAFile: dir},
+				SASL: scram(kafkasec.SASL{Username: "u", PasswordFile: "/dev/zero"})},
+			want: []string{"kafka.tls.ca_file: " + dir + " is a folder, not a file",
+				"kafka.sasl.password_file: /dev/zero is over 4194304 bytes (kafkasec.MaxFileBytes): not a PEM or password file"},
 		},
 		{
 			name: "skip verify beside a CA",
@@ -359,6 +367,13 @@ func TestCheckNeverHangs(t *testing.T) {
 		if !strings.Contains(err.Error(), "not reachable") || strings.Contains(err.Error(), password) {
 			t.Fatalf("%v: %v", brokers, err)
 		}
+		if !kafkasec.IsUnreachable(err) {
+			t.Fatalf("%v: IsUnreachable false for %v", brokers, err)
+		}
+	}
+	// One refusal among unreachable brokers says something about the settings.
+	if kafkasec.IsUnreachable(errors.Join(errors.New("kafka.sasl.password: refused"))) {
+		t.Fatal("IsUnreachable true for a refusal")
 	}
 	if err := cfg.Check(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "no brokers") {
 		t.Fatalf("no brokers: %v", err)

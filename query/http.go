@@ -46,6 +46,14 @@ type Server struct {
 	Now func() time.Time
 	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
 	OpenTSDB OpenTSDBLimits
+	// Limits bound every request: timeouts, sizes, entities, time range, result size (zero: the
+	// defaults). Serve applies the connection limits, Secure the body size, the handlers the rest.
+	Limits Limits
+	// Auth, when set, makes Secure admit only requests with known credentials (health checks
+	// excepted).
+	Auth *Authenticator
+	// TLS, when set, makes Serve speak HTTPS with its (reloadable) certificate.
+	TLS *CertReloader
 }
 
 // registered registers c on reg, or returns the collector already registered under its name, so
@@ -74,6 +82,7 @@ func (s *Server) Handler() *http.ServeMux {
 	if s.Registry == nil {
 		s.Registry = prometheus.NewRegistry()
 	}
+	s.Limits.EnsureDefaults()
 	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "query",
 		Name: "requests_total", Help: "API requests by endpoint and status code."}, []string{"endpoint", "code"})
 	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "query",
@@ -84,7 +93,9 @@ func (s *Server) Handler() *http.ServeMux {
 	handle := func(path, endpoint string, h func(w http.ResponseWriter, r *http.Request) (int, any)) {
 		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
 			t0 := time.Now()
-			code, body := h(w, r)
+			ctx, cancel := context.WithTimeout(r.Context(), s.Limits.RequestTimeout)
+			defer cancel()
+			code, body := h(w, r.WithContext(ctx))
 			writeJSON(w, code, body)
 			requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 			latency.WithLabelValues(endpoint).Observe(time.Since(t0).Seconds())
@@ -102,7 +113,12 @@ func (s *Server) Handler() *http.ServeMux {
 			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 			defer cancel()
 			if err := s.Ready(ctx); err != nil {
-				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+				body := map[string]string{"status": "not ready", "error": err.Error()}
+				if s.Auth != nil { // open to anyone: no addresses or internals to strangers
+					s.logger().Warn("not ready", "err", err)
+					body["error"] = "see the server's log"
+				}
+				writeJSON(w, http.StatusServiceUnavailable, body)
 				return
 			}
 		}
@@ -239,8 +255,8 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if len(entities) == 0 {
 		return badParam("entity", "required (repeat it or separate entities with commas)")
 	}
-	if len(entities) > 100 {
-		return badParam("entity", "%d entities asked for, at most 100", len(entities))
+	if n, most := len(entities), s.Limits.MaxEntities; n > most {
+		return badParam("entity", "%d entities asked for, over the limit of %d (%s)", n, most, limitMaxEntities)
 	}
 	var o Options
 	var err error
@@ -253,10 +269,28 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
 		return badParam("to", "must be after from")
 	}
-	if v := q.Get("limit"); v != "" {
-		if o.Limit, err = strconv.Atoi(v); err != nil || o.Limit < 1 || o.Limit > 100_000 {
-			return badParam("limit", "want a whole number from 1 to 100000, got %q", v)
+	if !o.From.IsZero() {
+		to := o.To
+		if to.IsZero() {
+			to = s.Now()
 		}
+		if span := to.Sub(o.From); span > s.Limits.MaxRange {
+			return badParam("from", "from..to spans %s, over the limit of %s (%s)", span.Round(time.Second), s.Limits.MaxRange, limitMaxRange)
+		}
+	}
+	most := s.Limits.MaxWindows
+	if v := q.Get("limit"); v != "" {
+		if o.Limit, err = strconv.Atoi(v); err != nil || o.Limit < 1 || o.Limit > most {
+			return badParam("limit", "want a whole number from 1 to %d (%s), got %q", most, limitMaxWindows, v)
+		}
+		if o.Limit*len(entities) > most {
+			return badParam("limit", "%d windows for each of %d entities is %d, over the limit of %d windows per answer (%s)",
+				o.Limit, len(entities), o.Limit*len(entities), most, limitMaxWindows)
+		}
+	} else {
+		// Without a limit the answer is still bounded: each entity gets its share, and
+		// truncated/next say where the next page starts.
+		o.Limit = max(1, most/len(entities))
 	}
 	switch q.Get("order") {
 	case "", "newest":
@@ -281,6 +315,10 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if err != nil {
 		if errors.Is(err, ErrInvalid) {
 			return http.StatusBadRequest, apiError{Error: err.Error()}
+		}
+		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
+			return http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf(
+				"the request took longer than its limit of %s (%s): ask for fewer entities or a shorter range", s.Limits.RequestTimeout, limitRequestTimeout)}
 		}
 		s.Logger.Error("windows query failed", "set", set.Name, "err", err)
 		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
@@ -335,8 +373,8 @@ func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
 	limit := 100
 	if v := r.URL.Query().Get("limit"); v != "" {
 		var err error
-		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > 10_000 {
-			return badParam("limit", "want a whole number from 1 to 10000, got %q", v)
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > s.Limits.MaxEntityList {
+			return badParam("limit", "want a whole number from 1 to %d (%s), got %q", s.Limits.MaxEntityList, limitMaxEntityList, v)
 		}
 	}
 	list, truncated, err := t.Reader.Entities(r.Context(), set.Name, EntityOptions{Limit: limit})

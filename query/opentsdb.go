@@ -204,11 +204,13 @@ func params(r *http.Request, limit int64) (url.Values, map[string]json.RawMessag
 		return q, nil, nil
 	}
 	b, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) || int64(len(b)) > limit {
+		return nil, nil, &tsdbError{Code: http.StatusRequestEntityTooLarge,
+			Message: fmt.Sprintf("request body over the limit of %d bytes (%s)", limit, limitMaxBodyBytes)}
+	}
 	if err != nil {
 		return nil, nil, badRequest("reading the request body: %v", err)
-	}
-	if int64(len(b)) > limit {
-		return nil, nil, &tsdbError{Code: http.StatusRequestEntityTooLarge, Message: fmt.Sprintf("request body over %d bytes", limit)}
 	}
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return q, nil, nil
@@ -219,8 +221,6 @@ func params(r *http.Request, limit int64) (url.Values, map[string]json.RawMessag
 	}
 	return q, body, nil
 }
-
-const maxBody = 1 << 20
 
 // param reads a parameter from the query string or the body (strings and numbers).
 func param(q url.Values, body map[string]json.RawMessage, names ...string) (string, bool, error) {
@@ -351,7 +351,7 @@ const (
 )
 
 func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
-	q, body, err := params(r, maxBody)
+	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -444,7 +444,7 @@ type lookupResult struct {
 // (m=<metric>{entity=*}) for its template variables from it.
 func (a *tsdbAPI) lookup(r *http.Request) (any, error) {
 	t0 := time.Now()
-	q, body, err := params(r, maxBody)
+	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,7 @@ type subQueryJSON struct {
 }
 
 func (a *tsdbAPI) parseQuery(r *http.Request) (*tsdbRequest, error) {
-	q, body, err := params(r, maxBody)
+	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
 	if err != nil {
 		return nil, err
 	}

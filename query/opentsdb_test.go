@@ -32,7 +32,7 @@ var tsdbEntities = []string{"device-001", "device-002", "other-7"}
 // count = i+1 for device-001, 100+i for device-002 and 1000 for other-7; mean = count/10;
 // temp_q has quantiles 0.5 = count and 0.95 = 2*count. Every window is final but the last.
 // An hour set holds one window per entity, so that listings must skip rows of other sets.
-func seedTSDB(t *testing.T, st store.Writer, table string, buckets int) {
+func seedTSDB(t testing.TB, st store.Writer, table string, buckets int) {
 	t.Helper()
 	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
 	var cells []store.Cell
@@ -687,7 +687,8 @@ func TestParseM(t *testing.T) {
 func TestWindowsSaysWhenTruncated(t *testing.T) {
 	st, table := stores(t)["cellstore"](t)
 	seed(t, st, table, 4)
-	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count"}}}, Reader: newReader(t, st, table)}}}
+	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count"}}}, Reader: newReader(t, st, table)}},
+		Now: func() time.Time { return time.UnixMilli(20 * minute) }} // the seeded windows are in 1970: from..now within max_range
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
 	type page struct {

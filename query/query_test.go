@@ -27,7 +27,7 @@ const minute = int64(60_000)
 
 // seed writes windows 0..9 of minute windows for entities ab1 and ab12 through the aggregates
 // encoder, as the sink does; window i of ab1 has count i and is final except the last.
-func seed(t *testing.T, st store.Writer, table string, buckets int) {
+func seed(t testing.TB, st store.Writer, table string, buckets int) {
 	t.Helper()
 	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
 	var cells []store.Cell
@@ -92,7 +92,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) (cellStore, string) {
 	}
 }
 
-func newReader(t *testing.T, st Source, table string) *Reader {
+func newReader(t testing.TB, st Source, table string) *Reader {
 	t.Helper()
 	r, err := NewReader(context.Background(), st, table, "d")
 	if err != nil {

@@ -82,6 +82,39 @@ export ABACUS_REQUIRE_SERVICES=1
 
 echo "[run-tests] go vet ./..."
 go vet ./...
+
+# Fuzz targets of every decoder and parser that reads what others control (state, totals and loop
+# records, JSON events, HBase responses, row keys, the config file, the query server's
+# parameters), each for a few seconds, one after another: their committed corpora
+# (testdata/fuzz/) already ran as ordinary tests; this looks for new failing inputs. A failing
+# input is written to the package's testdata/fuzz/ and fails the run. ABACUS_FUZZTIME=0 skips it.
+fuzztime=${ABACUS_FUZZTIME:-5s}
+if [ "$fuzztime" != 0 ]; then
+  t0=$SECONDS
+  while read -r pkg target; do
+    echo "[run-tests] go test -fuzz $target -fuzztime $fuzztime $pkg"
+    if ! out=$(go test -run '^$' -fuzz "^$target\$" -fuzztime "$fuzztime" "$pkg" 2>&1); then
+      printf '%s\n' "$out"
+      exit 1
+    fi
+    if [[ $out != *"fuzz: elapsed"* ]]; then
+      echo "[run-tests] $pkg did not fuzz $target (no such target?): fix the list in testenv/run-tests.sh"; printf "%s\n" "$out"
+      exit 1
+    fi
+  done <<'TARGETS'
+./state FuzzDecode
+./totals FuzzDecode
+./internal/engine FuzzDecodeLoop
+./topology FuzzJSONDecode
+./hbase FuzzResponseDecoding
+./schema FuzzParseAggregateRow
+./app FuzzConfig
+./query FuzzParseTime
+./query FuzzAPIParams
+./query FuzzOpenTSDBParams
+TARGETS
+  echo "[run-tests] fuzzing took $((SECONDS - t0)) s"
+fi
 # Tests that stop and restart the shared services (TestDisruptive*) run alone, one package at a
 # time, before the others: a run must not have other tests beside them, and ending with the main
 # run leaves its results as the last word.

@@ -7,11 +7,91 @@ import (
 	"github.com/lovoo/goka"
 )
 
-// JSONCodec is a goka codec that reads and writes E as JSON.
-type JSONCodec[E any] struct{}
+// Default limits of JSONCodec: a producer controls every byte of a record, and a record past one
+// of them is refused before it is parsed (dead-lettered as undecodable, the limit named).
+const (
+	// DefaultJSONMaxBytes is Kafka's default largest record (message.max.bytes, about 1 MiB).
+	DefaultJSONMaxBytes = 1 << 20
+	// DefaultJSONMaxDepth is deeper than any event a device or service sends, and shallow enough
+	// that parsing cannot recurse without bound.
+	DefaultJSONMaxDepth = 32
+	// DefaultJSONMaxFields bounds the object members of one value (all objects together), so that
+	// a record of tiny members cannot make a decoder into maps allocate without bound.
+	DefaultJSONMaxFields = 10_000
+)
 
-// JSON returns the built-in JSON codec for events of type E.
+// JSONCodec is a goka codec that reads and writes E as JSON. Decode refuses, before parsing, a
+// value longer than MaxBytes, nested deeper than MaxDepth, or with more than MaxFields object
+// members; zero fields mean the defaults above. Encode has no limits: it writes what abacus built.
+type JSONCodec[E any] struct {
+	MaxBytes  int // default DefaultJSONMaxBytes
+	MaxDepth  int // default DefaultJSONMaxDepth: nested objects and arrays
+	MaxFields int // default DefaultJSONMaxFields: object members in the whole value
+}
+
+// JSON returns the built-in JSON codec for events of type E, with the default limits. For other
+// limits, use JSONCodec[E]{MaxBytes: ..., MaxDepth: ..., MaxFields: ...}.
 func JSON[E any]() JSONCodec[E] { return JSONCodec[E]{} }
+
+// JSONLimitError is the error of a value past a limit of JSONCodec: Limit names it as the Go
+// field (MaxBytes, MaxDepth, MaxFields).
+type JSONLimitError struct {
+	Limit string
+	Max   int
+	What  string // e.g. "nesting deeper than 32"
+}
+
+func (e *JSONLimitError) Error() string {
+	return fmt.Sprintf("%s, over the limit of %d (topology.JSONCodec.%s)", e.What, e.Max, e.Limit)
+}
+
+// checkJSON enforces the limits in one pass over the bytes, outside strings; it does not
+// validate the JSON (the decoder does).
+func (c JSONCodec[E]) checkJSON(data []byte) error {
+	maxBytes, maxDepth, maxFields := c.MaxBytes, c.MaxDepth, c.MaxFields
+	if maxBytes <= 0 {
+		maxBytes = DefaultJSONMaxBytes
+	}
+	if maxDepth <= 0 {
+		maxDepth = DefaultJSONMaxDepth
+	}
+	if maxFields <= 0 {
+		maxFields = DefaultJSONMaxFields
+	}
+	if len(data) > maxBytes {
+		return &JSONLimitError{Limit: "MaxBytes", Max: maxBytes, What: fmt.Sprintf("%d bytes", len(data))}
+	}
+	depth, fields := 0, 0
+	inString, escaped := false, false
+	for _, b := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+			continue
+		}
+		switch b {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > maxDepth {
+				return &JSONLimitError{Limit: "MaxDepth", Max: maxDepth, What: fmt.Sprintf("nesting deeper than %d", maxDepth)}
+			}
+		case '}', ']':
+			depth--
+		case ':':
+			if fields++; fields > maxFields {
+				return &JSONLimitError{Limit: "MaxFields", Max: maxFields, What: fmt.Sprintf("more than %d object members", maxFields)}
+			}
+		}
+	}
+	return nil
+}
 
 // Encode implements goka.Codec.
 func (JSONCodec[E]) Encode(v any) ([]byte, error) {
@@ -22,9 +102,13 @@ func (JSONCodec[E]) Encode(v any) ([]byte, error) {
 	return b, nil
 }
 
-// Decode implements goka.Codec; the value is an E.
-func (JSONCodec[E]) Decode(data []byte) (any, error) {
+// Decode implements goka.Codec; the value is an E. A value past a limit is refused with a
+// *JSONLimitError naming it.
+func (c JSONCodec[E]) Decode(data []byte) (any, error) {
 	var e E
+	if err := c.checkJSON(data); err != nil {
+		return nil, fmt.Errorf("json decode %T: %w", e, err)
+	}
 	if err := json.Unmarshal(data, &e); err != nil {
 		return nil, fmt.Errorf("json decode %T: %w", e, err)
 	}

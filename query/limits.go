@@ -1,0 +1,214 @@
+package query
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limits bound what one client can make the query server do. A request past a limit is answered
+// with a 4xx whose message names the limit as the config spells it (query.limits.<name>), never
+// cut silently. The zero value means the defaults (EnsureDefaults).
+type Limits struct {
+	// ReadHeaderTimeout bounds reading a request's line and headers (default 10 s): a client that
+	// sends them slower gets 408 and the connection is closed (slowloris).
+	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds reading a whole request, body included (default 30 s).
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing an answer, from the end of the request's headers (default 2 min;
+	// it must exceed RequestTimeout and the OpenTSDB API's timeout).
+	WriteTimeout time.Duration
+	// IdleTimeout is how long a kept-alive connection waits for its next request (default 2 min).
+	IdleTimeout time.Duration
+	// RequestTimeout bounds the work of one /api/v1 request (default 30 s); past it the answer is
+	// 503 naming the limit. (The OpenTSDB API has its own, OpenTSDBLimits.Timeout.)
+	RequestTimeout time.Duration
+	// MaxHeaderBytes bounds the request line (URL and its parameters included) and headers
+	// (default 64 KiB); past it the answer is 431.
+	MaxHeaderBytes int
+	// MaxBodyBytes bounds a request body (default 1 MiB; only the OpenTSDB API's POST takes one);
+	// past it the answer is 413.
+	MaxBodyBytes int64
+	// MaxEntities is the most entities one /api/v1/windows request may name (default 100).
+	MaxEntities int
+	// MaxRange is the longest from..to of one /api/v1/windows request (default 366 days); to
+	// defaults to now when only from is given.
+	MaxRange time.Duration
+	// MaxWindows is the most windows one /api/v1/windows answer holds (default 100,000): limit ×
+	// entities above it is refused, and without limit each entity gets MaxWindows / entities.
+	MaxWindows int
+	// MaxEntityList is the largest limit of /api/v1/entities (default 10,000).
+	MaxEntityList int
+}
+
+// Names of the limits in messages, as the config spells them.
+const (
+	limitReadHeaderTimeout = "query.limits.read_header_timeout"
+	limitIdleTimeout       = "query.limits.idle_timeout"
+	limitRequestTimeout    = "query.limits.request_timeout"
+	limitMaxBodyBytes      = "query.limits.max_body_bytes"
+	limitMaxEntities       = "query.limits.max_entities"
+	limitMaxRange          = "query.limits.max_range"
+	limitMaxWindows        = "query.limits.max_windows"
+	limitMaxEntityList     = "query.limits.max_entity_list"
+)
+
+// EnsureDefaults fills the limits left at zero (or below).
+func (l *Limits) EnsureDefaults() {
+	dur := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	dur(&l.ReadHeaderTimeout, 10*time.Second)
+	dur(&l.ReadTimeout, 30*time.Second)
+	dur(&l.WriteTimeout, 2*time.Minute)
+	dur(&l.IdleTimeout, 2*time.Minute)
+	dur(&l.RequestTimeout, 30*time.Second)
+	dur(&l.MaxRange, 366*24*time.Hour)
+	num := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	num(&l.MaxHeaderBytes, 64<<10)
+	num(&l.MaxEntities, 100)
+	num(&l.MaxWindows, 100_000)
+	num(&l.MaxEntityList, 10_000)
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = 1 << 20
+	}
+}
+
+// limitsHandler applies the per-request limits: the body size (refused at once when the
+// declared length is over it, cut with a 413 by the handler otherwise), and it marks the
+// connection busy so that a read timeout during the request never writes a 408 into it.
+func (s *Server) limitsHandler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(connKey{}).(*limitConn); ok {
+			c.busy.Add(1)
+			defer c.busy.Add(-1)
+		}
+		if r.ContentLength > s.Limits.MaxBodyBytes {
+			writeJSON(w, http.StatusRequestEntityTooLarge, apiError{Error: fmt.Sprintf(
+				"request body of %d bytes is over the limit of %d bytes (%s)", r.ContentLength, s.Limits.MaxBodyBytes, limitMaxBodyBytes)})
+			return
+		}
+		if r.Body != nil {
+			r.Body = http.MaxBytesReader(w, r.Body, s.Limits.MaxBodyBytes)
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Serve answers h on ln until ctx ends, then shuts down (waiting up to 5 s for requests in
+// flight). It applies the Limits' timeouts and header size, answers a client too slow with its
+// headers 408, and serves TLS when s.TLS is set. h is usually Secure(Handler()) with the
+// dashboard mounted.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	s.Limits.EnsureDefaults()
+	if s.TLS != nil {
+		// The limit connections wrap the TLS ones, so that a 408 goes out encrypted. net/http
+		// then sees no *tls.Conn: it speaks HTTP/1.1 only (no h2 is offered) and r.TLS is nil.
+		ln = tlsListener(ln, s.TLS)
+	}
+	inner := &limitListener{Listener: ln, timeout: s.Limits.ReadHeaderTimeout, idle: s.Limits.IdleTimeout}
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.Limits.ReadHeaderTimeout,
+		ReadTimeout:       s.Limits.ReadTimeout,
+		WriteTimeout:      s.Limits.WriteTimeout,
+		IdleTimeout:       s.Limits.IdleTimeout,
+		MaxHeaderBytes:    s.Limits.MaxHeaderBytes,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if lc, ok := c.(*limitConn); ok {
+				return context.WithValue(ctx, connKey{}, lc)
+			}
+			return ctx
+		},
+		ErrorLog: slogErrorLog(s.logger()),
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}()
+	err := hs.Serve(inner)
+	close(done)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+type connKey struct{}
+
+// limitListener hands out limitConns.
+type limitListener struct {
+	net.Listener
+	timeout, idle time.Duration
+}
+
+// Accept implements net.Listener.
+func (l *limitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &limitConn{Conn: c, timeout: l.timeout, idle: l.idle}, nil
+}
+
+// limitConn answers 408 when a read times out while no request is being handled, that is while
+// net/http waits for a request's line and headers (ReadHeaderTimeout) or for the next request of
+// a kept-alive connection (IdleTimeout; RFC 9110 allows a 408 there too, and Go's and curl's
+// clients read it as a closed connection). net/http itself closes such connections without a
+// word.
+type limitConn struct {
+	net.Conn
+	timeout time.Duration // ReadHeaderTimeout
+	idle    time.Duration // IdleTimeout
+	busy    atomic.Int32  // requests being handled (0 or 1: HTTP/1.1 handles one at a time)
+	// aborted says that the last read deadline was set in the past: net/http does that to stop
+	// its background read when a response is done, and that timeout is no client's fault.
+	aborted atomic.Bool
+	once    sync.Once
+}
+
+// SetReadDeadline implements net.Conn.
+func (c *limitConn) SetReadDeadline(t time.Time) error {
+	c.aborted.Store(!t.IsZero() && t.Before(time.Now()))
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline implements net.Conn.
+func (c *limitConn) SetDeadline(t time.Time) error {
+	c.aborted.Store(!t.IsZero() && t.Before(time.Now()))
+	return c.Conn.SetDeadline(t)
+}
+
+// Read implements net.Conn.
+func (c *limitConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() && c.busy.Load() == 0 && !c.aborted.Load() {
+		c.once.Do(func() {
+			msg := fmt.Sprintf(`{"error":"no complete request in time (%s %s; between requests, %s %s)"}`,
+				limitReadHeaderTimeout, c.timeout, limitIdleTimeout, c.idle)
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = fmt.Fprintf(c.Conn, "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s\n",
+				len(msg)+1, msg)
+		})
+	}
+	return n, err
+}

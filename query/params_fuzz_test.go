@@ -1,0 +1,130 @@
+package query
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store/cellstore"
+)
+
+// FuzzParseTime: the time parameters of both APIs never panic; a plain number is milliseconds
+// (ParseTime), and what tsdbTime accepts as relative lies before now.
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"", "-6h", "1700000000000", "2026-11-30T12:00:00Z", "2026-11-30T12:00:00.5+02:00", "1h-ago",
+		"9223372036854775807y-ago", "1364410924.250", "2026/11/30-12:00:00", "2026/11/30 12:00", "now", "-9223372036854775808ns", "1e9"} {
+		f.Add(s)
+	}
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		got, err := ParseTime(v, now)
+		if ms, perr := strconv.ParseInt(v, 10, 64); perr == nil && (err != nil || got.UnixMilli() != ms) {
+			t.Fatalf("ParseTime(%q) = %v, %v; want %d ms", v, got, err, ms)
+		}
+		tt, err := tsdbTime(v, now, time.UTC)
+		if err == nil && strings.HasSuffix(strings.TrimSpace(v), "-ago") && tt.After(now) {
+			t.Fatalf("tsdbTime(%q) = %v, after now", v, tt)
+		}
+	})
+}
+
+// fuzzHandler is a query server over an embedded store with a few windows, through Secure as
+// app serves it, with the default limits but a short request timeout.
+func fuzzHandler(f *testing.F) (*Server, http.Handler) {
+	st, err := cellstore.Open("")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { st.Close() })
+	ctx := context.Background()
+	for _, table := range []string{"agg", "tsdb"} {
+		if err := st.EnsureTable(ctx, schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
+			f.Fatal(err)
+		}
+	}
+	seed(f, st, "agg", 4)
+	seedTSDB(f, st, "tsdb", 4)
+	srv := &Server{
+		Topologies: []Topology{
+			{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(f, st, "agg")},
+			{Name: "devices", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count", "mean", "temp_q"}}, {Name: "hour", Aggregates: []string{"count"}}},
+				Reader: newReader(f, st, "tsdb")},
+		},
+		Now:      func() time.Time { return t0.Add(2 * time.Hour) },
+		Limits:   Limits{RequestTimeout: 5 * time.Second},
+		OpenTSDB: OpenTSDBLimits{Timeout: 5 * time.Second},
+	}
+	return srv, srv.Secure(srv.HandlerWithDashboard())
+}
+
+// answerOK checks an answer to a hostile request: a client mistake is a 4xx, never a 5xx (the
+// server failing) and never a panic; the body is JSON.
+func answerOK(t *testing.T, req string, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	if rec.Code >= 500 {
+		t.Fatalf("%s: %d %s", req, rec.Code, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); strings.HasPrefix(ct, "application/json") && !json.Valid(rec.Body.Bytes()) {
+		t.Fatalf("%s: %d with a body that is not JSON: %q", req, rec.Code, rec.Body)
+	}
+}
+
+// FuzzAPIParams sends arbitrary query strings to /api/v1/windows and /api/v1/entities.
+func FuzzAPIParams(f *testing.F) {
+	for _, s := range []string{"set=minute&entity=ab1,ab12&limit=2", "set=minute&entity=ab1&from=-1h&to=0&order=oldest&live=false",
+		"topology=t&set=minute&entity=a&from=0&to=1", "set=minute&entity=" + strings.Repeat("e,", 120), "set=minute&limit=10000",
+		"set=minute&entity=ab1&limit=99999999999999999999", "set=%zz&entity=ab1", "set=minute&entity=ab1&from=2026-11-30T12:00:00Z"} {
+		f.Add(s)
+	}
+	srv, h := fuzzHandler(f)
+	srv.Topologies = srv.Topologies[:1] // topology may be left out
+	f.Fuzz(func(t *testing.T, rawQuery string) {
+		for _, path := range []string{"/api/v1/windows", "/api/v1/entities"} {
+			req := httptest.NewRequest("GET", "http://abacus"+path, nil)
+			req.URL.RawQuery = rawQuery
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			answerOK(t, path+"?"+rawQuery, rec)
+		}
+	})
+}
+
+// FuzzOpenTSDBParams sends arbitrary query strings (GET) and bodies (POST) to the OpenTSDB
+// endpoints Grafana calls.
+func FuzzOpenTSDBParams(f *testing.F) {
+	for _, s := range []struct{ q, body string }{
+		{"start=1h-ago&m=sum:1m-avg:devices.minute.count{entity=*}", ""},
+		{"start=2026/11/30-10:00:00&end=2026/11/30-11:00&m=avg:5m-max-zero:rate{counter,100,0}:devices.minute.mean{entity=literal_or(device-001|device-002)}&arrays", ""},
+		{"m=devices.minute.temp_q{entity=device-001,quantile=0.5}", ""},
+		{"", `{"start":"1h-ago","queries":[{"metric":"devices.minute.count","aggregator":"sum","downsample":"0all-sum","filters":[{"type":"wildcard","tagk":"entity","filter":"dev*","groupBy":true}]}]}`},
+		{"", `{"start":1,"end":99999999999999,"queries":[{"metric":"devices.hour.count","aggregator":"p99","tags":{"entity":"regexp(^d.*)"},"rateOptions":{"counter":true}}],"showQuery":true,"timezone":"Europe/Berlin"}`},
+		{"type=tagv&q=dev&max=3", ""},
+		{"m=devices.minute.count{entity=device-0*}&limit=2", `{"m":"*"}`},
+		{"start=9223372036854775807y-ago&m=sum:devices.minute.count", `[1,2]`},
+	} {
+		f.Add(s.q, []byte(s.body))
+	}
+	_, h := fuzzHandler(f)
+	f.Fuzz(func(t *testing.T, rawQuery string, body []byte) {
+		for _, path := range []string{"/api/query", "/api/search/lookup", "/api/suggest"} {
+			get := httptest.NewRequest("GET", "http://abacus"+path, nil)
+			get.URL.RawQuery = rawQuery
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, get)
+			answerOK(t, "GET "+path+"?"+rawQuery, rec)
+
+			post := httptest.NewRequest("POST", "http://abacus"+path, bytes.NewReader(body))
+			post.URL.RawQuery = rawQuery
+			rec = httptest.NewRecorder()
+			h.ServeHTTP(rec, post)
+			answerOK(t, "POST "+path+"?"+rawQuery+" "+string(body), rec)
+		}
+	})
+}
