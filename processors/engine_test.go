@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,9 +13,13 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/localtable"
+	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // The engine's guarantees, each as a scenario run on the in-memory driver, on kfake and on the
@@ -435,5 +440,81 @@ func TestStorageFolderLocked(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("second processor on %s: %v, want a refusal naming the folder", storage, err)
 		}
+	}
+}
+
+// TestEntitiesDescribeLayoutOnlyAtFirst: an entity carries its topology layout's description only
+// until its partition's record, which describes it once for all, is acknowledged. A new partition
+// writes that record at once, not at its first tick (here a minute away), so that a fresh
+// processor's table does not hold the description in every entity it writes in its first minute.
+func TestEntitiesDescribeLayoutOnlyAtFirst(t *testing.T) {
+	brokers := testenv.Kafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	name := uniqueTopology(t, "describe")
+	createTopic(ctx, t, brokers, name+"-in", 1)
+	b := topology.New(name)
+	source(b, name+"-in").Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n").Sum("s", "V")
+	topo := build(t, b)
+	storage := t.TempDir()
+	reg := prometheus.NewRegistry()
+	stop := runProcessor(t, topo, processors.Config{Brokers: brokers, StoragePath: storage, Logger: testLogger(t),
+		Registerer: reg, IdleTimeout: 5 * time.Minute, TickInterval: time.Minute})
+	waitIn := func(n float64) {
+		t.Helper()
+		for counter(t, reg, "abacus_processor_events_in_total") < n {
+			if ctx.Err() != nil {
+				t.Fatalf("processor took %v of %v events", counter(t, reg, "abacus_processor_events_in_total"), n)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var ins []input
+	ins = append(ins, input{key: "first", value: ev{Entity: "first", TS: ms(0), V: 1}.json()})
+	produce(ctx, t, brokers, name+"-in", ins)
+	waitIn(1)
+	time.Sleep(500 * time.Millisecond) // the record's round trip through Kafka
+	ins = ins[:0]
+	for i := range 50 {
+		k := fmt.Sprintf("e%02d", i)
+		ins = append(ins, input{key: k, value: ev{Entity: k, TS: ms(time.Second), V: 2}.json()})
+	}
+	produce(ctx, t, brokers, name+"-in", ins)
+	waitIn(51)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	tbl, err := localtable.Open(filepath.Join(storage, name+"-table.0"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	it, err := tbl.Iterator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Release()
+	entities, described := 0, []string{}
+	for it.Next() {
+		k := string(it.Key())
+		if strings.HasPrefix(k, "abacus-tick-") {
+			continue
+		}
+		v, _ := it.Value()
+		e, err := state.Decode(append([]byte(nil), v...))
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		entities++
+		if d, _ := e.Described(); d != nil {
+			described = append(described, k)
+		}
+	}
+	if entities != 51 {
+		t.Fatalf("%d entities in the table, want 51", entities)
+	}
+	if len(described) > 1 || (len(described) == 1 && described[0] != "first") {
+		t.Fatalf("entities written after the partition's record carry the layout: %v", described)
 	}
 }

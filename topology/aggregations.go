@@ -46,8 +46,8 @@ func (c *countAcc) Merge(o accumulator) error {
 func (c *countAcc) Value() totals.Value          { return totals.Value{Kind: totals.KindInt, Int: int64(c.n)} }
 func (c *countAcc) AppendBinary(b []byte) []byte { return binary.AppendUvarint(b, c.n) }
 
-// floatOp identifies the float aggregations, which share one accumulator layout:
-// byte flags (bit 0: has a value), float64 value, varint n-or-time.
+// floatOp identifies the float aggregations, which share one accumulator and its encoding (see
+// floatAcc.AppendBinary): a value and an aux number (mean: count; last: event time).
 type floatOp uint8
 
 const (
@@ -80,15 +80,10 @@ func floatDefOf[E any](name string, f func(E) float64, op floatOp) aggDef {
 		Name: name,
 		New:  func() accumulator { return &floatAcc{op: op, get: get} },
 		Decode: func(b []byte) (accumulator, error) {
-			if len(b) < 9 {
-				return nil, fmt.Errorf("aggregation %q: %w", name, errShort)
+			a := &floatAcc{op: op, get: get}
+			if err := a.decode(b); err != nil {
+				return nil, fmt.Errorf("aggregation %q: %w", name, err)
 			}
-			a := &floatAcc{op: op, get: get, has: b[0]&1 != 0, v: math.Float64frombits(binary.BigEndian.Uint64(b[1:9]))}
-			aux, k := binary.Varint(b[9:])
-			if k <= 0 {
-				return nil, fmt.Errorf("aggregation %q: %w", name, errShort)
-			}
-			a.aux = aux
 			return a, nil
 		},
 	}
@@ -154,14 +149,87 @@ func (a *floatAcc) Value() totals.Value {
 	return totals.Value{Kind: totals.KindFloat, Float: v}
 }
 
+// The float accumulator's encoding opens with a flags byte. Flags without floatCompact (the
+// first form, still read) are followed by the value's 8 bytes and a varint aux. With it, the
+// value is a zigzag varint when it is a whole number that fits one (sums, maxima and counts of
+// whole quantities usually are: 2 or 3 bytes instead of 8), else its 8 bytes; aux follows only
+// when not zero. A window's state is mostly its accumulators, and the table holds every open one.
+const (
+	floatHas      = 1 << 0
+	floatIntegral = 1 << 1
+	floatAux      = 1 << 2
+	floatCompact  = 1 << 7
+)
+
+// maxExactInt is the largest magnitude below which every whole float64 is exact.
+const maxExactInt = 1 << 53
+
 func (a *floatAcc) AppendBinary(b []byte) []byte {
-	var flags byte
+	flags := byte(floatCompact)
 	if a.has {
-		flags = 1
+		flags |= floatHas
+	}
+	integral := a.v == math.Trunc(a.v) && math.Abs(a.v) < maxExactInt && !(a.v == 0 && math.Signbit(a.v))
+	if integral {
+		flags |= floatIntegral
+	}
+	if a.aux != 0 {
+		flags |= floatAux
 	}
 	b = append(b, flags)
-	b = binary.BigEndian.AppendUint64(b, math.Float64bits(a.v))
-	return binary.AppendVarint(b, a.aux)
+	if integral {
+		b = binary.AppendVarint(b, int64(a.v))
+	} else {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(a.v))
+	}
+	if a.aux != 0 {
+		b = binary.AppendVarint(b, a.aux)
+	}
+	return b
+}
+
+func (a *floatAcc) decode(b []byte) error {
+	if len(b) == 0 {
+		return errShort
+	}
+	flags := b[0]
+	b = b[1:]
+	a.has = flags&floatHas != 0
+	if flags&floatCompact == 0 {
+		if len(b) < 8 {
+			return errShort
+		}
+		a.v = math.Float64frombits(binary.BigEndian.Uint64(b[:8]))
+		aux, k := binary.Varint(b[8:])
+		if k <= 0 {
+			return errShort
+		}
+		a.aux = aux
+		return nil
+	}
+	if flags&floatIntegral != 0 {
+		v, k := binary.Varint(b)
+		if k <= 0 {
+			return errShort
+		}
+		a.v, b = float64(v), b[k:]
+	} else {
+		if len(b) < 8 {
+			return errShort
+		}
+		a.v, b = math.Float64frombits(binary.BigEndian.Uint64(b[:8])), b[8:]
+	}
+	if flags&floatAux != 0 {
+		aux, k := binary.Varint(b)
+		if k <= 0 {
+			return errShort
+		}
+		a.aux, b = aux, b[k:]
+	}
+	if len(b) != 0 {
+		return fmt.Errorf("%d bytes after a float accumulator", len(b))
+	}
+	return nil
 }
 
 // distinct: the HyperLogLog sketch's own binary encoding.

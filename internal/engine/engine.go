@@ -302,6 +302,7 @@ func (e *Engine) onSource(idx int) goka.ProcessCallback {
 			return
 		}
 		pt.catchUp(ctx)
+		pt.nudge(ctx)
 		pt.eventsIn[idx].Inc()
 		raw, _ := msg.([]byte)
 		at := sourceOf(ctx)
@@ -361,6 +362,12 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 		pt.onClose(ctx)
 	case loopNudge:
 		pt.nudged = false
+		if !pt.layoutHeld && pt.metaDirty && IsTickKey(ctx.Key()) {
+			// A partition whose record does not describe the current layout yet writes it at once,
+			// not at the next tick: until Kafka holds it, every entity written carries the
+			// description itself.
+			pt.writeRecord(ctx)
+		}
 		pt.nudge(ctx) // catchUp ran above; nudge again if closes still wait
 	case loopEvent:
 		if m.source < 0 || m.source >= len(e.plan.Sources) {

@@ -516,11 +516,11 @@ func (pt *partition) countWaits() {
 	pt.waits.Set(float64(n))
 }
 
-// nudge sends the partition a message to itself while closes or an idle advance wait for
-// Kafka's acknowledgement: goka calls back only for messages, and without one the wait could
-// last until the next tick.
+// nudge sends the partition a message to itself while closes, an idle advance or the record
+// describing the layout wait for Kafka's acknowledgement: goka calls back only for messages, and
+// without one the wait could last until the next tick.
 func (pt *partition) nudge(ctx goka.Context) {
-	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set) {
+	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set && pt.layoutHeld) {
 		return
 	}
 	pt.nudged = true

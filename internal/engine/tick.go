@@ -50,14 +50,7 @@ func (pt *partition) onTick(ctx goka.Context) {
 		e.log.Debug("idle partition will advance stream time", "partition", pt.id, "from", pt.closeST(), "to", target)
 	}
 	if pt.metaDirty {
-		rec, wms := pt.record()
-		ctx.SetValue(rec)
-		bound := e.cfg.Durability.Sent()
-		pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, layout: true})
-		if pt.pendingIdle.set {
-			pt.pendingIdle.bound = bound
-		}
-		pt.metaDirty = false
+		pt.writeRecord(ctx)
 	}
 	pt.catchUp(ctx) // an in-memory store acknowledges at once
 	pt.countWaits()
@@ -137,6 +130,18 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 		return 0, false
 	}
 	return target, true
+}
+
+// writeRecord writes the partition's record; the callback's key must be the partition's own.
+func (pt *partition) writeRecord(ctx goka.Context) {
+	rec, wms := pt.record()
+	ctx.SetValue(rec)
+	bound := pt.e.cfg.Durability.Sent()
+	pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, layout: true})
+	if pt.pendingIdle.set {
+		pt.pendingIdle.bound = bound
+	}
+	pt.metaDirty = false
 }
 
 // record is the partition's record as it should be in the table, and the origin watermarks it
