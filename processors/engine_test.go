@@ -13,13 +13,16 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/engine"
 	"github.com/abacus-stream/abacus/internal/localtable"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The engine's guarantees, each as a scenario run on the in-memory driver, on kfake and on the
@@ -517,4 +520,77 @@ func TestEntitiesDescribeLayoutOnlyAtFirst(t *testing.T) {
 	if len(described) > 1 || (len(described) == 1 && described[0] != "first") {
 		t.Fatalf("entities written after the partition's record carry the layout: %v", described)
 	}
+}
+
+// TestLayoutDescribedByOneEntity: until a partition's record describing its topology layout is
+// acknowledged, one entity (the first written) describes it for all. A changelog that holds
+// entities under an old layout, only the last of them (in key order) describing it, and no
+// record (a crash before the record landed) is read by a new version of the topology: every
+// entity is converted, none refused.
+func TestLayoutDescribedByOneEntity(t *testing.T) {
+	name := uniqueTopology(t, "describer")
+	version := func(v int) *topology.Topology {
+		b := topology.New(name)
+		src := source(b, name+"-in")
+		if v == 1 {
+			src.Aggregate("a", windows.Tumbling(time.Minute)).Grace(0).Count("n").Sum("s", "V")
+		} else {
+			src.Aggregate("new", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+			src.Aggregate("a", windows.Tumbling(time.Minute)).Grace(0).Sum("s", "V").Count("n")
+		}
+		return build(t, b)
+	}
+	v1 := version(1)
+	brokers := testenv.Kafka(t)
+	r := newKafkaRunner(t, brokers, v1, runnerOptions{partitions: 1, start: start, idleTimeout: time.Minute})
+	in := name + "-in"
+	keys := []string{"k1", "k2", "k3"}
+	for _, k := range keys {
+		send(r, in, ev{Entity: k, TS: ms(10 * time.Second), V: 2})
+	}
+	// The changelog as a crash before the record landed leaves it: the record gone, and only k3
+	// describing the layout its entities follow.
+	r.beforeRestart = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tbl, err := localtable.Open(filepath.Join(r.storage, name+"-table.0"), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layout := plan.Of(v1).Layout()
+		var recs []*kgo.Record
+		for _, k := range keys {
+			v, err := tbl.Get(k)
+			if err != nil || v == nil {
+				t.Fatalf("entity %s in the table: %q, %v", k, v, err)
+			}
+			e, err := state.Decode(append([]byte(nil), v...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Undescribe()
+			if k == keys[len(keys)-1] {
+				e.LayoutDesc = &layout
+			}
+			recs = append(recs, &kgo.Record{Topic: name + "-table", Partition: 0, Key: []byte(k), Value: e.Append(nil)})
+		}
+		for _, k := range engine.TickKeys(1) {
+			recs = append(recs, &kgo.Record{Topic: name + "-table", Partition: 0, Key: []byte(k)})
+		}
+		tbl.Close()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.restartWith(version(2), true); err != nil {
+		t.Fatalf("version 2 refused the changelog: %v", err)
+	}
+	send(r, in, ev{Entity: "k1", TS: ms(20 * time.Second), V: 3})
+	send(r, in, ev{Entity: "k1", TS: ms(2 * time.Minute), V: 1}) // closes the first minute
+	oneFinal(t, r, "a", "k1", base).Expect(t, map[string]float64{"n": 2, "s": 5})
 }

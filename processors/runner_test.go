@@ -155,6 +155,8 @@ type kafkaRunner struct {
 	sent map[string]int // source topic -> records sent
 	// previous runs' counters: metrics start over with each processor.
 	base map[string]float64
+	// beforeRestart, if set, runs while the processor is stopped in restartWith.
+	beforeRestart func()
 }
 
 func newKafkaRunner(t *testing.T, brokers []string, topo *topology.Topology, o runnerOptions) *kafkaRunner {
@@ -213,6 +215,9 @@ func (r *kafkaRunner) restartWith(topo *topology.Topology, lose bool) error {
 		r.t.Fatalf("processor run: %v", err)
 	}
 	r.stop = nil
+	if r.beforeRestart != nil {
+		r.beforeRestart()
+	}
 	if lose {
 		if err := os.RemoveAll(r.storage); err != nil {
 			r.t.Fatal(err)

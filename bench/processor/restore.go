@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/syndtr/goleveldb/leveldb"
 	"github.com/syndtr/goleveldb/leveldb/opt"
 )
@@ -147,8 +148,8 @@ func measureTable(storage, table string) (*tableStats, error) {
 		it := db.NewIterator(nil, nil)
 		for it.Next() {
 			k, v := it.Key(), it.Value()
-			if string(k) == "__offset" { // goka's own bookkeeping, not an entity
-				continue
+			if string(k) == "__offset" || strings.HasPrefix(string(k), plan.TickKeyPrefix) {
+				continue // the table's offset and the partition's own record, not entities
 			}
 			wins, fences, aggs, err := decodeEntity(v)
 			if err != nil {

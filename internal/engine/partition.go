@@ -62,9 +62,13 @@ type partition struct {
 	metaFlight   []metaWrite            // record writes not acknowledged yet, oldest first
 	metaWM       map[originKey]int64    // origins' watermarks in the last acknowledged record
 	metaST       int64                  // stream time in the last acknowledged record
-	// layoutHeld says the acknowledged record describes the current layout; until it does,
-	// entities are written with their layout described in them.
+	// layoutHeld says the acknowledged record describes the current layout. Until it does, one
+	// entity, the describer, carries the layout's description at each of its writes, so that
+	// whatever part of the partition's writes Kafka holds after a crash, a restart under another
+	// topology can read it: the describer's first write comes before every other entity's under
+	// this layout, and a partition's writes land in order.
 	layoutHeld bool
+	describer  string
 
 	due  closeHeap // one entry per entity with a window whose final is not emitted yet
 	held int       // windows in the table
@@ -239,6 +243,22 @@ func (pt *partition) rebuild() error {
 	if err := pt.knowLayout(e.layout); err != nil {
 		return err
 	}
+	// Layouts the record does not describe are described by one entity each (the describer): learn
+	// them all before converting any entity that follows them.
+	for _, s := range ents {
+		if _, known := pt.layouts[s.ent.Layout]; known || s.ent.Layout == e.layout.Hash || s.ent.Layout == 0 {
+			continue
+		}
+		desc, err := s.ent.Described()
+		if err != nil {
+			return fmt.Errorf("partition %d: entity %q: %w", pt.id, s.key, err)
+		}
+		if desc != nil {
+			if err := pt.knowLayout(*desc); err != nil {
+				return err
+			}
+		}
+	}
 	for _, s := range ents {
 		if err := pt.convert(s.key, s.ent); err != nil {
 			return err
@@ -303,10 +323,16 @@ func (pt *partition) convert(key string, ent *state.Entity) error {
 }
 
 // describe sets what an entity about to be written says of its layout (see state.Entity.LayoutDesc).
-func (pt *partition) describe(ent *state.Entity) {
+func (pt *partition) describe(key string, ent *state.Entity) {
 	ent.Undescribe()
 	ent.Layout = pt.e.layout.Hash
-	if !pt.layoutHeld {
+	if pt.layoutHeld {
+		return
+	}
+	if pt.describer == "" {
+		pt.describer = key
+	}
+	if key == pt.describer {
 		ent.LayoutDesc = &pt.e.layout
 	}
 }
@@ -367,7 +393,7 @@ func (pt *partition) remember(entity string, ent *state.Entity) {
 
 // set writes an entity to the table, and remembers it.
 func (pt *partition) set(ctx goka.Context, ent *state.Entity) {
-	pt.describe(ent)
+	pt.describe(ctx.Key(), ent)
 	ctx.SetValue(ent)
 	pt.wrote(ctx.Key())
 	pt.remember(ctx.Key(), ent)
