@@ -83,6 +83,7 @@ type Driver struct {
 	failed    error
 
 	totals   []Total // decoded totals, in order, up to totalsAt of out
+	finals   []Total // the final ones among them
 	totalsAt int
 
 	sent     uint64   // messages the processor sent (state writes, totals, loop messages)
@@ -513,6 +514,14 @@ type Total struct {
 // Totals are every window total emitted, in order: early and every-update firings and finals.
 func (d *Driver) Totals() []Total {
 	d.t.Helper()
+	d.decodeTotals()
+	return slices.Clone(d.totals)
+}
+
+// decodeTotals decodes the totals emitted since the last call: a test that asks after every
+// record must not decode the whole output each time.
+func (d *Driver) decodeTotals() {
+	d.t.Helper()
 	for ; d.totalsAt < len(d.out); d.totalsAt++ {
 		m := d.out[d.totalsAt]
 		if m.Topic != d.plan.TotalsTopic {
@@ -523,24 +532,22 @@ func (d *Driver) Totals() []Total {
 			d.t.Fatalf("abacustest: totals record: %v", err)
 		}
 		t := Total{Set: r.Set, Entity: r.Entity, Start: time.UnixMilli(r.Start), End: time.UnixMilli(r.End),
-			Final: r.Final, Revision: r.Revision, Values: map[string]totals.Value{}}
+			Final: r.Final, Revision: r.Revision, Values: make(map[string]totals.Value, len(r.Values))}
 		for _, v := range r.Values {
 			t.Values[v.Name] = v
 		}
 		d.totals = append(d.totals, t)
+		if t.Final {
+			d.finals = append(d.finals, t)
+		}
 	}
-	return slices.Clone(d.totals)
 }
 
 // Finals are the final totals emitted, in order.
 func (d *Driver) Finals() []Total {
-	var out []Total
-	for _, t := range d.Totals() {
-		if t.Final {
-			out = append(out, t)
-		}
-	}
-	return out
+	d.t.Helper()
+	d.decodeTotals()
+	return slices.Clone(d.finals)
 }
 
 // FinalsOf are the final totals of one entity in one set, by window start.

@@ -239,11 +239,15 @@ func accumulators(set *plan.Set, ent *state.Entity, i int) ([]plan.Accumulator, 
 	return accs, nil
 }
 
-// storeAccs encodes accs into window w.
+// storeAccs encodes accs into window w, all in one buffer: one allocation per window written,
+// not one per aggregation.
 func storeAccs(w *state.Window, accs []plan.Accumulator) {
 	aggs := make([][]byte, len(accs))
+	buf := make([]byte, 0, 16*len(accs))
 	for k, a := range accs {
-		aggs[k] = a.AppendBinary(nil)
+		n := len(buf)
+		buf = a.AppendBinary(buf)
+		aggs[k] = buf[n:len(buf):len(buf)]
 	}
 	w.Aggs = aggs
 }

@@ -560,8 +560,8 @@ func (pt *partition) closeDue(ctx goka.Context) {
 	st := pt.closeST()
 	for pt.due.Len() > 0 && pt.due.minAt() <= st {
 		entity := pt.due.minEntity()
-		pt.due.remove(entity)
 		if !pt.durable(entity) {
+			pt.due.remove(entity)
 			pt.waiting = append(pt.waiting, entity)
 			pt.countWaits()
 			pt.nudge(ctx)
@@ -573,10 +573,11 @@ func (pt *partition) closeDue(ctx goka.Context) {
 			return
 		}
 		if ent == nil {
+			pt.due.remove(entity)
 			continue
 		}
 		pt.emitClosed(ctx, entity, ent)
-		pt.schedule(entity, ent)
+		pt.schedule(entity, ent) // moves its entry in place, or removes it
 	}
 	pt.scheduled.Set(float64(pt.due.Len()))
 }
