@@ -119,7 +119,30 @@ type Client struct {
 	metaMu   sync.Mutex
 	metaAddr string // region server hosting hbase:meta, "" when unknown
 
-	actionsSent atomic.Int64 // Multi actions put on the wire, first tries and retries
+	actionsSent   atomic.Int64 // Multi actions put on the wire, first tries and retries
+	actionsResent atomic.Int64 // of actionsSent, those sent again by a later round of their Apply
+	relocations   atomic.Int64 // regions the servers refused with a relocate-class error
+	lookups       atomic.Int64 // hbase:meta lookups of a region
+}
+
+// Stats are counters of a Client's work since it was created, for metrics and tests.
+type Stats struct {
+	// ActionsSent counts Multi actions put on the wire: first tries and resends.
+	ActionsSent int64
+	// ActionsResent counts, of ActionsSent, the actions an Apply sent again after they failed in
+	// an earlier round: only failed actions are ever resent.
+	ActionsResent int64
+	// Relocations counts regions a server refused (NotServingRegion, RegionMoved, WrongRegion):
+	// splits, moves, unassignments and restarts.
+	Relocations int64
+	// RegionLookups counts hbase:meta lookups of a region's location.
+	RegionLookups int64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{ActionsSent: c.actionsSent.Load(), ActionsResent: c.actionsResent.Load(),
+		Relocations: c.relocations.Load(), RegionLookups: c.lookups.Load()}
 }
 
 type dialWait struct {

@@ -11,6 +11,8 @@
 #   testenv/services.sh clean    stop and remove the data (of the cluster, with KAFKA_BROKERS=3)
 #   testenv/services.sh kill-broker N    SIGKILL Kafka broker N (1 for the single broker)
 #   testenv/services.sh start-broker N   start broker N again and wait until it answers
+#   testenv/services.sh kill-hbase       SIGKILL HBase (master, region server and ZooKeeper: one JVM),
+#                                        as a crash would; `start` brings it back through WAL recovery
 #
 # Settings (environment):
 #   ABACUS_TESTENV_DIR   data, logs and pid files (default: testenv/.data, git-ignored)
@@ -348,6 +350,19 @@ start_broker() {
   wait_ready "$name" "$(node_dir "$n")/kafka.log"
 }
 
+# kill_hbase: SIGKILL the HBase JVM, as a crash would, and wait until it is gone. Edits it
+# acknowledged live only in its WAL; the next start replays them (the master splits the dead
+# server's WAL before reopening its regions).
+kill_hbase() {
+  local pid
+  is_running hbase || die "hbase is not running"
+  pid=$(cat "$data/hbase.pid")
+  kill -9 "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$data/hbase.pid"
+  log "killed hbase (pid $pid, SIGKILL)"
+}
+
 hbase_java_opts=(
   -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true
   --add-modules jdk.unsupported
@@ -547,5 +562,6 @@ case $cmd in
     ;;
   kill-broker) broker_arg "${2:-}"; kill_broker "$2" ;;
   start-broker) need_java; broker_arg "${2:-}"; build_probe; start_broker "$2" ;;
+  kill-hbase) kill_hbase ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
