@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/partitioner"
@@ -68,6 +69,8 @@ type Generator struct {
 	Jitter time.Duration
 	// Now is the wall clock future-dated events are judged by (default time.Now).
 	Now func() time.Time
+	// PadBytes pads every event with that many bytes, for tests that need a backlog of a size.
+	PadBytes int
 
 	rng     *rand.Rand
 	n       int64
@@ -116,6 +119,9 @@ func (g *Generator) Next(dst []Record) []Record {
 	nominal := g.Start + int64(time.Duration(i)*g.Step/time.Millisecond)
 	entity := fmt.Sprintf("ent-%03d", g.rng.IntN(g.Entities))
 	ev := Event{Entity: entity, Time: nominal, Kind: TypeMeasurement, V: float64(g.rng.IntN(1000)), Seq: i}
+	if g.PadBytes > 0 {
+		ev.Pad = strings.Repeat("x", g.PadBytes)
+	}
 	kind := OnTime
 	x := g.rng.Float64() * 100
 	switch {

@@ -43,6 +43,8 @@ type Event struct {
 	V float64 `json:"v"`
 	// Seq numbers the generated events; a duplicate repeats its original's.
 	Seq int64 `json:"seq"`
+	// Pad makes events as large as a test needs (Generator.PadBytes); nothing reads it.
+	Pad string `json:"pad,omitempty"`
 }
 
 // The aggregate sets and their parameters, which the oracle mirrors.
