@@ -54,6 +54,9 @@ func TestExpandEnv(t *testing.T) {
 // declare is refused.
 func TestTopicNamesPerEnvironment(t *testing.T) {
 	p := Program{Topologies: []func() (*topology.Topology, error){devices.Topology}}
+	for _, v := range []string{"ABACUS_KAFKA_BROKERS", "ABACUS_HBASE_ZK", "ABACUS_LISTEN", "ABACUS_TOPOLOGY", "ABACUS_TOPIC_PREFIX"} {
+		t.Setenv(v, "") // the test's own config decides, whatever the environment of the run
+	}
 	dir := t.TempDir()
 	write := func(body string) *common {
 		path := filepath.Join(dir, "cfg.yaml")

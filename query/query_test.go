@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
@@ -76,28 +75,18 @@ func stores(t *testing.T) map[string]func(t *testing.T) (cellStore, string) {
 			return s, "agg"
 		},
 		"hbase": func(t *testing.T) (cellStore, string) {
-			quorum := testenv.HBaseZooKeeper(t)
+			c := testenv.HBaseClient(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
 			table := fmt.Sprintf("querytest_%d", time.Now().UnixNano())
 			st, err := hbasestore.New(c, hbasestore.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
+			testenv.DropTableAtEnd(t, c, table)
 			if err := st.EnsureTable(ctx, schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				_ = c.Admin().DisableTable(ctx, table)
-				_ = c.Admin().DeleteTable(ctx, table)
-			})
 			return st, table
 		},
 	}

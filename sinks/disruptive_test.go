@@ -96,7 +96,7 @@ func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 		}
 		t.Fatalf("%v records dead-lettered while HBase was down: an outage is not a permanent failure", n)
 	}
-	cells := tableCells(t, hbaseClient(t), e.FactsTable)
+	cells := tableCells(t, testenv.HBaseClient(t), e.FactsTable)
 	if int64(len(cells)) != produced.Load() {
 		t.Fatalf("facts table has %d cells, %d events were produced", len(cells), produced.Load())
 	}

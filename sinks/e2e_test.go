@@ -53,11 +53,11 @@ func newE2E(t *testing.T) *e2e {
 		FactsGroup: fmt.Sprintf("e2e-facts-%d", n), AggGroup: fmt.Sprintf("e2e-agg-%d", n), MaxBatch: 300,
 	}
 	createTopics(t, e.Brokers, 4, e.Events, e.Totals, e.DeadLetter)
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for _, tb := range []string{e.FactsTable, e.AggTable} {
-		dropTable(t, c.Admin(), tb)
+		testenv.DropTableAtEnd(t, c, tb)
 		if err := hbaseStore(t, c).EnsureTable(ctx, schema.TableLayout{Name: tb, Family: "d", SaltBuckets: e.Buckets, Versions: 5}); err != nil {
 			t.Fatal(err)
 		}
@@ -258,7 +258,7 @@ func checkTables(t *testing.T, e *e2e, c *hbase.Client, goodEvents int, finals m
 func TestSinksReplayRewritesIdenticalCells(t *testing.T) {
 	e := newE2E(t)
 	good, finals := e.produceWorkload(t, 12, 200)
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	for _, kind := range []string{"facts", "aggregates"} {
 		group, topic := e.FactsGroup, e.Events
 		if kind == "aggregates" {
@@ -354,7 +354,7 @@ func TestSinkKilledMidWrite(t *testing.T) {
 	e := newE2E(t)
 	e.MaxBatch = 100
 	good, finals := e.produceWorkload(t, 16, 400)
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, kind := range []string{"facts", "aggregates"} {
 		group, topic := e.FactsGroup, e.Events
@@ -419,7 +419,7 @@ func TestSinksNewestWinsInOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	runUntilDrained(t, e, "aggregates", func() bool { return e.lag(t, e.AggGroup, e.Totals) == 0 })
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	cells := tableCells(t, c, e.AggTable)
 	var bad []string
 	for row, n := range want {

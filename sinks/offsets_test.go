@@ -30,9 +30,9 @@ func TestOffsetsShowRewindAndResume(t *testing.T) {
 			admin := OffsetsAdmin{Kafka: kadm.NewClient(kcl)}
 			var store OffsetStore
 			if where == "hbase" {
-				c := hbaseClient(t)
+				c := testenv.HBaseClient(t)
 				table := fmt.Sprintf("sinktest_offsets_%d", time.Now().UnixNano())
-				dropTable(t, c.Admin(), table)
+				testenv.DropTableAtEnd(t, c, table)
 				if err := EnsureOffsetsTable(ctx, c.Admin(), table); err != nil {
 					t.Fatal(err)
 				}

@@ -14,35 +14,13 @@ import (
 	"github.com/abacus-stream/abacus/store"
 )
 
-func hbaseClient(t *testing.T) *hbase.Client {
-	t.Helper()
-	quorum := testenv.HBaseZooKeeper(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func dropTable(t *testing.T, admin *hbase.Admin, name string) {
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		_ = admin.DisableTable(ctx, name)
-		_ = admin.DeleteTable(ctx, name)
-	})
-}
-
 func TestEnsureTableCreatesPreSplitAndRefusesMismatch(t *testing.T) {
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	admin := c.Admin()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	name := fmt.Sprintf("sinktest_layout_%d", time.Now().UnixNano())
-	dropTable(t, admin, name)
+	testenv.DropTableAtEnd(t, c, name)
 	st, err := New(c, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -83,11 +61,11 @@ func TestEnsureTableCreatesPreSplitAndRefusesMismatch(t *testing.T) {
 }
 
 func TestHBaseStoreWritesAndFailsOnlyTheBadCells(t *testing.T) {
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	name := fmt.Sprintf("sinktest_store_%d", time.Now().UnixNano())
-	dropTable(t, c.Admin(), name)
+	testenv.DropTableAtEnd(t, c, name)
 	if _, err := New(c, Config{Durability: hbase.SkipWAL}); err == nil {
 		t.Fatal("SKIP_WAL accepted without ForceSkipWAL")
 	}

@@ -1,0 +1,143 @@
+package main
+
+// Everything that names abacus's own packages is in this file, so that moving them (the totals
+// record is about to leave processors/) is a change here only.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
+	"github.com/abacus-stream/abacus/windows"
+)
+
+// reading is the workload's event as the Go systems decode it.
+type reading struct {
+	Entity string  `json:"entity"`
+	TS     int64   `json:"ts"`
+	V      float64 `json:"v"`
+}
+
+// abacusTopology is the benchmark's aggregation: per entity, 1-minute tumbling windows with no
+// grace, count + sum + max of v, finals only (the default emission).
+func abacusTopology(group, input, output string) (*topology.Topology, error) {
+	b := topology.New(group).TotalsTopic(output)
+	topology.NewSource(b, input, topology.JSON[reading](),
+		func(r reading) string { return r.Entity },
+		func(r reading) time.Time { return time.UnixMilli(r.TS) }).
+		Aggregate("minute", windows.Tumbling(time.Minute)).Grace(0).
+		Count("count").Sum("sum", "v").Max("max", "v")
+	return b.Build()
+}
+
+// runAbacus runs the abacus processor until ctx is done, reporting the events it received.
+func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
+	topo, err := abacusTopology(a.group, a.input, a.output)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	p, err := processors.New(topo, processors.Config{
+		Brokers:     a.brokers,
+		Group:       a.group,
+		StoragePath: a.storage,
+		Registerer:  reg,
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// The input replays minutes of event time in seconds and ends with its sentinels; an
+		// idle partition must not advance stream time with the wall clock and close the
+		// sentinels' windows (or, in the restore runs, every window) on its own.
+		IdleTimeout:    time.Hour,
+		FinalRetention: a.finalRetention,
+	})
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err == nil && ctx.Err() == nil {
+				return errors.New("processors.Run returned before it was asked to stop")
+			}
+			return err
+		case <-t.C:
+			progress(counterSum(reg, "abacus_processor_events_in_total"))
+		}
+	}
+}
+
+func counterSum(reg *prometheus.Registry, name string) int64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return int64(sum)
+}
+
+// decodeAbacus reads one record of abacus's totals topic.
+func decodeAbacus(rec *kgo.Record) (final, bool, error) {
+	r, err := totals.Decode(rec.Value)
+	if err != nil {
+		return final{}, false, err
+	}
+	f := final{entity: r.Entity, start: r.Start}
+	c, ok1 := r.Value("count")
+	s, ok2 := r.Value("sum")
+	m, ok3 := r.Value("max")
+	if !ok1 || !ok2 || !ok3 {
+		return final{}, false, fmt.Errorf("total of %s lacks count, sum or max: %+v", r.Entity, r.Values)
+	}
+	f.agg = winAgg{count: c.Int, sum: s.Float, max: m.Float}
+	return f, r.Final, nil
+}
+
+// tableStats describes abacus's local window table (LevelDB) at rest.
+type tableStats struct {
+	entities, windows               int64
+	keyBytes, valueBytes, diskBytes int64
+	// Parts of the values: the offset fences, the windows' accumulators, and the rest (entity
+	// and window headers: version, stream time, bounds, revision, lengths).
+	fenceBytes, aggBytes int64
+}
+
+// decodeEntity returns an encoded entity's window count and the bytes its fences and its
+// accumulators take in the encoding (measured by encoding it without them).
+func decodeEntity(v []byte) (windows, fenceBytes, aggBytes int64, err error) {
+	e, err := state.Decode(v)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	full := int64(len(v))
+	noFences := *e
+	noFences.Fences = nil
+	fenceBytes = full - int64(len(noFences.Append(nil)))
+	noAggs := *e
+	noAggs.Windows = make([]state.Window, len(e.Windows))
+	for i, w := range e.Windows {
+		w.Aggs = nil
+		noAggs.Windows[i] = w
+	}
+	aggBytes = full - int64(len(noAggs.Append(nil)))
+	return int64(len(e.Windows)), fenceBytes, aggBytes, nil
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is the harness's flags.
+type config struct {
+	brokers         []string
+	events          int
+	entities        int
+	workloads       []string
+	systems         []string
+	runs            int
+	restore         bool
+	restoreEntities int
+	restoreSystems  []string
+	stall           time.Duration
+	timeout         time.Duration
+	javaDir         string
+	javaOpts        string
+	emit            string
+	cpuprofile      string
+	finalRetention  time.Duration
+	workdir         string
+	keep            bool
+	inputPrefix     string
+	reuse           bool
+	jsonOut         string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "child" {
+		os.Exit(childMain(os.Args[2:]))
+	}
+	os.Exit(harnessMain(os.Args[1:]))
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func list(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseFlags(args []string) (*config, error) {
+	fl := flag.NewFlagSet("procbench", flag.ContinueOnError)
+	c := &config{}
+	var brokers, workloads, systemsFlag, restoreSystems string
+	var names []string
+	for _, s := range systems {
+		names = append(names, s.name)
+	}
+	fl.StringVar(&brokers, "brokers", envOr("ABACUS_KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka seed brokers, comma separated (env ABACUS_KAFKA_BROKERS)")
+	fl.IntVar(&c.events, "events", 1_000_000, "events per workload (entities scale with it: sparse events/10, dense events/100)")
+	fl.IntVar(&c.entities, "entities", 0, "override the entity count of both workloads")
+	fl.StringVar(&workloads, "workloads", "sparse,dense", "workloads to run: sparse, dense")
+	fl.StringVar(&systemsFlag, "systems", strings.Join(names, ","), "systems to run, in this order")
+	fl.IntVar(&c.runs, "runs", 1, "runs of each system per workload; the table shows the medians")
+	fl.BoolVar(&c.restore, "restore", true, "measure abacus's state size and restore times")
+	fl.IntVar(&c.restoreEntities, "restore-entities", 0, "entities (one open window each) for the state and restore measurement (default: -events)")
+	fl.StringVar(&restoreSystems, "restore-systems", "abacus,kstreams-alos", "systems whose restore is measured")
+	fl.DurationVar(&c.stall, "stall", 90*time.Second, "fail a step when nothing moved for this long (above Kafka Streams' 30 s commit interval)")
+	fl.DurationVar(&c.timeout, "step-timeout", 30*time.Minute, "fail a step that has not finished after this long")
+	fl.StringVar(&c.javaDir, "java-dir", "bench/processor/java", "the Kafka Streams application's Maven project (built)")
+	fl.StringVar(&c.javaOpts, "java-opts", "-Xms1g -Xmx1g", "JVM options of the Kafka Streams application")
+	fl.StringVar(&c.emit, "emit", "suppress", "Kafka Streams finals: suppress (untilWindowCloses) or close (EmitStrategy.onWindowClose)")
+	fl.StringVar(&c.cpuprofile, "cpuprofile", "", "folder for CPU profiles of the abacus steps (abacus-<workload>-<run>.pprof)")
+	fl.DurationVar(&c.finalRetention, "abacus-final-retention", 0, "abacus's FinalRetention (0: its default, 1 minute); the input replays minutes of event time in seconds, so with the default no closed window leaves the table during a run")
+	fl.StringVar(&c.workdir, "workdir", "", "folder for local state and step logs (default: a new temporary folder)")
+	fl.BoolVar(&c.keep, "keep", false, "keep the run's topics, groups and work folder (kept anyway when a step fails)")
+	fl.StringVar(&c.inputPrefix, "input-prefix", "procbench", "prefix of the input topics, which are kept for later runs")
+	fl.BoolVar(&c.reuse, "reuse-input", true, "reuse an input topic a previous run produced (same workload and size)")
+	fl.StringVar(&c.jsonOut, "json", "", "also write every step's measurements to this file, as JSON")
+	fl.Usage = func() {
+		fmt.Fprintf(fl.Output(), "usage: procbench [flags]\n\nRuns the processor benchmark: see bench/processor/doc.go.\n\n")
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		return nil, err
+	}
+	c.brokers = list(brokers)
+	c.workloads = list(workloads)
+	c.systems = list(systemsFlag)
+	c.restoreSystems = list(restoreSystems)
+	if c.restoreEntities == 0 {
+		c.restoreEntities = c.events
+	}
+	for _, s := range append(append([]string{}, c.systems...), c.restoreSystems...) {
+		if _, ok := systemByName(s); !ok {
+			return nil, fmt.Errorf("unknown system %q (known: %s)", s, strings.Join(names, ", "))
+		}
+	}
+	for _, w := range c.workloads {
+		if _, err := newWorkload(w, c.events, c.entities); err != nil {
+			return nil, err
+		}
+	}
+	if c.emit != "suppress" && c.emit != "close" {
+		return nil, fmt.Errorf("-emit must be suppress or close, got %q", c.emit)
+	}
+	if c.runs < 1 || c.events < partitions {
+		return nil, errors.New("-runs must be at least 1 and -events at least 12")
+	}
+	return c, nil
+}
+
+func harnessMain(args []string) int {
+	cfg, err := parseFlags(args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(os.Stderr, "procbench:", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ok, err := harness(ctx, cfg, log)
+	if err != nil {
+		log.Error("procbench failed", "err", err)
+		return 1
+	}
+	if !ok {
+		return 1
+	}
+	return 0
+}
+
+// harness runs every workload and system, prints the tables, and reports whether every step
+// passed.
+func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
+	if cfg.workdir == "" {
+		d, err := os.MkdirTemp("", "procbench-")
+		if err != nil {
+			return false, err
+		}
+		cfg.workdir = d
+	} else if err := os.MkdirAll(cfg.workdir, 0o755); err != nil {
+		return false, err
+	}
+	if cfg.cpuprofile != "" {
+		if err := os.MkdirAll(cfg.cpuprofile, 0o755); err != nil {
+			return false, err
+		}
+	}
+	adm, err := newAdmin(cfg.brokers)
+	if err != nil {
+		return false, err
+	}
+	defer adm.close()
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	_, err = adm.adm.ListBrokers(pctx)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("no Kafka broker answers at %s (start one: testenv/services.sh start): %w", strings.Join(cfg.brokers, ","), err)
+	}
+	// Every topic and group of this run starts with runPrefix, so it can all go at the end.
+	runPrefix := fmt.Sprintf("pb%d", time.Now().Unix())
+	log.Info("procbench", "brokers", cfg.brokers, "run", runPrefix, "workdir", cfg.workdir)
+
+	allOK := true
+	var all []jsonResult
+	for _, wname := range cfg.workloads {
+		w, _ := newWorkload(wname, cfg.events, cfg.entities)
+		in, err := adm.ensureInput(ctx, log, w, cfg.inputPrefix, cfg.reuse)
+		if err != nil {
+			return false, err
+		}
+		byRun := map[string][]*result{}
+		for run := range cfg.runs {
+			for _, sname := range cfg.systems {
+				sys, _ := systemByName(sname)
+				res := runSystem(ctx, cfg, adm, log, runPrefix, in, sys, run)
+				if res.err != nil {
+					allOK = false
+					log.Error("step failed", "err", res.err)
+				} else {
+					log.Info("step done", "workload", wname, "system", sname, "run", run+1,
+						"events/s", int(res.throughput()), "cpu-s/M", fmt.Sprintf("%.2f", res.cpuPerMillion()))
+				}
+				byRun[sname] = append(byRun[sname], res)
+				all = append(all, toJSON(wname, run, res))
+				if ctx.Err() != nil {
+					return false, ctx.Err()
+				}
+			}
+		}
+		printTable(os.Stdout, in, cfg, byRun)
+	}
+	if cfg.restore {
+		rep, err := runRestore(ctx, cfg, adm, log, runPrefix)
+		if err != nil {
+			allOK = false
+			log.Error("state and restore measurement failed", "err", err)
+		}
+		if rep != nil {
+			rep.print(os.Stdout)
+		}
+	}
+	if cfg.jsonOut != "" {
+		b, _ := json.MarshalIndent(all, "", "  ")
+		if err := os.WriteFile(cfg.jsonOut, b, 0o644); err != nil {
+			return false, err
+		}
+	}
+	if !allOK {
+		fmt.Fprintf(os.Stderr, "\nprocbench: AT LEAST ONE STEP FAILED (see the errors above); topics with prefix %s and %s are kept\n", runPrefix, cfg.workdir)
+		return false, nil
+	}
+	if !cfg.keep {
+		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := adm.dropRun(dctx, runPrefix); err != nil {
+			log.Warn("cleanup", "err", err)
+		}
+		os.RemoveAll(cfg.workdir)
+	}
+	return true, nil
+}
+
+// runSystem runs one system once over the input.
+func runSystem(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, runPrefix string, in *input, sys system, run int) *result {
+	l := launch{group: fmt.Sprintf("%s-%s-%s-%d", runPrefix, in.w.name, sys.name, run+1), input: in.topic}
+	l.storage = filepath.Join(cfg.workdir, l.group)
+	if sys.finals {
+		l.output = l.group + "-out"
+		if err := adm.createTopic(ctx, l.output, true); err != nil {
+			return &result{system: sys.name, err: err}
+		}
+	}
+	if sys.name == "abacus" && cfg.cpuprofile != "" {
+		l.cpuprofile = filepath.Join(cfg.cpuprofile, fmt.Sprintf("abacus-%s-%d.pprof", in.w.name, run+1))
+	}
+	cmd, err := sys.command(cfg, l)
+	if err != nil {
+		return &result{system: sys.name, err: err}
+	}
+	st := &step{
+		name:    fmt.Sprintf("%s/%s#%d", in.w.name, sys.name, run+1),
+		cmd:     cmd,
+		group:   l.group,
+		in:      in,
+		output:  l.output,
+		decode:  sys.decode,
+		logPath: filepath.Join(cfg.workdir, l.group+".log"),
+		stall:   cfg.stall,
+		timeout: cfg.timeout,
+	}
+	if sys.finals {
+		st.expect = in.expect
+	}
+	res := st.run(ctx, adm, log)
+	res.system = sys.name
+	return res
+}

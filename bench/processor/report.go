@@ -1,0 +1,181 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// row is one system's line of a workload table: medians over its successful runs.
+type row struct {
+	system                                   string
+	ok, runs                                 int
+	startup, processed, committed, lastFinal float64 // s from the first processed record
+	eps, cpuPerM, rssMiB                     float64
+	finals                                   int64
+	hasFinals                                bool
+	failure                                  string
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func summarize(name string, rs []*result) row {
+	r := row{system: name, runs: len(rs)}
+	var st, pr, co, lf, eps, cpu, rss []float64
+	for _, x := range rs {
+		if x.err != nil {
+			if r.failure == "" {
+				r.failure = strings.SplitN(x.err.Error(), "\n", 2)[0]
+			}
+			continue
+		}
+		r.ok++
+		st = append(st, x.startup().Seconds())
+		pr = append(pr, x.ready.Sub(x.first).Seconds())
+		co = append(co, x.committed.Sub(x.first).Seconds())
+		eps = append(eps, x.throughput())
+		cpu = append(cpu, x.cpuPerMillion())
+		rss = append(rss, float64(x.rss)/(1<<20))
+		if !x.lastFinal.IsZero() {
+			lf = append(lf, x.lastFinal.Sub(x.first).Seconds())
+			r.hasFinals = true
+			r.finals = x.out.finals
+		}
+	}
+	r.startup, r.processed, r.committed = median(st), median(pr), median(co)
+	r.eps, r.cpuPerM, r.rssMiB, r.lastFinal = median(eps), median(cpu), median(rss), median(lf)
+	return r
+}
+
+func num(v float64, prec int) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64)
+}
+
+// thousands formats n with thousands separators.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// secs formats seconds, "-" when there is no value.
+func secs(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + "s"
+}
+
+func ratio(a, b float64) string {
+	if math.IsNaN(a) || math.IsNaN(b) || b == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", a/b)
+}
+
+// printTable prints one workload's table: a row per system, then abacus's ratios to each.
+func printTable(w io.Writer, in *input, cfg *config, byRun map[string][]*result) {
+	wl := in.w
+	fmt.Fprintf(w, "\n== %s: %s events", wl.name, thousands(int64(wl.events())))
+	if wl.sentinels {
+		fmt.Fprintf(w, " (+%d sentinels)", partitions)
+	}
+	fmt.Fprintf(w, " of %s entities over %d window(s), %d partitions, input %s",
+		thousands(int64(wl.entities)), wl.windows(), partitions, in.topic)
+	if in.expect != nil {
+		fmt.Fprintf(w, "; %s finals expected", thousands(int64(in.expect.finals)))
+	}
+	fmt.Fprintf(w, "; %d run(s) each, medians", cfg.runs)
+	if cfg.finalRetention > 0 {
+		fmt.Fprintf(w, "; abacus FinalRetention %v", cfg.finalRetention)
+	}
+	fmt.Fprintln(w)
+	rows := map[string]row{}
+	for _, s := range cfg.systems {
+		rows[s] = summarize(s, byRun[s])
+	}
+	ab, haveAbacus := rows["abacus"]
+	fmt.Fprintf(w, "%-14s %8s %10s %10s %10s %11s %9s %8s %10s | %-22s\n",
+		"system", "startup", "processed", "committed", "events/s", "last final", "CPU-s/M", "RSS MiB", "finals", "abacus/x: ev/s CPU last")
+	for _, s := range cfg.systems {
+		r := rows[s]
+		if r.ok == 0 {
+			fmt.Fprintf(w, "%-14s FAILED: %s\n", s, r.failure)
+			continue
+		}
+		finals := "-"
+		if r.hasFinals {
+			finals = thousands(r.finals) + " ok"
+		}
+		ratios := ""
+		if haveAbacus && ab.ok > 0 && s != "abacus" {
+			ratios = fmt.Sprintf("%6s %5s %5s", ratio(ab.eps, r.eps), ratio(ab.cpuPerM, r.cpuPerM), ratio(ab.lastFinal, r.lastFinal))
+		}
+		fmt.Fprintf(w, "%-14s %8s %10s %10s %10s %11s %9s %8s %10s | %s\n",
+			s, secs(r.startup), secs(r.processed), secs(r.committed), thousands(int64(r.eps)),
+			secs(r.lastFinal), num(r.cpuPerM, 2), num(r.rssMiB, 0), finals, ratios)
+		if r.ok < r.runs {
+			fmt.Fprintf(w, "%-14s (%d of %d runs failed: %s)\n", "", r.runs-r.ok, r.runs, r.failure)
+		}
+	}
+	fmt.Fprintln(w, "  times in s from the system's first processed record (startup: from process start to it);")
+	fmt.Fprintln(w, "  events/s: input records / time until the group had committed them all; last final: broker")
+	fmt.Fprintln(w, "  append time of the newest final; CPU-s/M: the system's own process (all threads), first record")
+	fmt.Fprintln(w, "  to done, per million input records; RSS: peak resident set; finals: read back and checked")
+	fmt.Fprintln(w, "  window by window. abacus/x: abacus's value over the row's (ev/s > 1, CPU and last < 1 favour abacus).")
+}
+
+// jsonResult is one step in the -json file.
+type jsonResult struct {
+	Workload     string  `json:"workload"`
+	System       string  `json:"system"`
+	Run          int     `json:"run"`
+	Records      int64   `json:"records"`
+	StartupS     float64 `json:"startup_s"`
+	ProcessedS   float64 `json:"processed_s"`
+	CommittedS   float64 `json:"committed_s"`
+	EventsPerS   float64 `json:"events_per_s"`
+	LastFinalS   float64 `json:"last_final_s,omitempty"`
+	CPUSPerMEv   float64 `json:"cpu_s_per_million_events"`
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	Finals       int64   `json:"finals,omitempty"`
+	Error        string  `json:"error,omitempty"`
+}
+
+func toJSON(workload string, run int, r *result) jsonResult {
+	j := jsonResult{Workload: workload, System: r.system, Run: run + 1, Records: r.records}
+	if r.err != nil {
+		j.Error = r.err.Error()
+		return j
+	}
+	sec := func(t time.Time) float64 { return t.Sub(r.first).Seconds() }
+	j.StartupS, j.ProcessedS, j.CommittedS = r.startup().Seconds(), sec(r.ready), sec(r.committed)
+	j.EventsPerS, j.CPUSPerMEv, j.PeakRSSBytes = r.throughput(), r.cpuPerMillion(), r.rss
+	if !r.lastFinal.IsZero() {
+		j.LastFinalS, j.Finals = sec(r.lastFinal), r.out.finals
+	}
+	return j
+}

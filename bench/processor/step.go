@@ -1,0 +1,518 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// step runs one system as a process of its own and watches it until it has done its work, or
+// fails with the reason. A step never waits on a single condition with only a long timeout (the
+// old harness hang): every 100 ms it checks that the process is alive and that something moved
+// (records processed, offsets committed, finals written), and fails when the process exits before
+// it was asked to, when nothing has moved for the stall limit, or at the step timeout.
+//
+// The process talks through stdio: it prints "progress <records>" lines as it processes input and
+// stops cleanly (committing) when its stdin reaches EOF. Its other output goes to the step's log
+// file, whose tail is quoted when the step fails.
+type step struct {
+	name   string
+	cmd    *exec.Cmd
+	group  string // consumer group whose commits on the input show what is done
+	in     *input
+	output string // topic of the system's finals; "" when it writes none
+	decode func(*kgo.Record) (final, bool, error)
+	expect *expectation // finals a correct run writes; nil: not checked
+	// minProgress is the processed count that ends the step with all input committed
+	// (default: every record of the input; restarts wait for the probes only).
+	minProgress int64
+	logPath     string
+	stall       time.Duration
+	timeout     time.Duration
+	// stopGrace is how long a process that is done may take to stop once asked (default 90 s:
+	// Kafka Streams' close waits up to 60 s for its threads); a failed step gives it less.
+	stopGrace time.Duration
+	// committed reports the records the group has committed on the input (default: asks the
+	// broker; tests replace it).
+	committed func(context.Context) (int64, error)
+}
+
+// result is what a step measured. Durations in the table count from first: the moment the
+// process reported its first processed record, so JVM start, group joins and restores are
+// reported apart (startup) and do not dilute the throughput.
+type result struct {
+	system    string
+	records   int64 // input records the step had to process
+	spawn     time.Time
+	first     time.Time // first record processed
+	ready     time.Time // minProgress reached
+	committed time.Time // every input record committed by the group
+	lastFinal time.Time // broker append time of the newest final
+	cpu       time.Duration
+	rss       int64 // peak resident set, bytes
+	out       outputStats
+	lines     []string // the process's stdout lines other than progress
+	err       error
+}
+
+func (r *result) startup() time.Duration { return r.first.Sub(r.spawn) }
+
+func (r *result) throughput() float64 {
+	d := r.committed.Sub(r.first).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(r.records) / d
+}
+
+func (r *result) cpuPerMillion() float64 {
+	return r.cpu.Seconds() / (float64(r.records) / 1e6)
+}
+
+// run runs the step to its end. The returned result carries err when the step failed; the
+// process is stopped either way.
+func (s *step) run(ctx context.Context, adm *admin, log *slog.Logger) *result {
+	res := &result{system: s.name, records: s.in.total}
+	res.err = s.runInner(ctx, adm, log, res)
+	if res.err != nil {
+		res.err = fmt.Errorf("%s: %w%s", s.name, res.err, logTail(s.logPath, 25))
+	}
+	return res
+}
+
+func (s *step) runInner(ctx context.Context, adm *admin, log *slog.Logger, res *result) error {
+	if s.minProgress == 0 {
+		s.minProgress = s.in.total
+	}
+	if s.stopGrace == 0 {
+		s.stopGrace = 90 * time.Second
+	}
+	if s.committed == nil {
+		s.committed = func(ctx context.Context) (int64, error) { return adm.committed(ctx, s.group, s.in.topic) }
+	}
+	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "# %s\n# %s\n", time.Now().Format(time.RFC3339), strings.Join(s.cmd.Args, " "))
+	s.cmd.Stderr = logf
+	stdin, err := s.cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+
+	// The finals reader starts before the process, so it sees every final from the first.
+	var out *outputReader
+	rctx, stopReader := context.WithCancel(ctx)
+	defer stopReader()
+	if s.output != "" {
+		if out, err = newOutputReader(adm.brokers, s.output, s.decode, s.expect); err != nil {
+			return err
+		}
+		go out.run(rctx)
+	}
+
+	res.spawn = time.Now()
+	if err := s.cmd.Start(); err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	pid := s.cmd.Process.Pid
+	log.Info("step started", "step", s.name, "pid", pid, "log", s.logPath)
+
+	var progress, chatter atomic.Int64
+	var linesMu sync.Mutex
+	exited := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			if n, ok := strings.CutPrefix(line, "progress "); ok {
+				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
+					progress.Store(v)
+				}
+				continue
+			}
+			// Any other line is a sign of life too: restores report their progress this way.
+			chatter.Add(1)
+			linesMu.Lock()
+			res.lines = append(res.lines, line)
+			linesMu.Unlock()
+			fmt.Fprintln(logf, line)
+		}
+		// Wait only after stdout is drained (os/exec's rule for StdoutPipe).
+		exited <- s.cmd.Wait()
+	}()
+	// stop closes the process's stdin (its cue to commit and exit) and waits up to grace, then
+	// kills it. A step that failed gives it little time: the reason is known, and a stalled
+	// process rarely reacts.
+	stopped := false
+	stop := func(grace time.Duration) error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		stdin.Close()
+		select {
+		case err := <-exited:
+			if err != nil {
+				return fmt.Errorf("did not stop cleanly: %w", err)
+			}
+			return nil
+		case <-time.After(grace):
+			s.cmd.Process.Kill()
+			<-exited
+			return fmt.Errorf("did not stop within %v of its stdin closing: killed", grace)
+		}
+	}
+	defer stop(min(10*time.Second, s.stopGrace)) // on every failure path
+
+	var committed int64
+	var lastCommitPoll time.Time
+	lastMove := time.Now()
+	var seen struct{ progress, chatter, committed, finals int64 }
+	var cpuFirst time.Duration
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("interrupted: %w", ctx.Err())
+		case err := <-exited:
+			stopped = true
+			return fmt.Errorf("process exited before it was done (%v): %s", err, s.where(progress.Load(), committed, out))
+		case <-tick.C:
+		}
+		now := time.Now()
+		p := progress.Load()
+		if time.Since(lastCommitPoll) >= 250*time.Millisecond {
+			lastCommitPoll = now
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			c, err := s.committed(cctx)
+			cancel()
+			if err != nil {
+				return err
+			}
+			committed = c
+		}
+		var finals int64
+		if out != nil {
+			if err := out.failed(); err != nil {
+				return err
+			}
+			finals = out.received()
+		}
+		ch := chatter.Load()
+		if p != seen.progress || ch != seen.chatter || committed != seen.committed || finals != seen.finals {
+			seen.progress, seen.chatter, seen.committed, seen.finals = p, ch, committed, finals
+			lastMove = now
+		}
+		if res.first.IsZero() && p > 0 {
+			res.first = now
+			if cpuFirst, err = procCPU(pid); err != nil {
+				return err
+			}
+		}
+		if res.ready.IsZero() && p >= s.minProgress {
+			res.ready = now
+		}
+		if res.committed.IsZero() && committed >= s.in.total {
+			res.committed = now
+		}
+		done := !res.ready.IsZero() && !res.committed.IsZero()
+		if s.expect != nil && (out == nil || out.received() < int64(s.expect.finals)) {
+			done = false
+		}
+		if done {
+			cpu, err := procCPU(pid)
+			if err != nil {
+				return err
+			}
+			res.cpu = cpu - cpuFirst
+			res.rss = procPeakRSS(pid)
+			break
+		}
+		if now.Sub(lastMove) > s.stall {
+			return fmt.Errorf("stalled: nothing moved for %v: %s", s.stall, s.where(p, committed, out))
+		}
+		if now.Sub(res.spawn) > s.timeout {
+			return fmt.Errorf("timed out after %v: %s", s.timeout, s.where(p, committed, out))
+		}
+	}
+	if err := stop(s.stopGrace); err != nil {
+		return err
+	}
+	linesMu.Lock()
+	defer linesMu.Unlock()
+	if out == nil {
+		return nil
+	}
+	// Everything the system wrote is in the topic once it has exited: read to the end, so a
+	// final written twice, or one too many, is seen.
+	out.drain(2 * time.Second)
+	stopReader()
+	res.out = out.stats()
+	res.lastFinal = res.out.lastAppend
+	if s.expect != nil {
+		return res.out.check(s.expect)
+	}
+	return nil
+}
+
+// where says how far a step got, for failure messages.
+func (s *step) where(progress, committed int64, out *outputReader) string {
+	w := fmt.Sprintf("processed %d of %d records, committed %d", progress, s.minProgress, committed)
+	if out != nil && s.expect != nil {
+		w += fmt.Sprintf(", %d of %d finals", out.received(), s.expect.finals)
+	}
+	return w
+}
+
+// procCPU is the user+system CPU time of process pid, all threads (Linux: /proc/pid/stat, in
+// clock ticks of 1/100 s).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("read CPU time of pid %d: %w", pid, err)
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("pid %d: short /proc stat line", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64) // field 14, utime
+	st, err2 := strconv.ParseInt(f[12], 10, 64) // field 15, stime
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("pid %d: parse /proc stat: %w", pid, err)
+	}
+	return time.Duration(ut+st) * 10 * time.Millisecond, nil
+}
+
+// procPeakRSS is the process's peak resident set size in bytes (VmHWM), 0 if unknown.
+func procPeakRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// logTail returns the last n lines of a step's log, for failure messages.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return fmt.Sprintf("\n  last lines of %s:\n    %s", path, strings.Join(lines, "\n    "))
+}
+
+// outputReader reads a system's output topic while it runs and checks every final against the
+// expectation: right window, right totals, once.
+type outputReader struct {
+	cl     *kgo.Client
+	decode func(*kgo.Record) (final, bool, error)
+	expect *expectation
+
+	mu       sync.Mutex
+	st       outputStats
+	seen     []bool
+	lastRead time.Time
+	err      error
+}
+
+// outputStats are the finals read back from one run.
+type outputStats struct {
+	finals     int64 // finals of real windows (sentinel windows never close)
+	nonFinal   int64
+	dups       int64
+	wrong      int64 // expected window, other totals
+	unknown    int64 // a window that should not have closed or does not exist
+	count      int64
+	sum        float64
+	sumMax     float64
+	lastAppend time.Time
+	samples    []string
+}
+
+func newOutputReader(brokers []string, topic string, decode func(*kgo.Record) (final, bool, error), x *expectation) (*outputReader, error) {
+	// read_committed: Kafka Streams with exactly_once_v2 writes finals in transactions, and
+	// only committed ones count.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return nil, fmt.Errorf("output reader: %w", err)
+	}
+	r := &outputReader{cl: cl, decode: decode, expect: x}
+	if x != nil {
+		r.seen = make([]bool, len(x.wins))
+	}
+	return r, nil
+}
+
+func (r *outputReader) run(ctx context.Context) {
+	defer r.cl.Close()
+	for {
+		fs := r.cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var ferr error
+		fs.EachError(func(t string, p int32, err error) {
+			ferr = errors.Join(ferr, fmt.Errorf("read %s/%d: %w", t, p, err))
+		})
+		r.mu.Lock()
+		if ferr != nil && r.err == nil {
+			r.err = ferr
+		}
+		fs.EachRecord(r.add)
+		if fs.NumRecords() > 0 {
+			r.lastRead = time.Now()
+		}
+		r.mu.Unlock()
+	}
+}
+
+// add checks one output record; r.mu is held.
+func (r *outputReader) add(rec *kgo.Record) {
+	f, isFinal, err := r.decode(rec)
+	if err != nil {
+		if r.err == nil {
+			r.err = fmt.Errorf("output record %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)
+		}
+		return
+	}
+	if strings.HasPrefix(f.entity, sentinelPrefix) || strings.HasPrefix(f.entity, probePrefix) {
+		return
+	}
+	st := &r.st
+	if !isFinal {
+		st.nonFinal++
+		return
+	}
+	st.finals++
+	st.count += f.agg.count
+	st.sum += f.agg.sum
+	st.sumMax += f.agg.max
+	if rec.Timestamp.After(st.lastAppend) {
+		st.lastAppend = rec.Timestamp
+	}
+	if r.expect == nil {
+		return
+	}
+	want, i, ok := r.expect.lookup(f.entity, f.start)
+	sample := func(what string) {
+		if len(st.samples) < 5 {
+			st.samples = append(st.samples, fmt.Sprintf("%s %s window %s: got %+v, want %+v",
+				what, f.entity, time.UnixMilli(f.start).UTC().Format(time.TimeOnly), f.agg, want))
+		}
+	}
+	switch {
+	case !ok:
+		st.unknown++
+		sample("unexpected")
+	case r.seen[i]:
+		st.dups++
+		sample("duplicate")
+	case f.agg != want:
+		r.seen[i] = true
+		st.wrong++
+		sample("wrong")
+	default:
+		r.seen[i] = true
+	}
+}
+
+func (r *outputReader) received() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st.finals
+}
+
+func (r *outputReader) failed() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// drain waits until the reader has read nothing for quiet (the writer has exited, so what is in
+// the topic is all there will be).
+func (r *outputReader) drain(quiet time.Duration) {
+	start := time.Now()
+	for {
+		r.mu.Lock()
+		last := r.lastRead
+		r.mu.Unlock()
+		if last.Before(start) {
+			last = start
+		}
+		if time.Since(last) >= quiet {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (r *outputReader) stats() outputStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.st
+}
+
+// check compares what was read with the expectation, and says everything that differs.
+func (st outputStats) check(x *expectation) error {
+	var bad []string
+	if st.finals != int64(x.finals) {
+		bad = append(bad, fmt.Sprintf("%d finals, want %d", st.finals, x.finals))
+	}
+	if st.count != x.count {
+		bad = append(bad, fmt.Sprintf("counts sum to %d, want %d", st.count, x.count))
+	}
+	if st.sum != x.sum {
+		bad = append(bad, fmt.Sprintf("sums sum to %g, want %g", st.sum, x.sum))
+	}
+	if st.sumMax != x.sumMax {
+		bad = append(bad, fmt.Sprintf("maxima sum to %g, want %g", st.sumMax, x.sumMax))
+	}
+	for _, c := range []struct {
+		n    int64
+		what string
+	}{{st.dups, "windows finalized twice"}, {st.wrong, "finals with wrong totals"}, {st.unknown, "finals of windows that should not exist"}, {st.nonFinal, "non-final totals"}} {
+		if c.n > 0 {
+			bad = append(bad, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	msg := "FINALS DO NOT MATCH: " + strings.Join(bad, "; ")
+	if len(st.samples) > 0 {
+		msg += "\n    " + strings.Join(st.samples, "\n    ")
+	}
+	return errors.New(msg)
+}

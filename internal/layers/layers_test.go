@@ -1,0 +1,74 @@
+// Package layers checks that abacus's imports run one way: leaves at the bottom, the processor
+// and the sinks above them, queries above the schema and the store, the command on top.
+package layers
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/abacus-stream/abacus/"
+
+// deps lists the abacus packages and the Kafka clients that pkg links (its transitive imports).
+func deps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", mod+pkg).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
+	}
+	var ds []string
+	for _, d := range strings.Fields(string(out)) {
+		if d != mod+pkg {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+// TestImportsRunOneWay fails when a package imports one above it in the flow.
+func TestImportsRunOneWay(t *testing.T) {
+	above := func(forbidden ...string) []string { return forbidden }
+	upper := above("internal/engine", "processors", "sinks", "query", "app", "cmd")
+	rules := map[string][]string{
+		// Leaves: nothing of the flow above them.
+		"topology":      upper,
+		"windows":       upper,
+		"state":         upper,
+		"totals":        upper,
+		"schema":        append(upper, "store"),
+		"store":         upper,
+		"deadletter":    upper,
+		"partitioner":   upper,
+		"internal/plan": upper,
+		"internal/wire": upper,
+		// The engine runs inside goka callbacks and knows nothing of how it is deployed.
+		"internal/engine": above("processors", "sinks", "query", "app", "cmd"),
+		"processors":      above("sinks", "query", "app", "cmd"),
+		"sinks":           above("processors", "internal/engine", "query", "app", "cmd"),
+		// Queries read the schema through the store; they never link the write path.
+		"query":      above("sinks", "processors", "internal/engine", "app", "cmd", "github.com/twmb/franz-go", "github.com/lovoo/goka"),
+		"query/live": above("sinks", "processors", "internal/engine", "app", "cmd"),
+	}
+	// Clients that imports nothing else from abacus.
+	for _, leaf := range []string{"hbase", "kafkasec", "deadletter", "partitioner", "internal/wire", "windows"} {
+		for _, d := range deps(t, leaf) {
+			if strings.HasPrefix(d, mod) {
+				t.Errorf("%s imports %s: it must import nothing else from abacus", leaf, d)
+			}
+		}
+	}
+	for pkg, forbidden := range rules {
+		for _, d := range deps(t, pkg) {
+			for _, f := range forbidden {
+				full := f
+				if !strings.Contains(f, ".") {
+					full = mod + f
+				}
+				if d == full || strings.HasPrefix(d, full+"/") {
+					t.Errorf("%s links %s, which sits above it in the flow", pkg, d)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,36 @@
+package testenv
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/hbase"
+)
+
+// HBaseClient connects to the test HBase (HBaseZooKeeper: it skips or fails as that does) and
+// closes the client when the test ends. Package hbase's own tests cannot use it (an import
+// cycle) and keep a copy.
+func HBaseClient(t testing.TB) *hbase.Client {
+	t.Helper()
+	quorum := HBaseZooKeeper(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
+	if err != nil {
+		t.Fatalf("hbase client for %s: %v", quorum, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// DropTableAtEnd deletes a table when the test ends, so that long-lived test servers do not
+// gather tables.
+func DropTableAtEnd(t testing.TB, c *hbase.Client, table string) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = c.Admin().DisableTable(ctx, table)
+		_ = c.Admin().DeleteTable(ctx, table)
+	})
+}
