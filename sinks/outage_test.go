@@ -75,13 +75,13 @@ func TestDisruptiveHBaseDownFiveMinutes(t *testing.T) {
 		t.Fatal(err)
 	}
 	createTopics(t, brokers, parts, source, topo.TotalsTopic(), topo.DeadLetterTopic())
-	c := hbaseClient(t)
+	c := testenv.HBaseClient(t)
 	tbl := strings.ReplaceAll(strings.TrimSuffix(prefix, "-"), "-", "_")
 	aggTable, factsTable := tbl+"_agg", tbl+"_facts"
 	layout := stream.Layout{AggregatesBuckets: 8, FactsBuckets: 8, Family: "d"}
 	setup, cancelSetup := context.WithTimeout(context.Background(), 2*time.Minute)
 	for _, tb := range []string{aggTable, factsTable} {
-		dropTable(t, c.Admin(), tb)
+		testenv.DropTableAtEnd(t, c, tb)
 		if err := hbaseStore(t, c).EnsureTable(setup, schema.TableLayout{Name: tb, Family: "d", SaltBuckets: 8, Versions: 5}); err != nil {
 			t.Fatal(err)
 		}
@@ -422,5 +422,3 @@ func readSource(t *testing.T, brokers []string, topic string, fn func(*kgo.Recor
 		})
 	}
 }
-
-

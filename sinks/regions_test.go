@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/testenv"
 )
 
 // TestSinksFollowSplitsAndMoves runs both sinks on a large backlog while each table's busiest
@@ -25,7 +26,7 @@ func TestSinksFollowSplitsAndMoves(t *testing.T) {
 	e := newE2E(t)
 	e.MaxBatch = 150
 	good, finals := e.produceWorkload(t, 24, 2500)
-	admin := hbaseClient(t)
+	admin := testenv.HBaseClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
