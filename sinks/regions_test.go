@@ -7,76 +7,31 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/abacus-stream/abacus/hbase"
-	"github.com/abacus-stream/abacus/internal/testenv"
 )
 
-// TestSinksFollowSplitsAndMoves runs both sinks on a large backlog while each table's busiest
-// region is split three times and regions of both tables are unassigned and assigned again. The
-// sinks must follow every split (the parent's NotServingRegion, then the daughters) and every
-// closed region, resend only what failed, dead-letter nothing, and leave exactly the expected
-// cells, one version each.
+// TestSinksFollowSplitsAndMoves runs the whole pipeline on a steady stream while each table's
+// busiest region is split three times and regions of both tables are unassigned and assigned
+// again. The sinks must follow every split (the parent's NotServingRegion, then its daughters) and
+// every closed region, resend only what failed, dead-letter nothing, and leave exactly the cells
+// the stream's oracle computes, one version each.
 func TestSinksFollowSplitsAndMoves(t *testing.T) {
 	if testing.Short() {
-		t.Skip("splits regions of real tables while sinks write")
+		t.Skip("splits regions of real tables while the sinks write")
 	}
-	e := newE2E(t)
-	e.MaxBatch = 150
-	good, finals := e.produceWorkload(t, 24, 2500)
-	admin := testenv.HBaseClient(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	type running struct {
-		kind, group, topic string
-		m                  *Metrics
-		c                  *hbase.Client
-		errc               chan error
-	}
-	var sinks []*running
-	for _, kind := range []string{"facts", "aggregates"} {
-		r := &running{kind: kind, group: e.FactsGroup, topic: e.Events, m: NewMetrics(prometheus.NewRegistry(), kind), errc: make(chan error, 1)}
-		if kind == "aggregates" {
-			r.group, r.topic = e.AggGroup, e.Totals
-		}
-		s, c, err := e.sink(ctx, kind, func(cfg *Config) {
-			cfg.Metrics = r.m
-			cfg.Logger = testLogger(t)
-			cfg.FlushInterval = 50 * time.Millisecond
-			cfg.MaxRetryBackoff = time.Second
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		r.c = c
-		go func() { r.errc <- s.Run(ctx) }()
-		sinks = append(sinks, r)
-	}
-
-	// The region operations, each while both sinks still have a backlog to write.
-	rng := rand.New(rand.NewPCG(3, 4))
-	adm := admin.Admin()
-	lagged := func() bool {
-		for _, r := range sinks {
-			if e.lag(t, r.group, r.topic) == 0 {
-				return false
-			}
-		}
-		return true
-	}
-	waitFor(t, "both sinks to write", time.Minute, func() bool {
-		return testutil.ToFloat64(sinks[0].m.commits) > 0 && testutil.ToFloat64(sinks[1].m.commits) > 0
+	p := startPipeline(t, "splits", 300, 0)
+	waitFor(t, "both sinks to commit", 2*time.Minute, func() bool {
+		return testutil.ToFloat64(p.factsM.commits) > 0 && testutil.ToFloat64(p.aggM.commits) > 0
 	})
-	splits, bounces, during := 0, 0, 0
+	time.Sleep(5 * time.Second) // some rows in every region before the first split
+	rng := rand.New(rand.NewPCG(3, 4))
+	adm := p.hb.Admin()
+	ctx := context.Background()
+	splits, bounces := 0, 0
 	for round := range 3 {
-		for _, table := range []string{e.FactsTable, e.AggTable} {
-			if lagged() {
-				during++
-			}
+		for _, table := range []string{p.factsTable, p.aggTable} {
 			rs, err := adm.Regions(ctx, table)
 			if err != nil {
 				t.Fatal(err)
@@ -103,6 +58,8 @@ func TestSinksFollowSplitsAndMoves(t *testing.T) {
 				t.Fatalf("split %d of %s: %v", round, table, err)
 			}
 			splits++
+			t.Logf("split %s region %s (%d writes) at %x", table, busiest.EncodedName, loads[string(busiest.Name)].WriteRequests, at)
+			time.Sleep(time.Second)
 			if round == 2 {
 				continue
 			}
@@ -111,40 +68,40 @@ func TestSinksFollowSplitsAndMoves(t *testing.T) {
 			if err := adm.UnassignRegion(ctx, target.Name); err != nil {
 				t.Fatalf("unassign %s: %v", target.Name, err)
 			}
-			time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
+			time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
 			if err := adm.AssignRegion(ctx, target.Name); err != nil {
 				t.Fatalf("assign %s: %v", target.Name, err)
 			}
 			bounces++
+			time.Sleep(time.Second)
 		}
 	}
-	if during < 4 {
-		t.Fatalf("only %d of the region operations found both sinks with a backlog: the test proves too little (a larger workload?)", during)
-	}
-	for _, r := range sinks {
-		waitFor(t, r.kind+" sink to drain", 3*time.Minute, func() bool { return e.lag(t, r.group, r.topic) == 0 })
-	}
-	cancel()
-	for _, r := range sinks {
-		if err := <-r.errc; err != nil {
-			t.Fatal(err)
+	p.endStream()
+	waitForSlow(t, "the pipeline to drain", 5*time.Minute, p.drained)
+	for name, m := range map[string]*Metrics{"facts": p.factsM, "aggregates": p.aggM} {
+		if n := testutil.ToFloat64(m.dead.WithLabelValues("rejected")); n != 0 {
+			t.Errorf("%s sink dead-lettered %v records during splits and moves", name, n)
 		}
-		st := r.c.Stats()
-		t.Logf("%s sink: %d actions sent, %d resent, %d regions relocated, %d meta lookups; %v cells failed and were retried",
-			r.kind, st.ActionsSent, st.ActionsResent, st.Relocations, st.RegionLookups,
-			testutil.ToFloat64(r.m.failed.WithLabelValues("retriable"))+testutil.ToFloat64(r.m.failed.WithLabelValues("unavailable")))
+		for _, kind := range []string{"revoked", "lost"} {
+			if n := testutil.ToFloat64(m.rebalances.WithLabelValues(kind)); n != 0 {
+				t.Errorf("%s sink: %v partitions %s", name, n, kind)
+			}
+		}
+	}
+	p.stop()
+	for name, c := range map[string]*hbase.Client{"facts": p.factsC, "aggregates": p.aggC} {
+		st := c.Stats()
+		t.Logf("%s sink: %d actions sent, %d of them resends; %d regions refused (relocated), %d meta lookups",
+			name, st.ActionsSent, st.ActionsResent, st.Relocations, st.RegionLookups)
 		if st.Relocations == 0 {
-			t.Errorf("%s sink never met a moved or split region: the test proves nothing about it", r.kind)
+			t.Errorf("%s sink never met a split or closed region: the test proves nothing about it", name)
 		}
-		if st.ActionsResent >= st.ActionsSent/2 {
-			t.Errorf("%s sink resent %d of %d actions: more than what failed", r.kind, st.ActionsResent, st.ActionsSent)
-		}
-		if n := testutil.ToFloat64(r.m.dead.WithLabelValues("rejected")); n != 0 {
-			t.Errorf("%s sink dead-lettered %v records during splits and moves", r.kind, n)
+		if st.ActionsResent*10 > st.ActionsSent {
+			t.Errorf("%s sink resent %d of %d actions: more than the ones that failed", name, st.ActionsResent, st.ActionsSent)
 		}
 	}
-	for _, table := range []string{e.FactsTable, e.AggTable} {
-		rs, err := adm.Regions(context.Background(), table)
+	for _, table := range []string{p.factsTable, p.aggTable} {
+		rs, err := adm.Regions(ctx, table)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,10 +111,10 @@ func TestSinksFollowSplitsAndMoves(t *testing.T) {
 				n++
 			}
 		}
-		if n != e.Buckets+3 {
-			t.Errorf("%s: %d regions serve after three splits of %d, want %d", table, n, e.Buckets, e.Buckets+3)
+		if n != pipelineBuckets+3 {
+			t.Errorf("%s: %d regions serve after three splits of %d, want %d", table, n, pipelineBuckets, pipelineBuckets+3)
 		}
 	}
-	checkTables(t, e, admin, good, finals)
-	t.Logf("%d splits and %d unassign/assigns while the sinks wrote %d events and %d windows", splits, bounces, good, len(finals))
+	p.verify()
+	t.Logf("%d splits and %d unassign/assigns while the pipeline ran %d events", splits, bounces, p.produced.Load())
 }
