@@ -195,7 +195,11 @@ type dlqCheck struct {
 	Missing     int // bad records with no dead letter
 	Unexpected  int // dead letters for records that are not bad
 	WrongReason int // dead letters whose reason is not the oracle's
-	Examples    []string
+	// Distinct counts bad records by how many different dead letters they have (headers compared
+	// as sets); OrderOnly counts those whose repeats differ only in the order of their headers.
+	Distinct  map[int]int
+	OrderOnly int
+	Examples  []string
 }
 
 func (c *dlqCheck) example(format string, args ...any) {
@@ -208,7 +212,7 @@ func (c *dlqCheck) example(format string, args ...any) {
 // record must have a dead letter with the oracle's reason; several must be identical records
 // (a repeat after a crash); nothing else may be dead-lettered.
 func checkDeadLetters(d *deadLetters, bad map[deadletter.Source]deadletter.Reason) dlqCheck {
-	c := dlqCheck{Records: d.records, Bad: len(bad)}
+	c := dlqCheck{Records: d.records, Bad: len(bad), Distinct: map[int]int{}}
 	want := map[string]deadletter.Reason{}
 	for src, reason := range bad {
 		want[src.String()] = reason
@@ -239,12 +243,23 @@ func checkDeadLetters(d *deadLetters, bad map[deadletter.Source]deadletter.Reaso
 			continue
 		case len(recs) == 1:
 			c.Once++
+			c.Distinct[1]++
 		default:
 			same := true
 			for _, r := range recs[1:] {
 				if !sameRecord(recs[0], r) {
 					same = false
 				}
+			}
+			contents := map[string]bool{}
+			exact := map[string]bool{}
+			for _, r := range recs {
+				contents[recordContent(r, true)] = true
+				exact[recordContent(r, false)] = true
+			}
+			c.Distinct[len(contents)]++
+			if len(exact) > len(contents) {
+				c.OrderOnly++
 			}
 			if same {
 				c.Identical++
@@ -289,19 +304,23 @@ func sameRecord(a, b *kgo.Record) bool {
 	return true
 }
 
+// recordContent is a record's key, value and headers, the headers sorted when unordered is set.
+func recordContent(r *kgo.Record, unordered bool) string {
+	hs := make([]string, len(r.Headers))
+	for i, h := range r.Headers {
+		hs[i] = h.Key + "=" + string(h.Value)
+	}
+	if unordered {
+		sort.Strings(hs)
+	}
+	return string(r.Key) + "\x00" + string(r.Value) + "\x00" + strings.Join(hs, "\x00")
+}
+
 // sameContent reports whether records differ only in the order of their headers.
 func sameContent(recs []*kgo.Record) bool {
-	norm := func(r *kgo.Record) string {
-		hs := make([]string, len(r.Headers))
-		for i, h := range r.Headers {
-			hs[i] = h.Key + "=" + string(h.Value)
-		}
-		sort.Strings(hs)
-		return string(r.Key) + "\x00" + string(r.Value) + "\x00" + strings.Join(hs, "\x00")
-	}
-	first := norm(recs[0])
+	first := recordContent(recs[0], true)
 	for _, r := range recs[1:] {
-		if norm(r) != first {
+		if recordContent(r, true) != first {
 			return false
 		}
 	}

@@ -825,6 +825,14 @@ func (d *driver) printSummary(s *summary) bool {
 		}
 		fmt.Fprintf(w, "%-34s %d records for %d bad source records: %d once, %d repeated identically, %d repeated differently, %d missing, %d unexpected, %d wrong reason\n",
 			what+":", c.Records, c.Bad, c.Once, c.Identical, c.Different, c.Missing, c.Unexpected, c.WrongReason)
+		var hist []string
+		for n, k := range c.Distinct {
+			hist = append(hist, fmt.Sprintf("%d with %d", k, n))
+		}
+		sort.Strings(hist)
+		if len(hist) > 0 || c.OrderOnly > 0 {
+			fmt.Fprintf(w, "          bad records by distinct dead letters: %s; %d whose repeats differ only in header order\n", strings.Join(hist, ", "), c.OrderOnly)
+		}
 		for _, e := range c.Examples {
 			fmt.Fprintf(w, "          %s\n", e)
 		}
