@@ -29,6 +29,10 @@ type Config struct {
 	RPCTimeout time.Duration
 	// DialTimeout bounds one TCP connect; 5 s.
 	DialTimeout time.Duration
+	// ZooKeeperTimeout bounds one lookup in ZooKeeper (connect, session, read) when the context
+	// allows longer; 10 s. Without it, a write issued while ZooKeeper is down would wait for it to
+	// return, however long it stays away, and its caller would never see the failure.
+	ZooKeeperTimeout time.Duration
 	// MaxBatchActions caps the actions in one Multi request; 2,048.
 	MaxBatchActions int
 	// MaxBatchBytes caps the encoded size of one Multi request; 4 MiB.
@@ -63,6 +67,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second
+	}
+	if c.ZooKeeperTimeout <= 0 {
+		c.ZooKeeperTimeout = 10 * time.Second
 	}
 	if c.MaxBatchActions <= 0 {
 		c.MaxBatchActions = 2048
@@ -292,6 +299,14 @@ func (c *Client) rpc(ctx context.Context, service, addr, method string, param, c
 		}
 	}
 	return resp, cb, err
+}
+
+// zkContext bounds a ZooKeeper lookup by Config.ZooKeeperTimeout when ctx allows longer.
+func (c *Client) zkContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= c.cfg.ZooKeeperTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.cfg.ZooKeeperTimeout)
 }
 
 // backoff waits before retry round (0-based) or until ctx ends.

@@ -175,7 +175,9 @@ func (c *Client) metaServer(ctx context.Context, refresh bool) (string, error) {
 		}
 		addr = locs
 	} else {
-		sn, state, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.MetaRegionServer(ctx)
+		zctx, cancel := c.zkContext(ctx)
+		sn, state, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.MetaRegionServer(zctx)
+		cancel()
 		if err != nil {
 			return "", &Error{Op: "locate hbase:meta", Kind: KindBackoff, Err: err}
 		}
@@ -215,7 +217,9 @@ func (c *Client) masterServer(ctx context.Context) (string, error) {
 		}
 		return "", last
 	}
-	sn, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.Master(ctx)
+	zctx, cancel := c.zkContext(ctx)
+	defer cancel()
+	sn, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.Master(zctx)
 	if err != nil {
 		return "", &Error{Op: "locate master", Kind: KindBackoff, Err: err}
 	}
