@@ -117,7 +117,7 @@ func TestDisruptiveHBaseDownFiveMinutes(t *testing.T) {
 		maxHeap = max(maxHeap, s.heap)
 	}
 	// A held sink keeps at most a fetch per partition and its batches; the backlog stays in Kafka.
-	const heapBound = 64 << 20
+	const heapBound = 48 << 20
 	if growth := int64(maxHeap) - int64(first.heap); growth > heapBound {
 		t.Errorf("live heap grew by %d MiB over the outage (bound %d MiB) while %d MiB of backlog built up: it follows the backlog",
 			growth>>20, heapBound>>20, backlog>>20)
