@@ -8,6 +8,7 @@ require (
 	github.com/axiomhq/hyperloglog v0.3.0
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/goccy/go-yaml v1.19.2
+	github.com/jcmturner/gokrb5/v8 v8.4.4
 	github.com/lovoo/goka v1.1.16
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spaolacci/murmur3 v1.1.0
@@ -34,7 +35,6 @@ require (
 	github.com/jcmturner/aescts/v2 v2.0.0 // indirect
 	github.com/jcmturner/dnsutils/v2 v2.0.0 // indirect
 	github.com/jcmturner/gofork v1.7.6 // indirect
-	github.com/jcmturner/gokrb5/v8 v8.4.4 // indirect
 	github.com/jcmturner/rpc/v2 v2.0.3 // indirect
 	github.com/kamstrup/intmap v0.5.2 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/goccy/go-yaml"
 )
@@ -47,8 +48,29 @@ type KafkaConfig struct {
 // HBaseConfig says where HBase is: a ZooKeeper quorum, or an embedded cell store folder for
 // single-machine use (never both).
 type HBaseConfig struct {
-	ZooKeeper string `yaml:"zookeeper"` // env ABACUS_HBASE_ZK
-	Embedded  string `yaml:"embedded"`  // folder of the embedded cell store
+	ZooKeeper string         `yaml:"zookeeper"` // env ABACUS_HBASE_ZK
+	Embedded  string         `yaml:"embedded"`  // folder of the embedded cell store
+	Auth      string         `yaml:"auth"`      // simple (default) or kerberos, as the cluster's hbase.security.authentication
+	Kerberos  KerberosConfig `yaml:"kerberos"`  // with auth: kerberos
+}
+
+// KerberosConfig holds the Kerberos settings of the HBase client (hbase.KerberosConfig).
+type KerberosConfig struct {
+	Principal       string `yaml:"principal"`        // e.g. abacus/host@REALM; required with keytab
+	Keytab          string `yaml:"keytab"`           // keytab file; without it the ticket cache is used
+	TicketCache     string `yaml:"ticket_cache"`     // default $KRB5CCNAME, else /tmp/krb5cc_<uid>
+	Krb5Conf        string `yaml:"krb5_conf"`        // default $KRB5_CONFIG, else /etc/krb5.conf
+	ServerPrincipal string `yaml:"server_principal"` // default hbase/_HOST@<client realm>
+	Protection      string `yaml:"protection"`       // least accepted: authentication, integrity or privacy
+}
+
+// ClientConfig is the hbase client configuration these settings describe.
+func (h HBaseConfig) ClientConfig() hbase.Config {
+	k := h.Kerberos
+	return hbase.Config{ZooKeeper: h.ZooKeeper, Auth: h.Auth, Kerberos: hbase.KerberosConfig{
+		Principal: k.Principal, Keytab: k.Keytab, TicketCache: k.TicketCache, Krb5Conf: k.Krb5Conf,
+		ServerPrincipal: k.ServerPrincipal, Protection: k.Protection,
+	}}
 }
 
 // ProcessorConfig configures the goka processor group.
@@ -231,6 +253,12 @@ func (c *Config) Validate(known []string) error {
 		bad("hbase", "set hbase.zookeeper (a ZooKeeper quorum) or hbase.embedded (a folder for the embedded store)")
 	case c.HBase.ZooKeeper != "" && c.HBase.Embedded != "":
 		bad("hbase", "hbase.zookeeper and hbase.embedded are both set: choose one")
+	}
+	if hc := c.HBase.ClientConfig(); c.HBase.Embedded == "" && hc.ZooKeeper != "" {
+		// The hbase package names its fields (Config.Kerberos.Keytab is hbase.kerberos.keytab here).
+		if err := hc.Validate(); err != nil {
+			bad("hbase.auth", "%v", err)
+		}
 	}
 	if c.Processor.IdleTimeout < 0 {
 		bad("processor.idle_timeout", "must not be negative")

@@ -88,7 +88,7 @@ func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.L
 	}
 	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	hc, err := hbase.NewClient(hctx, hbase.Config{ZooKeeper: cfg.HBase.ZooKeeper})
+	hc, err := hbase.NewClient(hctx, cfg.HBase.ClientConfig())
 	if err != nil {
 		d.shutdown()
 		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)
@@ -207,8 +207,9 @@ func (d *deployment) factsSink() (*sinks.FlushThenCommit, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The processor dead-letters the source records both refuse: one dead letter per bad record.
 	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew(),
-		Extract: sinks.FactsOf(d.topo)}
+		Extract: sinks.FactsOf(d.topo), LeaveRejectsToProcessor: true}
 	return sinks.NewFlushThenCommit(cfg, enc, d.st)
 }
 

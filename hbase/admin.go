@@ -158,7 +158,7 @@ func (a *Admin) call(ctx context.Context, op, method string, param *[]byte) ([]b
 			if errors.As(err, &e) {
 				e.Op = op
 			}
-			if IsRetriable(err) {
+			if retryHere(err) {
 				last = err
 				continue
 			}

@@ -21,8 +21,14 @@ type Config struct {
 	// Bootstrap lists host:port of masters or region servers that serve ClientMetaService (HBase
 	// 2.5+). When set, the client finds hbase:meta and the master through them, without ZooKeeper.
 	Bootstrap []string
-	// User is the effective user the ConnectionHeader names; $USER, else "abacus".
+	// User is the effective user the ConnectionHeader names with simple authentication; $USER,
+	// else "abacus". With Kerberos the authenticated principal is the user.
 	User string
+	// Auth is how the client authenticates, as the cluster's hbase.security.authentication says:
+	// AuthSimple ("" means simple) or AuthKerberos.
+	Auth string
+	// Kerberos holds the Kerberos settings, used when Auth is AuthKerberos.
+	Kerberos KerberosConfig
 	// RPCTimeout bounds one RPC when the context allows longer (or has no deadline), so that a
 	// server that stopped answering without closing the connection cannot hang a caller; 60 s,
 	// like the Java client's hbase.rpc.timeout. The server is told the same deadline.
@@ -107,6 +113,9 @@ func (c *Config) Validate() error {
 	if c.BackoffMin > c.BackoffMax {
 		errs = append(errs, errInvalid("config", "Config.BackoffMin %v is longer than Config.BackoffMax %v", c.BackoffMin, c.BackoffMax))
 	}
+	if err := c.validateAuth(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -130,6 +139,8 @@ type Client struct {
 	actionsResent atomic.Int64 // of actionsSent, those sent again by a later round of their Apply
 	relocations   atomic.Int64 // regions the servers refused with a relocate-class error
 	lookups       atomic.Int64 // hbase:meta lookups of a region
+
+	auth *kerberosAuth // nil with simple authentication
 }
 
 // Stats are counters of a Client's work since it was created, for metrics and tests.
@@ -159,15 +170,32 @@ type dialWait struct {
 }
 
 // NewClient returns a client for the cluster cfg names (Config.ZooKeeper or Config.Bootstrap). It
-// checks that hbase:meta can be found before returning.
+// checks that hbase:meta can be found before returning. With Kerberos it also logs in and
+// authenticates to the server holding hbase:meta, so that wrong credentials fail here, with the
+// setting named, rather than on every later call.
 func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, quorum: cfg.ZooKeeper, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
-	if _, err := c.metaServer(ctx, false); err != nil {
+	if c.cfg.Auth == AuthKerberos {
+		a, err := newKerberosAuth(ctx, c.cfg.Kerberos)
+		if err != nil {
+			return nil, &Error{Op: "new client", Kind: KindPermanent, Err: &authError{err}}
+		}
+		c.auth = a
+	}
+	addr, err := c.metaServer(ctx, false)
+	if err != nil {
+		c.Close()
 		return nil, fmt.Errorf("hbase: new client: %w", err)
+	}
+	if c.auth != nil {
+		if _, err := c.conn(ctx, serviceClient, addr); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("hbase: new client: %w", err)
+		}
 	}
 	return c, nil
 }
@@ -181,6 +209,9 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 	for _, cn := range conns {
 		cn.close()
+	}
+	if c.auth != nil {
+		c.auth.close()
 	}
 	return nil
 }
@@ -218,7 +249,7 @@ func (c *Client) conn(ctx context.Context, service, addr string) (*conn, error) 
 		w := &dialWait{done: make(chan struct{})}
 		c.dials[key] = w
 		c.mu.Unlock()
-		cn, err := dial(ctx, addr, service, c.cfg.User, c.cfg.DialTimeout)
+		cn, err := dial(ctx, addr, service, c.cfg.User, c.cfg.DialTimeout, c.auth)
 		c.mu.Lock()
 		delete(c.dials, key)
 		if err == nil {

@@ -9,9 +9,12 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/jcmturner/gokrb5/v8/messages"
+	"github.com/jcmturner/gokrb5/v8/types"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -25,6 +28,10 @@ const (
 // keyValueCodec is the cell block codec the client asks for: the server then returns cells in cell
 // blocks instead of protobuf, and reads our Put cells from one, as the Java client does.
 const keyValueCodec = "org.apache.hadoop.hbase.codec.KeyValueCodec"
+
+// connectionCallID is the call id (-1 as uint32) of errors about the connection as a whole, such as
+// a Kerberos server's "Authentication is required" answer to a client that did not authenticate.
+const connectionCallID = 0xFFFFFFFF
 
 // maxResponse bounds one response frame, so that a corrupt length cannot make the reader allocate
 // gigabytes. The server's own default max is far below.
@@ -63,33 +70,68 @@ type conn struct {
 	wg sync.WaitGroup
 }
 
-// dial opens a connection and sends the preamble and ConnectionHeader. The server does not answer
-// the header on success; a rejected header shows up as an error on the first call.
-func dial(ctx context.Context, addr, service, user string, timeout time.Duration) (*conn, error) {
+// dial opens a connection and sends the preamble and ConnectionHeader. With auth (Kerberos) it first
+// gets a service ticket for the server and runs the SASL GSSAPI handshake, then sends the header
+// (wrapped when the negotiated protection asks for it). The server does not answer the header on
+// success; a rejected header shows up as an error on the first call.
+func dial(ctx context.Context, addr, service, user string, timeout time.Duration, auth *kerberosAuth) (*conn, error) {
+	var (
+		tkt messages.Ticket
+		key types.EncryptionKey
+		spn string
+	)
+	if auth != nil {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			host = addr
+		}
+		// Before the TCP connect, so that a KDC problem never holds a socket to the server.
+		tkt, key, spn, err = auth.serviceTicket(ctx, host)
+		if err != nil {
+			return nil, &Error{Op: "authenticate " + service, Server: addr, Kind: KindReconnect, Err: &authError{err}}
+		}
+		user = auth.principalString()
+	}
 	d := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	tcp, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, &Error{Op: "dial " + service, Server: addr, Kind: KindReconnect, Err: err}
 	}
-	if tc, ok := nc.(*net.TCPConn); ok {
+	if tc, ok := tcp.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	nc := tcp
 	hdr := appendMessage(nil, 1, func(b []byte) []byte { return appendStringField(b, 1, user) })
 	hdr = appendStringField(hdr, 2, service)
 	hdr = appendStringField(hdr, 3, keyValueCodec)
 	pre := make([]byte, 0, 10+len(hdr))
 	pre = append(pre, "HBas"...)
-	pre = append(pre, 0, 0x50) // RPC version 0, SIMPLE authentication
-	pre = binary.BigEndian.AppendUint32(pre, uint32(len(hdr)))
-	pre = append(pre, hdr...)
 	if dl, ok := ctx.Deadline(); ok {
 		_ = nc.SetWriteDeadline(dl)
 	}
+	if auth != nil {
+		if _, err := nc.Write(append(pre, 0, authCodeKerberos)); err != nil {
+			nc.Close()
+			return nil, &Error{Op: "connection preamble " + service, Server: addr, Kind: KindReconnect, Err: err}
+		}
+		g, err := saslHandshake(ctx, nc, auth, tkt, key, spn, timeout)
+		if err != nil {
+			nc.Close()
+			return nil, &Error{Op: "authenticate " + service, Server: addr, Kind: KindReconnect,
+				Err: &authError{auth.explainServer(spn, err)}}
+		}
+		nc = newSASLConn(nc, g)
+		pre = pre[:0]
+	} else {
+		pre = append(pre, 0, authCodeSimple) // RPC version 0, SIMPLE authentication
+	}
+	pre = binary.BigEndian.AppendUint32(pre, uint32(len(hdr)))
+	pre = append(pre, hdr...)
 	if _, err := nc.Write(pre); err != nil {
 		nc.Close()
 		return nil, &Error{Op: "connection header " + service, Server: addr, Kind: KindReconnect, Err: err}
 	}
-	_ = nc.SetWriteDeadline(time.Time{})
+	_ = tcp.SetWriteDeadline(time.Time{})
 	c := &conn{
 		addr:    addr,
 		service: service,
@@ -331,9 +373,15 @@ func (c *conn) readLoop() {
 			c.fail(err)
 			return
 		}
-		if f.exc != nil && f.callID == nil {
+		if f.exc != nil && (f.callID == nil || *f.callID == connectionCallID) {
 			// A connection-level failure (e.g. a rejected header): every call on it is lost.
-			c.fail(remoteError("connection", c.addr, f.exc.class, f.exc.stack, f.exc.doNotRetry))
+			e := remoteError("connection", c.addr, f.exc.class, f.exc.stack, f.exc.doNotRetry)
+			if strings.Contains(e.Message, "Authentication is required") {
+				// The connection is what failed, not a request: no Kind of its own.
+				c.fail(&authError{fmt.Errorf("%s: %s (the cluster uses Kerberos: set Config.Auth to kerberos, with Config.Kerberos)", e.Class, e.Message)})
+				return
+			}
+			c.fail(e)
 			return
 		}
 		c.mu.Lock()

@@ -16,6 +16,11 @@
 //	for r, err := sc.Next(ctx); err == nil; r, err = sc.Next(ctx) { ... } // io.EOF at the end
 //	err = c.Admin().CreateTable(ctx, hbase.TableSpec{Name: "aggregates", Families: ..., SplitKeys: ...})
 //
+// A cluster that requires Kerberos (hbase.security.authentication=kerberos) is reached with
+// Config.Auth = AuthKerberos and Config.Kerberos (principal and keytab, or kinit's ticket cache):
+// SASL GSSAPI on every connection, with the protection (authentication, integrity, privacy) the
+// cluster's hbase.rpc.protection allows. Credentials problems wrap ErrAuthentication.
+//
 // Errors are *Error values (or a *BatchError of them) whose Kind says whether a retry can help:
 // KindPermanent errors (no such family, cell too large, table missing, do_not_retry) are never
 // resent by the client and must be dead-lettered by callers; IsRetriable tells them apart.

@@ -98,6 +98,27 @@ func IsRetriable(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
+// ErrAuthentication is wrapped by errors of connections the server did not authenticate or that could
+// not authenticate (Kerberos login, service ticket, SASL handshake, a cluster that requires Kerberos
+// from a client without it). Such errors are of KindReconnect, since fixing credentials or
+// restarting a KDC makes a retry succeed and a mutation must not be dead-lettered for it; callers
+// test errors.Is(err, ErrAuthentication) to report them as a configuration problem.
+var ErrAuthentication = errors.New("hbase: authentication failed")
+
+// authError marks err as an authentication failure (errors.Is(err, ErrAuthentication)) without
+// changing its text.
+type authError struct{ err error }
+
+func (e *authError) Error() string        { return e.err.Error() }
+func (e *authError) Unwrap() error        { return e.err }
+func (e *authError) Is(target error) bool { return target == ErrAuthentication }
+
+// retryHere reports whether the client's own retry loops should resend after err: a retriable
+// error that is not an authentication failure. Credentials do not mend within one call, so an
+// ErrAuthentication error goes back to the caller at once, still retriable for the caller's own
+// (longer) retries: a sink pauses rather than spinning here for MaxRounds backoffs.
+func retryHere(err error) bool { return IsRetriable(err) && !errors.Is(err, ErrAuthentication) }
+
 // ErrClosed is returned by calls on a Client (or connection) after Close.
 var ErrClosed = errors.New("hbase: client closed")
 

@@ -275,7 +275,7 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 			}
 			if err != nil {
 				errs[i] = err
-				if IsRetriable(err) {
+				if retryHere(err) {
 					retry = append(retry, i)
 				}
 				continue
@@ -407,7 +407,7 @@ func (c *Client) failRequest(req *multiRequest, errs []error, err error) []int {
 	for _, ra := range req.regions {
 		for _, i := range ra.idx {
 			errs[i] = err
-			if IsRetriable(err) {
+			if retryHere(err) {
 				retry = append(retry, i)
 			}
 		}
@@ -587,7 +587,7 @@ func (c *Client) Get(ctx context.Context, g Get) (*Result, error) {
 		}
 		r, err := c.locate(ctx, g.Table, g.Row)
 		if err != nil {
-			if IsRetriable(err) {
+			if retryHere(err) {
 				last = err
 				continue
 			}
@@ -601,7 +601,7 @@ func (c *Client) Get(ctx context.Context, g Get) (*Result, error) {
 			if errors.As(err, &e) && e.Kind == KindRelocate {
 				c.relocate(r, err)
 			}
-			if IsRetriable(err) {
+			if retryHere(err) {
 				last = err
 				continue
 			}

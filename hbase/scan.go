@@ -371,7 +371,7 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 				sc.region, err = c.locate(ctx, sc.s.Table, sc.start)
 			}
 			if err != nil {
-				if IsRetriable(err) {
+				if retryHere(err) {
 					last = err
 					continue
 				}
@@ -390,7 +390,7 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 		resp, cb, err := c.rpc(ctx, serviceClient, sc.region.addr, "Scan", p, nil)
 		if err != nil {
 			var e *Error
-			if !errors.As(err, &e) || (e.Kind == KindPermanent && !strings.HasSuffix(e.Class, "UnknownScannerException") &&
+			if !errors.As(err, &e) || errors.Is(err, ErrAuthentication) || (e.Kind == KindPermanent && !strings.HasSuffix(e.Class, "UnknownScannerException") &&
 				!strings.HasSuffix(e.Class, "OutOfOrderScannerNextException") && !strings.HasSuffix(e.Class, "ScannerResetException")) {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash"
 	"log/slog"
+	"sync/atomic"
 
 	"github.com/IBM/sarama"
 	"github.com/lovoo/goka"
@@ -24,12 +25,50 @@ func (p *Processor) topicManagerBuilder() goka.TopicManagerBuilder {
 	}
 }
 
-func (p *Processor) producerBuilder() goka.ProducerBuilder {
+// producerBuilder builds the group's producers: idempotent (one request in flight per broker,
+// retries that neither duplicate nor reorder), settling in send order (see producer). The one
+// the processor writes its state and totals with reports to the engine (track).
+func (p *Processor) producerBuilder(track bool) goka.ProducerBuilder {
 	return func(brokers []string, clientID string, hasher func() hash.Hash32) (goka.Producer, error) {
 		c := p.cfg.saramaConfig(clientID)
 		c.Producer.Partitioner = sarama.NewCustomHashPartitioner(hasher)
-		return goka.NewProducer(brokers, c)
+		c.Producer.Idempotent = true
+		c.Producer.RequiredAcks = sarama.WaitForAll
+		c.Net.MaxOpenRequests = 1
+		if c.Producer.Retry.Max < 1 {
+			c.Producer.Retry.Max = 1
+		}
+		prod, err := newProducer(brokers, c)
+		if err != nil {
+			return nil, err
+		}
+		if track {
+			p.durability.use(prod)
+		}
+		return prod, nil
 	}
+}
+
+// durability is the engine's view of the processor's producer, which goka builds when the group
+// runs.
+type durability struct{ p atomic.Pointer[producer] }
+
+func (d *durability) use(p *producer) { d.p.Store(p) }
+
+// Sent implements engine.Durability.
+func (d *durability) Sent() uint64 {
+	if p := d.p.Load(); p != nil {
+		return p.Sent()
+	}
+	return 0
+}
+
+// Acknowledged implements engine.Durability.
+func (d *durability) Acknowledged() uint64 {
+	if p := d.p.Load(); p != nil {
+		return p.Acknowledged()
+	}
+	return 0
 }
 
 func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {

@@ -192,8 +192,9 @@ func (o *oracle) feed(in input) {
 		return
 	}
 	p := partitionOf(r.Dev, o.nparts) // the entity's partition, where its state lives
-	st := max(o.streamTime[p], r.TS)
-	o.streamTime[p] = st
+	// The partition has one input here, so the event is judged by the stream time before it; the
+	// stream time moves only with an applied event (which, moving it, is never late).
+	st := o.streamTime[p]
 	open := o.open[p]
 	anyApplied := false
 	// Fixed windows: every start s (a multiple of the advance) with s <= ts < s+size.
@@ -201,13 +202,14 @@ func (o *oracle) feed(in input) {
 		name      string
 		size, adv int64
 	}{{setTumble, tumbleSpec.Size(), tumbleSpec.Advance()}, {setHop, hopSpec.Size(), hopSpec.Advance()}} {
-		applied := false
+		applied, late := false, false
 		first := (r.TS - fs.size) / fs.adv * fs.adv
 		for s := first - fs.adv; s <= r.TS; s += fs.adv {
 			if !(s <= r.TS && r.TS < s+fs.size) {
 				continue
 			}
 			if s+fs.size+graceOf(fs.name) <= st {
+				late = true // a hopping event may be late for some of its windows only
 				continue
 			}
 			k := winKey{fs.name, r.Dev, s}
@@ -220,7 +222,7 @@ func (o *oracle) feed(in input) {
 			w.ts = append(w.ts, r.TS)
 			applied = true
 		}
-		if !applied {
+		if late {
 			o.late[fs.name]++
 		}
 		anyApplied = anyApplied || applied
@@ -259,6 +261,7 @@ func (o *oracle) feed(in input) {
 	}
 	if anyApplied {
 		o.applied++
+		o.streamTime[p] = max(st, r.TS)
 	}
 	o.closeDue(p)
 }

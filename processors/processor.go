@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -43,6 +44,8 @@ type Processor struct {
 	table string
 	eng   *engine.Engine
 	log   *slog.Logger
+	// durability follows the producer goka builds at Run, for the engine.
+	durability *durability
 }
 
 // New checks the configuration and prepares a processor; Run starts it.
@@ -56,19 +59,21 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 	}
 	p := plan.Of(topo)
 	log := cfg.Logger.With("topology", p.Name, "group", cfg.Group)
+	d := &durability{}
 	eng, err := engine.New(p, engine.Config{IdleTimeout: cfg.IdleTimeout, FinalRetention: cfg.FinalRetention,
-		Registerer: cfg.Registerer, Logger: log, Now: cfg.Now})
+		Registerer: cfg.Registerer, Logger: log, Now: cfg.Now, Durability: d})
 	if err != nil {
 		return nil, fmt.Errorf("processors.New: %w", err)
 	}
 	return &Processor{
-		topo:  topo,
-		plan:  p,
-		cfg:   cfg,
-		group: goka.Group(cfg.Group),
-		table: string(goka.GroupTable(goka.Group(cfg.Group))),
-		eng:   eng,
-		log:   log,
+		topo:       topo,
+		plan:       p,
+		cfg:        cfg,
+		group:      goka.Group(cfg.Group),
+		table:      string(goka.GroupTable(goka.Group(cfg.Group))),
+		eng:        eng,
+		log:        log,
+		durability: d,
 	}, nil
 }
 
@@ -81,13 +86,18 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	unlock, err := p.lockStorage()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	if err := p.checkCleanShutdown(); err != nil {
 		return err
 	}
 	tmb := p.topicManagerBuilder()
 	opts := []goka.ProcessorOption{
 		goka.WithTopicManagerBuilder(tmb),
-		goka.WithProducerBuilder(p.producerBuilder()),
+		goka.WithProducerBuilder(p.producerBuilder(true)),
 		goka.WithConsumerGroupBuilder(p.consumerGroupBuilder()),
 		goka.WithConsumerSaramaBuilder(p.consumerBuilder()),
 		goka.WithStorageBuilder(p.storageBuilder()),
@@ -101,7 +111,7 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 
 	emitter, err := goka.NewEmitter(p.cfg.Brokers, goka.Stream(p.LoopTopic()), new(codec.Bytes),
-		goka.WithEmitterProducerBuilder(p.producerBuilder()),
+		goka.WithEmitterProducerBuilder(p.producerBuilder(false)),
 		goka.WithEmitterTopicManagerBuilder(tmb),
 		goka.WithEmitterLogger(gokaLogger{p.log}))
 	if err != nil {
@@ -145,6 +155,29 @@ func (p *Processor) tick(ctx context.Context, em *goka.Emitter, keys []string) {
 			}
 		}
 	}
+}
+
+// lockStorage takes an exclusive lock on the storage folder for the run: two processes on one
+// folder would corrupt each other's tables, and a second one would take the first's for a crashed
+// run's and delete them. The lock file stays; the lock goes with the process.
+func (p *Processor) lockStorage() (func(), error) {
+	if err := os.MkdirAll(p.cfg.StoragePath, 0o755); err != nil {
+		return nil, fmt.Errorf("processor %s: storage folder: %w", p.group, err)
+	}
+	path := filepath.Join(filepath.Dir(filepath.Clean(p.cfg.StoragePath)), "."+filepath.Base(p.cfg.StoragePath)+".lock")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("processor %s: lock file: %w", p.group, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("processor %s: storage folder %s is in use by another process (%s is locked): give each processor its own storage_path",
+			p.group, p.cfg.StoragePath, path)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
 }
 
 func (p *Processor) cleanMarker() string {

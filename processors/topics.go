@@ -92,5 +92,6 @@ func (p *Processor) ensureTopics() (int, error) {
 			return 0, fmt.Errorf("processor %s: create %s topic %s: %w", p.group, t.Role, t.Name, err)
 		}
 	}
+	p.eng.SetPartitions(npar)
 	return npar, nil
 }

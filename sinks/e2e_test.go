@@ -31,6 +31,7 @@ import (
 type e2e struct {
 	Brokers     []string
 	Quorum      string
+	HBase       hbase.Config // with Kerberos when ABACUS_HBASE_AUTH=kerberos
 	Events      string
 	Totals      string
 	DeadLetter  string
@@ -47,7 +48,7 @@ func newE2E(t *testing.T) *e2e {
 	t.Helper()
 	n := time.Now().UnixNano()
 	e := &e2e{
-		Brokers: testenv.Kafka(t), Quorum: testenv.HBaseZooKeeper(t),
+		Brokers: testenv.Kafka(t), Quorum: testenv.HBaseZooKeeper(t), HBase: testenv.HBaseConfig(t),
 		Events: fmt.Sprintf("e2e-events-%d", n), Totals: fmt.Sprintf("e2e-totals-%d", n), DeadLetter: fmt.Sprintf("e2e-dlq-%d", n),
 		FactsTable: fmt.Sprintf("sinktest_facts_%d", n), AggTable: fmt.Sprintf("sinktest_agg_%d", n), Buckets: 8,
 		FactsGroup: fmt.Sprintf("e2e-facts-%d", n), AggGroup: fmt.Sprintf("e2e-agg-%d", n), MaxBatch: 300,
@@ -88,7 +89,7 @@ func (e *e2e) aggregates() *AggregatesEncoder {
 
 // sink builds one of the two sinks on the real servers.
 func (e *e2e) sink(ctx context.Context, kind string, tune func(*Config)) (*FlushThenCommit, *hbase.Client, error) {
-	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: e.Quorum})
+	c, err := hbase.NewClient(ctx, e.HBase)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/windows"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -27,18 +28,24 @@ type Fact struct {
 //	timestamp = event time
 //	value     = the record's value, as it was produced
 //
-// Events that cannot be read, or whose event time lies further in the future than MaxFutureSkew,
-// are refused and go to the dead-letter topic.
+// Events that cannot be read, have no entity, or whose event time lies further ahead of their
+// record's timestamp than MaxFutureSkew (windows.FromFuture, the processor's rule) are refused:
+// they go to the dead-letter topic, unless LeaveRejectsToProcessor says the processor does that.
 type FactsEncoder struct {
 	Table       string
 	Family      string
 	SaltBuckets int
-	// Extract reads a record's entity, event time and type.
+	// Extract reads a record's entity, event time and type. A panic in it refuses the record with
+	// reason panic.
 	Extract func(rec *kgo.Record) (Fact, error)
-	// MaxFutureSkew refuses events later than now plus this (default 5 minutes).
+	// MaxFutureSkew refuses events later than their record's timestamp plus this (default 5
+	// minutes).
 	MaxFutureSkew time.Duration
-	// Now is the clock that MaxFutureSkew is judged by; time.Now when nil. It never reaches a cell.
-	Now func() time.Time
+	// LeaveRejectsToProcessor says that the processor of the same topology reads these records
+	// and refuses the same ones by the same rules; it writes their dead letters, one per record,
+	// and the facts sink only counts them (abacus_sink_skipped_total). A deployment of a topology
+	// always runs its processor; a facts sink used alone leaves this off.
+	LeaveRejectsToProcessor bool
 }
 
 // ErrFutureEvent is the reason given for events from further in the future than allowed.
@@ -55,27 +62,15 @@ func (f *FactsEncoder) Check() error {
 
 // Encode implements Encoder.
 func (f *FactsEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
-	fact, err := f.Extract(rec)
+	fact, err := f.extract(rec)
+	if err == nil {
+		err = f.check(rec, fact)
+	}
 	if err != nil {
-		return dst, deadletter.Errorf(deadletter.ReasonOf(err, deadletter.Undecodable), "facts: %w", err)
-	}
-	if fact.Entity == "" {
-		return dst, deadletter.Errorf(deadletter.NoEntity, "facts: event has an empty entity")
-	}
-	if fact.EventTime < 0 {
-		return dst, deadletter.Errorf(deadletter.Undecodable, "facts: negative event time %d", fact.EventTime)
-	}
-	now := time.Now
-	if f.Now != nil {
-		now = f.Now
-	}
-	skew := f.MaxFutureSkew
-	if skew <= 0 {
-		skew = 5 * time.Minute
-	}
-	if limit := now().Add(skew).UnixMilli(); fact.EventTime > limit {
-		return dst, deadletter.Errorf(deadletter.Future, "facts: %w: %s is more than %s ahead", ErrFutureEvent,
-			time.UnixMilli(fact.EventTime).UTC().Format(time.RFC3339Nano), skew)
+		if f.LeaveRejectsToProcessor {
+			return dst, &SkipError{Err: err}
+		}
+		return dst, err
 	}
 	q := schema.AppendFactQualifier(make([]byte, 0, len(fact.Type)+24), fact.Type, rec.Partition, rec.Offset)
 	value := rec.Value
@@ -92,8 +87,53 @@ func (f *FactsEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, 
 	}), nil
 }
 
+// extract runs Extract, turning a panic of user code into the record's refusal.
+func (f *FactsEncoder) extract(rec *kgo.Record) (fact Fact, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = deadletter.Errorf(deadletter.Panic, "%v", r)
+		}
+	}()
+	fact, err = f.Extract(rec)
+	if err != nil {
+		err = deadletter.Errorf(deadletter.ReasonOf(err, deadletter.Undecodable), "facts: %w", err)
+	}
+	return fact, err
+}
+
+func (f *FactsEncoder) check(rec *kgo.Record, fact Fact) error {
+	if fact.Entity == "" {
+		return deadletter.Errorf(deadletter.NoEntity, "facts: event has an empty entity")
+	}
+	if fact.EventTime < 0 {
+		return deadletter.Errorf(deadletter.Undecodable, "facts: negative event time %d", fact.EventTime)
+	}
+	skew := f.MaxFutureSkew
+	if skew <= 0 {
+		skew = 5 * time.Minute
+	}
+	if windows.FromFuture(fact.EventTime, rec.Timestamp, skew) {
+		return deadletter.Errorf(deadletter.Future, "facts: %w: %s is more than %s ahead of its record's timestamp %s", ErrFutureEvent,
+			time.UnixMilli(fact.EventTime).UTC().Format(time.RFC3339Nano), skew, rec.Timestamp.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// SkipError is an Encode refusal whose dead letter another role writes: the sink takes the record
+// without a cell and without a dead letter, and counts it.
+type SkipError struct{ Err error }
+
+func (e *SkipError) Error() string {
+	return "skipped (dead-lettered by the processor): " + e.Err.Error()
+}
+
+// Unwrap returns the refusal.
+func (e *SkipError) Unwrap() error { return e.Err }
+
 // FactsOf reads facts from the records of a topology's source topics with the topology's own
-// decoders and extractors, so the facts sink sees each event as the processor does.
+// decoders and extractors, and refuses the records its processor refuses before any window (too
+// large, no entity, a reserved or too long entity), so the facts sink sees each event as the
+// processor does.
 func FactsOf(topo *topology.Topology) func(rec *kgo.Record) (Fact, error) {
 	p := plan.Of(topo)
 	return func(rec *kgo.Record) (Fact, error) {
@@ -101,10 +141,24 @@ func FactsOf(topo *topology.Topology) func(rec *kgo.Record) (Fact, error) {
 		if src == nil {
 			return Fact{}, fmt.Errorf("topic %s is not a source of topology %s", rec.Topic, p.Name)
 		}
+		if len(rec.Value) > p.MaxRecordBytes {
+			return Fact{}, deadletter.Errorf(deadletter.TooLarge, "record of %d bytes, more than the limit of %d", len(rec.Value), p.MaxRecordBytes)
+		}
 		ev, err := src.Decode(rec.Value)
 		if err != nil {
 			return Fact{}, err
 		}
-		return Fact{Entity: src.Entity(ev), EventTime: src.EventTime(ev), Type: src.Type(ev)}, nil
+		entity := src.Entity(ev)
+		switch {
+		case entity == "" || (!src.Repartition && len(rec.Key) == 0):
+			return Fact{}, deadletter.Errorf(deadletter.NoEntity, "the record has no key and its event no entity")
+		case plan.ReservedKey(entity):
+			return Fact{}, deadletter.Errorf(deadletter.ReservedKey, "entity %q is a key the state keeps for itself", entity)
+		case len(entity) > p.MaxEntityBytes:
+			return Fact{}, deadletter.Errorf(deadletter.TooLarge, "entity of %d bytes, more than the limit of %d", len(entity), p.MaxEntityBytes)
+		case !src.Repartition && entity != string(rec.Key):
+			return Fact{}, deadletter.Errorf(deadletter.EntityNotKey, "entity %q differs from the record key %q", entity, rec.Key)
+		}
+		return Fact{Entity: entity, EventTime: src.EventTime(ev), Type: src.Type(ev)}, nil
 	}
 }

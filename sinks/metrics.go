@@ -14,6 +14,7 @@ type Metrics struct {
 	writeLatency prometheus.Histogram
 	failed       *prometheus.CounterVec
 	dead         *prometheus.CounterVec
+	skipped      *prometheus.CounterVec
 	held         prometheus.Gauge
 	heldOld      prometheus.Gauge // the deprecated name of held
 	commits      prometheus.Counter
@@ -43,6 +44,8 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 			Name: "failed_actions_total", Help: "Cells whose write failed, by cause.", ConstLabels: l}, []string{"cause"}),
 		dead: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "dead_lettered_total", Help: "Records sent to the dead-letter topic, by reason.", ConstLabels: l}, []string{"reason"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "skipped_total", Help: "Records refused without a dead letter of the sink's own: the processor dead-letters them (by reason).", ConstLabels: l}, []string{"reason"}),
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "held_partitions", Help: "Partitions of the full batch while the sink holds its poll because the store is behind.", ConstLabels: l}),
 		// Until release 0.2 the gauge was named paused_partitions; dashboards that read it keep
@@ -63,7 +66,7 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "expired_on_arrival_total", Help: "Cells written with a timestamp older than the table's TTL: HBase expires them at once.", ConstLabels: l}),
 	}
-	reg.MustRegister(m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.held, m.heldOld,
+	reg.MustRegister(m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.skipped, m.held, m.heldOld,
 		m.commits, m.commitFails, m.commitLat, m.lastCommit)
 	return m
 }
@@ -91,6 +94,12 @@ func (m *Metrics) failedActions(cause string, n int) {
 func (m *Metrics) deadLettered(reason string) {
 	if m != nil {
 		m.dead.WithLabelValues(reason).Inc()
+	}
+}
+
+func (m *Metrics) skippedRecord(reason string) {
+	if m != nil {
+		m.skipped.WithLabelValues(reason).Inc()
 	}
 }
 

@@ -60,7 +60,7 @@ func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
 	t.Helper()
 	p := &pipeline{t: t, brokers: testenv.Kafka(t), parts: 4, runErrs: make(chan error, 3),
 		stopProduce: make(chan struct{}), produceEnd: make(chan struct{})}
-	quorum := testenv.HBaseZooKeeper(t)
+	hcfg := testenv.HBaseConfig(t) // plain, or Kerberized under ABACUS_HBASE_AUTH=kerberos
 	p.prefix = fmt.Sprintf("%s-%d-", name, time.Now().UnixNano())
 	p.source = p.prefix + "events"
 	topo, err := stream.Topology()
@@ -95,7 +95,7 @@ func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
 	}
 	p.wg.Go(func() { p.runErrs <- proc.Run(p.ctx) })
 	newSink := func(name, group string, topics []string, enc Encoder) (*Metrics, *hbase.Client) {
-		hc, err := hbase.NewClient(setupCtx(t), hbase.Config{ZooKeeper: quorum})
+		hc, err := hbase.NewClient(setupCtx(t), hcfg)
 		if err != nil {
 			t.Fatal(err)
 		}

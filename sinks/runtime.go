@@ -160,6 +160,8 @@ type FlushThenCommit struct {
 	writeCtx     context.Context
 	cancelWrites context.CancelFunc
 	abandoned    bool
+	// fatal is a failure no retry can mend (a store that broke its contract): Run returns it.
+	fatal error
 
 	lastTTLWarning time.Time
 
@@ -259,7 +261,11 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 			}
 			s.mu.Lock()
 			s.step()
+			fatal := s.fatal
 			s.mu.Unlock()
+			if fatal != nil {
+				return s.fail(fatal)
+			}
 			continue
 		}
 		pollCtx, cancel := context.WithTimeout(ctx, s.pollWait())
@@ -292,9 +298,25 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 		s.mu.Lock()
 		fetches.EachRecord(s.add)
 		s.step()
+		fatal = s.fatal
 		s.mu.Unlock()
 		s.cl.AllowRebalance()
+		if fatal != nil {
+			return s.fail(fatal)
+		}
 	}
+}
+
+// fail stops the sink on a failure no retry can mend: the writes still running are cancelled and
+// nothing more is committed; the next owner of the partitions replays what was not.
+func (s *FlushThenCommit) fail(err error) error {
+	s.cancelWrites()
+	s.mu.Lock()
+	for len(s.inflight) > 0 {
+		s.finish(<-s.done)
+	}
+	s.mu.Unlock()
+	return fmt.Errorf("sinks: group %s: %w", s.cfg.Group, err)
 }
 
 // pollWait keeps the loop responsive to write completions and flush deadlines.
@@ -320,12 +342,17 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 	b := s.building
 	n := len(b.cells)
 	cells, err := s.enc.Encode(rec, b.cells)
-	if err != nil {
+	var skip *SkipError
+	switch {
+	case errors.As(err, &skip):
+		b.cells = b.cells[:n]
+		s.m.skippedRecord(string(deadletter.ReasonOf(err, deadletter.Undecodable)))
+	case err != nil:
 		b.cells = b.cells[:n]
 		reason := deadletter.ReasonOf(err, deadletter.Undecodable)
 		b.dead = append(b.dead, deadLetter{rec: rec, reason: reason, detail: err.Error()})
 		s.m.deadLettered(string(reason))
-	} else {
+	default:
 		b.cells = cells
 		for i := n; i < len(cells); i++ {
 			b.src = append(b.src, rec)
@@ -442,10 +469,16 @@ func (s *FlushThenCommit) finish(r writeResult) {
 		b := s.inflight[0]
 		s.inflight = s.inflight[1:]
 		if b.err != nil || s.abandoned {
-			// Only a cancelled write context stops a write, and then nothing more is committed:
-			// the records are read again by whoever owns their partitions next.
+			// A cancelled write context (a shutdown or revoke that gave up) stops a write, and then
+			// nothing more is committed: the records are read again by whoever owns their
+			// partitions next. Any other failure is fatal: the sink cannot go on committing.
 			if !s.abandoned {
-				s.log.Info("write abandoned; its records will be replayed", "err", b.err)
+				if errors.Is(b.err, context.Canceled) || errors.Is(b.err, context.DeadlineExceeded) {
+					s.log.Info("write abandoned; its records will be replayed", "err", b.err)
+				} else {
+					s.log.Error("write failed for good; the sink stops, its records will be replayed", "err", b.err)
+					s.fatal = b.err
+				}
 			}
 			s.abandoned = true
 			continue

@@ -751,3 +751,32 @@ func TestFlushThenCommitCountsCellsTheTTLExpires(t *testing.T) {
 		t.Fatalf("expired_on_arrival_total = %v, want 3", got)
 	}
 }
+
+// brokenStore breaks the Store contract: it reports the failure of a cell it was not given.
+type brokenStore struct{ *memStore }
+
+func (b brokenStore) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
+	return []store.CellError{{Index: len(cells) + 7, Err: errors.New("no such cell"), Permanent: false}}, nil
+}
+
+// TestBrokenStoreContractIsFatal (issue 10, item 11): a store that breaks its contract makes Run
+// return the error, instead of the sink silently committing nothing for ever.
+func TestBrokenStoreContractIsFatal(t *testing.T) {
+	c := clusters(t)[0]
+	ms := newMemStore()
+	h := start(t, c, ms, nil)
+	produce(t, c.brokers, h.cfg.Topics[0], []string{"cell:a:1", "cell:b:2"})
+	s, err := NewFlushThenCommit(h.cfg, factEncoder, brokenStore{ms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = s.Run(ctx)
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), "store reported failure of cell") {
+		t.Fatalf("Run returned %v (context %v), want the broken contract", err, ctx.Err())
+	}
+	if len(h.offsets.off) != 0 {
+		t.Fatalf("offsets committed: %v", h.offsets.off)
+	}
+}

@@ -1,35 +1,53 @@
-// Package state holds one entity's window state as the processor keeps it in goka's group table:
-// its open windows with their encoded accumulators, the source offsets it has applied (the fence
-// that makes replays harmless) and the partition stream time it last saw; and its compact,
-// versioned binary encoding.
+// Package state holds what the processor keeps in goka's group table: per entity, its windows
+// with their encoded accumulators, the source offsets it has applied (the fences that make
+// replays harmless) and the watermarks of the inputs at its last write; per partition, a record
+// of the partition's own (its idle advances, its inputs' watermarks and clocks, the topology
+// layouts its entities were written with). And their compact, versioned binary encodings.
 //
-// It must never be the reason a closed window outlives the processor's final retention (pruning
-// keeps the state bounded by open windows) and never forget a fence: forgetting one would let a replayed record count twice.
+// It must never forget a fence of a window still open (a replayed record would count twice), and
+// it holds closed windows only until their final total is acknowledged, so that the table follows
+// the open windows.
 package state
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/abacus-stream/abacus/internal/wire"
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// Version is the encoding version Encode writes.
-const Version = 1
+// Version is the entity encoding version Append writes; Decode also reads version 1.
+const Version = 2
 
-// Fence is the highest source offset applied to this entity from one source partition.
-type Fence struct {
-	Topic     string
-	Partition int32
-	Offset    int64
+// partitionTag opens the encoding of a Partition record (entity encodings open with their version).
+const partitionTag = 'P'
+
+// TopicID is the 32-bit name a fence or an origin gives a topic: writing the topic's name into
+// every entity would be most of its state. Two sources of one topology whose IDs collide are
+// refused when the processor starts.
+func TopicID(topic string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(topic))
+	return h.Sum32()
 }
 
-// Window is one open window (or a closed one whose final total was emitted recently) of one aggregate set, with its accumulators in their own encodings
-// (one per aggregation, in the set's declaration order).
+// Fence is the highest source offset applied to this entity from one input partition (an origin:
+// a source topic and partition), and the origin's watermark (the largest event time applied from
+// it in the whole partition) at that write.
+type Fence struct {
+	Topic     uint32 // TopicID of the source topic
+	Partition int32
+	Offset    int64
+	Watermark int64
+}
+
+// Window is one window of one aggregate set, with its accumulators in their own encodings (one per
+// aggregation, in the order of the entity's layout).
 type Window struct {
-	Set      uint16 // index of the aggregate set in the topology
+	Set      uint16 // index of the aggregate set in the entity's layout
 	Start    int64  // ms, inclusive
 	End      int64  // ms, exclusive
 	Revision uint64 // events applied to this window; orders the totals a sink receives
@@ -42,13 +60,20 @@ func (w *Window) Span() windows.Window { return windows.Window{Start: w.Start, E
 
 // Entity is everything the processor keeps for one entity.
 type Entity struct {
-	StreamTime int64 // partition stream time after this entity's last update, ms
+	// Layout names the topology layout its windows follow (Layout.Hash); 0 in version-1 state,
+	// which followed the topology of its time by position.
+	Layout uint32
+	// LayoutDesc, when set, describes Layout in the entity itself: the processor writes it until
+	// its partition's record, which describes the layouts once for all entities, is acknowledged
+	// with this layout, so that a restart under another topology can always read the entity.
+	LayoutDesc *Layout
+	StreamTime int64 // partition stream time after this entity's last write, ms
 	Fences     []Fence
 	Windows    []Window
 }
 
 // Applied reports whether the record at (topic, partition, offset) has already been applied.
-func (e *Entity) Applied(topic string, partition int32, offset int64) bool {
+func (e *Entity) Applied(topic uint32, partition int32, offset int64) bool {
 	for _, f := range e.Fences {
 		if f.Topic == topic && f.Partition == partition {
 			return offset <= f.Offset
@@ -57,16 +82,18 @@ func (e *Entity) Applied(topic string, partition int32, offset int64) bool {
 	return false
 }
 
-// Advance records that the record at (topic, partition, offset) has been applied.
-func (e *Entity) Advance(topic string, partition int32, offset int64) {
+// Advance records that the record at (topic, partition, offset) has been applied, with the
+// origin's watermark after it.
+func (e *Entity) Advance(topic uint32, partition int32, offset, watermark int64) {
 	for i := range e.Fences {
 		f := &e.Fences[i]
 		if f.Topic == topic && f.Partition == partition {
 			f.Offset = max(f.Offset, offset)
+			f.Watermark = max(f.Watermark, watermark)
 			return
 		}
 	}
-	e.Fences = append(e.Fences, Fence{Topic: topic, Partition: partition, Offset: offset})
+	e.Fences = append(e.Fences, Fence{Topic: topic, Partition: partition, Offset: offset, Watermark: watermark})
 }
 
 // Closed reports whether window w is closed as far as this state knows: the partition stream
@@ -85,26 +112,38 @@ func (e *Entity) Find(set uint16, start int64) int {
 	return -1
 }
 
-// Append appends the version-1 encoding of e to b:
+// Append appends the version-2 encoding of e to b. Times are written as differences from the
+// stream time, which they are close to, so they take two or three bytes instead of six:
 //
-//	byte version, varint stream time,
-//	uvarint #fences, each: uvarint len + topic, varint partition, varint offset,
-//	uvarint #windows, each: uvarint set, varint start, uvarint end-start, uvarint revision,
-//	  varint last emit, uvarint flags (reserved, 0), uvarint #aggs, each: uvarint len + bytes.
+//	byte 2, 4 bytes layout (big endian), uvarint len + layout description (0: none; see
+//	  Partition.Append for its form), varint stream time,
+//	uvarint #fences, each: 4 bytes topic ID, varint partition, varint offset,
+//	  varint watermark - stream time,
+//	uvarint #windows, each: uvarint set, varint start - stream time, uvarint end - start,
+//	  uvarint revision, varint last emit, uvarint flags (reserved, 0),
+//	  uvarint #aggs, each: uvarint len + bytes.
 func (e *Entity) Append(b []byte) []byte {
 	b = append(b, Version)
+	b = binary.BigEndian.AppendUint32(b, e.Layout)
+	if e.LayoutDesc == nil {
+		b = append(b, 0)
+	} else {
+		desc := e.LayoutDesc.appendSets(nil)
+		b = binary.AppendUvarint(b, uint64(len(desc)))
+		b = append(b, desc...)
+	}
 	b = binary.AppendVarint(b, e.StreamTime)
 	b = binary.AppendUvarint(b, uint64(len(e.Fences)))
 	for _, f := range e.Fences {
-		b = binary.AppendUvarint(b, uint64(len(f.Topic)))
-		b = append(b, f.Topic...)
+		b = binary.BigEndian.AppendUint32(b, f.Topic)
 		b = binary.AppendVarint(b, int64(f.Partition))
 		b = binary.AppendVarint(b, f.Offset)
+		b = binary.AppendVarint(b, f.Watermark-e.StreamTime)
 	}
 	b = binary.AppendUvarint(b, uint64(len(e.Windows)))
 	for _, w := range e.Windows {
 		b = binary.AppendUvarint(b, uint64(w.Set))
-		b = binary.AppendVarint(b, w.Start)
+		b = binary.AppendVarint(b, w.Start-e.StreamTime)
 		b = binary.AppendUvarint(b, uint64(w.End-w.Start))
 		b = binary.AppendUvarint(b, w.Revision)
 		b = binary.AppendVarint(b, w.LastEmit)
@@ -119,21 +158,47 @@ func (e *Entity) Append(b []byte) []byte {
 }
 
 // ErrCorrupt is wrapped by every decoding error.
-var ErrCorrupt = errors.New("corrupt entity state")
+var ErrCorrupt = errors.New("corrupt state")
 
-// Decode parses an encoding written by Append. The accumulators alias b.
+// Decode parses an entity encoding written by Append (version 2) or by version 1. The
+// accumulators alias b.
 func Decode(b []byte) (*Entity, error) {
 	d := wire.NewReader(b, ErrCorrupt)
-	if v := d.Byte(); d.Err() == nil && v != Version {
-		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
+	v := d.Byte()
+	if d.Err() == nil && v != 1 && v != Version {
+		return nil, fmt.Errorf("%w: not an entity (version byte %d)", ErrCorrupt, v)
 	}
-	e := &Entity{StreamTime: d.Varint()}
+	e := &Entity{}
+	if v == Version {
+		if d.Len() < 4 {
+			return nil, fmt.Errorf("%w: truncated layout", ErrCorrupt)
+		}
+		e.Layout = binary.BigEndian.Uint32(d.Next(4))
+		if desc := d.Bytes(); len(desc) > 0 {
+			sets, err := readSets(wire.NewReader(desc, ErrCorrupt))
+			if err != nil {
+				return nil, err
+			}
+			e.LayoutDesc = &Layout{Hash: e.Layout, Sets: sets}
+		}
+	}
+	e.StreamTime = d.Varint()
 	nf := d.Count()
 	if nf > 0 {
 		e.Fences = make([]Fence, 0, nf)
 	}
 	for i := 0; i < nf && d.Err() == nil; i++ {
-		e.Fences = append(e.Fences, Fence{Topic: d.String(), Partition: int32(d.Varint()), Offset: d.Varint()})
+		var f Fence
+		if v == 1 {
+			f = Fence{Topic: TopicID(d.String()), Partition: int32(d.Varint()), Offset: d.Varint(), Watermark: e.StreamTime}
+		} else {
+			if d.Len() < 4 {
+				return nil, fmt.Errorf("%w: truncated fence", ErrCorrupt)
+			}
+			f.Topic = binary.BigEndian.Uint32(d.Next(4))
+			f.Partition, f.Offset, f.Watermark = int32(d.Varint()), d.Varint(), d.Varint()+e.StreamTime
+		}
+		e.Fences = append(e.Fences, f)
 	}
 	nw := d.Count()
 	if nw > 0 {
@@ -141,6 +206,9 @@ func Decode(b []byte) (*Entity, error) {
 	}
 	for i := 0; i < nw && d.Err() == nil; i++ {
 		w := Window{Set: uint16(d.Uvarint()), Start: d.Varint()}
+		if v == Version {
+			w.Start += e.StreamTime
+		}
 		w.End = w.Start + int64(d.Uvarint())
 		w.Revision = d.Uvarint()
 		w.LastEmit = d.Varint()
@@ -158,19 +226,26 @@ func Decode(b []byte) (*Entity, error) {
 	return e, nil
 }
 
-// Codec is the goka codec of the group table: values are *Entity.
+// Codec is the goka codec of the group table: values are *Entity, or *Partition under a
+// partition's own key.
 type Codec struct{}
 
 // Encode implements goka.Codec.
 func (Codec) Encode(v any) ([]byte, error) {
-	e, ok := v.(*Entity)
-	if !ok {
-		return nil, fmt.Errorf("state codec: cannot encode %T, want *state.Entity", v)
+	switch x := v.(type) {
+	case *Entity:
+		return x.Append(make([]byte, 0, 64)), nil
+	case *Partition:
+		return x.Append(make([]byte, 0, 64)), nil
 	}
-	return e.Append(make([]byte, 0, 64)), nil
+	return nil, fmt.Errorf("state codec: cannot encode %T, want *state.Entity or *state.Partition", v)
 }
 
-// Decode implements goka.Codec. It copies data, because goka may reuse the buffer.
+// Decode implements goka.Codec. goka hands it a buffer it does not reuse (a fresh copy from
+// LevelDB or from the changelog consumer), so the result may alias it.
 func (Codec) Decode(data []byte) (any, error) {
-	return Decode(append([]byte(nil), data...))
+	if len(data) > 0 && data[0] == partitionTag {
+		return DecodePartition(data)
+	}
+	return Decode(data)
 }

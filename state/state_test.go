@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -8,8 +9,10 @@ import (
 
 func sample() *Entity {
 	return &Entity{
+		Layout:     0xdeadbeef,
 		StreamTime: 1_767_225_600_000,
-		Fences:     []Fence{{Topic: "readings", Partition: 3, Offset: 41}, {Topic: "other", Partition: 0, Offset: 0}},
+		Fences: []Fence{{Topic: TopicID("readings"), Partition: 3, Offset: 41, Watermark: 1_767_225_600_000},
+			{Topic: TopicID("other"), Partition: 0, Offset: 0, Watermark: 1_767_225_000_000}},
 		Windows: []Window{
 			{Set: 0, Start: 1_767_225_600_000, End: 1_767_225_660_000, Revision: 7, LastEmit: 5,
 				Aggs: [][]byte{{7}, {1, 2, 3}}},
@@ -19,7 +22,10 @@ func sample() *Entity {
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, e := range []*Entity{sample(), {}} {
+	withDesc := sample()
+	l := NewLayout([]LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"n"}}})
+	withDesc.Layout, withDesc.LayoutDesc = l.Hash, &l
+	for _, e := range []*Entity{sample(), {}, withDesc} {
 		b := e.Append(nil)
 		got, err := Decode(b)
 		if err != nil {
@@ -28,6 +34,85 @@ func TestRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(normalize(got), normalize(e)) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, e)
 		}
+		v, err := Codec{}.Decode(b)
+		if err != nil || !reflect.DeepEqual(normalize(v.(*Entity)), normalize(e)) {
+			t.Errorf("codec round trip: %+v %v", v, err)
+		}
+	}
+}
+
+// TestReadsVersion1: state written by the previous version (topic names in fences, absolute
+// times, no layout) is read, each fence's watermark taken from the entity's stream time.
+func TestReadsVersion1(t *testing.T) {
+	b := []byte{1}
+	b = binary.AppendVarint(b, 5000) // stream time
+	b = binary.AppendUvarint(b, 1)   // one fence
+	b = binary.AppendUvarint(b, uint64(len("readings")))
+	b = append(b, "readings"...)
+	b = binary.AppendVarint(b, 3)
+	b = binary.AppendVarint(b, 41)
+	b = binary.AppendUvarint(b, 1) // one window
+	b = binary.AppendUvarint(b, 1)
+	b = binary.AppendVarint(b, 4000)
+	b = binary.AppendUvarint(b, 1000)
+	b = binary.AppendUvarint(b, 2)
+	b = binary.AppendVarint(b, 0)
+	b = binary.AppendUvarint(b, 0)
+	b = binary.AppendUvarint(b, 1)
+	b = binary.AppendUvarint(b, 1)
+	b = append(b, 9)
+	e, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Entity{StreamTime: 5000, Fences: []Fence{{Topic: TopicID("readings"), Partition: 3, Offset: 41, Watermark: 5000}},
+		Windows: []Window{{Set: 1, Start: 4000, End: 5000, Revision: 2, Aggs: [][]byte{{9}}}}}
+	if !reflect.DeepEqual(e, want) {
+		t.Fatalf("version 1 read as %+v", e)
+	}
+}
+
+func TestPartitionRoundTrip(t *testing.T) {
+	l := NewLayout([]LayoutSet{{Name: "minute", Window: "tumbling 60000", Aggs: []string{"count", "max"}}})
+	p := &Partition{StreamTime: 1_767_225_700_000, IdleStreamTime: 1_767_225_600_000,
+		Origins: []Origin{{Topic: TopicID("a"), Partition: 2, Watermark: 99, LastAdvance: 1_767_225_601_000}},
+		Layouts: []Layout{l}}
+	b := p.Append(nil)
+	v, err := Codec{}.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(v, p) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", v, p)
+	}
+	if p.AddLayout(l) || !p.AddLayout(NewLayout([]LayoutSet{{Name: "hour"}})) || len(p.Layouts) != 2 {
+		t.Fatal("AddLayout kept a duplicate or lost a new layout")
+	}
+	if o := p.Origin(TopicID("a"), 2); o == nil || o.Watermark != 99 {
+		t.Fatal("origin not found")
+	}
+	for i := range len(b) {
+		if _, err := DecodePartition(b[:i]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d bytes: error %v, want ErrCorrupt", i, err)
+		}
+	}
+}
+
+// TestLayoutHash: the hash follows the names, windows and order of sets and aggregations.
+func TestLayoutHash(t *testing.T) {
+	a := NewLayout([]LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"count", "max"}}})
+	for _, other := range [][]LayoutSet{
+		{{Name: "m", Window: "tumbling 60000", Aggs: []string{"max", "count"}}},
+		{{Name: "m", Window: "tumbling 30000", Aggs: []string{"count", "max"}}},
+		{{Name: "n", Window: "tumbling 60000", Aggs: []string{"count", "max"}}},
+		{{Name: "m", Window: "tumbling 60000", Aggs: []string{"count"}}},
+	} {
+		if NewLayout(other).Hash == a.Hash {
+			t.Errorf("layout %+v hashes as %+v", other, a.Sets)
+		}
+	}
+	if NewLayout(a.Sets).Hash != a.Hash {
+		t.Error("hash is not stable")
 	}
 }
 
@@ -51,13 +136,14 @@ func normalize(e *Entity) *Entity {
 }
 
 // TestCompact pins the size of a typical entity: one fence and one window with three small
-// accumulators must stay well under what JSON would take.
+// accumulators (count, sum, max) stays within 60 bytes.
 func TestCompact(t *testing.T) {
-	e := &Entity{StreamTime: 1_767_225_600_000, Fences: []Fence{{Topic: "readings", Partition: 3, Offset: 1 << 30}},
-		Windows: []Window{{Start: 1_767_225_600_000, End: 1_767_225_660_000, Revision: 100,
-			Aggs: [][]byte{{100}, make([]byte, 17), make([]byte, 10)}}}}
-	if n := len(e.Append(nil)); n > 90 {
-		t.Errorf("typical entity encodes to %d bytes, want at most 90", n)
+	st := int64(1_767_225_660_000)
+	e := &Entity{Layout: 1234567, StreamTime: st, Fences: []Fence{{Topic: TopicID("readings"), Partition: 3, Offset: 1 << 30, Watermark: st}},
+		Windows: []Window{{Start: st - 60_000, End: st, Revision: 100,
+			Aggs: [][]byte{{100}, make([]byte, 8), make([]byte, 8)}}}}
+	if n := len(e.Append(nil)); n > 60 {
+		t.Errorf("typical entity encodes to %d bytes, want at most 60", n)
 	}
 }
 
@@ -78,24 +164,28 @@ func TestDecodeRejectsCorruption(t *testing.T) {
 }
 
 func TestFence(t *testing.T) {
+	a, b := TopicID("a"), TopicID("b")
 	e := &Entity{}
-	if e.Applied("a", 0, 0) {
+	if e.Applied(a, 0, 0) {
 		t.Fatal("empty entity claims offset 0 applied")
 	}
-	e.Advance("a", 0, 10)
-	e.Advance("a", 1, 3)
-	e.Advance("a", 0, 5) // an older offset never lowers the fence
+	e.Advance(a, 0, 10, 100)
+	e.Advance(a, 1, 3, 50)
+	e.Advance(a, 0, 5, 90) // an older offset never lowers the fence or the watermark
+	if e.Fences[0].Offset != 10 || e.Fences[0].Watermark != 100 {
+		t.Fatalf("fence lowered: %+v", e.Fences[0])
+	}
 	for _, c := range []struct {
-		topic  string
+		topic  uint32
 		part   int32
 		offset int64
 		want   bool
 	}{
-		{"a", 0, 10, true}, {"a", 0, 0, true}, {"a", 0, 11, false},
-		{"a", 1, 3, true}, {"a", 1, 4, false}, {"b", 0, 1, false},
+		{a, 0, 10, true}, {a, 0, 0, true}, {a, 0, 11, false},
+		{a, 1, 3, true}, {a, 1, 4, false}, {b, 0, 1, false},
 	} {
 		if got := e.Applied(c.topic, c.part, c.offset); got != c.want {
-			t.Errorf("Applied(%s, %d, %d) = %v, want %v", c.topic, c.part, c.offset, got, c.want)
+			t.Errorf("Applied(%d, %d, %d) = %v, want %v", c.topic, c.part, c.offset, got, c.want)
 		}
 	}
 }

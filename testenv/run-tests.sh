@@ -42,10 +42,11 @@ if ! "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then
   "$venv/bin/pip" install -q -r testenv/python-requirements.txt
 fi
 
-started=0 cluster_started=0 chaos_failed=0
+started=0 cluster_started=0 secure_started=0 chaos_failed=0
 cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
 cleanup() {
   if [ "$cluster_started" = 1 ]; then cluster stop || true; fi
+  if [ "$secure_started" = 1 ]; then SERVICES="kdc secure-hbase" "$services" stop || true; fi
   if [ "$started" = 1 ]; then "$services" stop || true; fi
 }
 trap cleanup EXIT INT TERM
@@ -104,6 +105,37 @@ echo "[run-tests] go test ./... (disruptive tests: services are stopped and rest
 ABACUS_DISRUPTIVE=1 go test -count=1 -timeout 30m -p 1 -run '^TestDisruptive' "$@" ./...
 echo "[run-tests] go test ./... (everything else)"
 go test -count=1 -timeout 45m -skip '^(TestDisruptive|TestCluster)' "$@" ./...
+
+# Kerberos (issue 17): an MIT KDC and a Kerberized HBase beside the plain services, on their own
+# ports and data folder. HBase's own Java client first proves the server (and that it refuses a
+# client without credentials), then the Go client's TestKerberos* tests run against it, and tests
+# written for the plain HBase that take their settings from testenv.HBaseConfig run again with
+# Kerberos. The services are stopped afterwards unless they were already running.
+secure=(env SERVICES="kdc secure-hbase" "$services")
+kerberos_t0=$SECONDS
+if [[ $("${secure[@]}" status) != *stopped* ]]; then
+  echo "[run-tests] Kerberos: KDC and Kerberized HBase already running: using them and leaving them up"
+else
+  secure_started=1
+  echo "[run-tests] Kerberos: starting the KDC and the Kerberized HBase"
+  "${secure[@]}" start
+fi
+echo "[run-tests] Kerberos: HBase's Java client against the Kerberized HBase"
+"${secure[@]}" check-secure-java
+eval "$("${secure[@]}" env)"
+echo "[run-tests] Kerberos: go test -run '^TestKerberos' ./hbase/"
+ABACUS_REQUIRE_SECURE_HBASE=1 go test -count=1 -timeout 15m -run '^TestKerberos' "$@" ./hbase/
+# Tests whose HBase clients come from testenv.HBaseConfig or testenv.HBaseClient: the client, the
+# store, queries and the sinks' end-to-end tests against real HBase.
+echo "[run-tests] Kerberos: tests of the plain HBase, again with Kerberos"
+ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
+  go test -count=1 -timeout 15m -skip '^(TestDisruptive|TestCluster|TestDashboardInChromium|TestPyOpenTSDB)' "$@" \
+  ./internal/testenv/ ./store/hbasestore/ ./query/
+ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
+  go test -count=1 -timeout 15m -run '^TestSink' "$@" ./sinks/
+"${secure[@]}" status
+echo "[run-tests] Kerberos stage: $((SECONDS - kerberos_t0)) s before stopping its services"
+
 if [ "$chaos_failed" = 1 ]; then
   echo "[run-tests] FAIL: the chaos stage (go run ./bench/chaos) failed: see its summary above"
   exit 1

@@ -79,6 +79,12 @@ func (s *Source[E]) compile() (*plan.Source, error) {
 			}
 			return nil, fmt.Errorf("codec returned %T, the source declares %T", v, *new(E))
 		},
+		Encode: func(e event) ([]byte, error) {
+			if _, ok := e.(E); !ok {
+				return nil, fmt.Errorf("source %q takes events of type %T, got %T", s.topic, *new(E), e)
+			}
+			return codec.Encode(e)
+		},
 		Entity:    func(e event) string { return entity(e.(E)) },
 		EventTime: func(e event) int64 { return eventTime(e.(E)).UnixMilli() },
 		Type:      func(event) string { return "" },

@@ -28,9 +28,15 @@ import (
 	"github.com/lovoo/goka"
 )
 
-// DefaultMaxFutureSkew is how far past the wall clock an event time may be before the event goes
-// to the dead-letter topic, unless Builder.MaxFutureSkew says otherwise.
+// DefaultMaxFutureSkew is how far past its record's timestamp an event time may be before the
+// event goes to the dead-letter topic, unless Builder.MaxFutureSkew says otherwise.
 const DefaultMaxFutureSkew = 5 * time.Minute
+
+// Defaults of the input limits (Builder.Limits).
+const (
+	DefaultMaxRecordBytes = 1 << 20 // a record value
+	DefaultMaxEntityBytes = 1024    // an entity, which is a key of the state table and of HBase rows
+)
 
 // ErrInvalid is wrapped by every error Build returns.
 var ErrInvalid = errors.New("invalid topology")
@@ -42,6 +48,8 @@ type Builder struct {
 	deadLetter string
 	late       string
 	skew       time.Duration
+	maxRecord  int
+	maxEntity  int
 	sources    []sourceDecl
 	sets       []setDecl
 }
@@ -61,7 +69,7 @@ type setDecl interface {
 // New starts a topology. The name is also the default goka group, and it prefixes the default
 // topic names: <name>-totals, <name>-dead-letter.
 func New(name string) *Builder {
-	return &Builder{name: name, skew: DefaultMaxFutureSkew}
+	return &Builder{name: name, skew: DefaultMaxFutureSkew, maxRecord: DefaultMaxRecordBytes, maxEntity: DefaultMaxEntityBytes}
 }
 
 // TotalsTopic sets the topic the window totals go to (default <name>-totals).
@@ -75,10 +83,20 @@ func (b *Builder) DeadLetterTopic(topic string) *Builder { b.deadLetter = topic;
 // are counted and dropped.
 func (b *Builder) LateTopic(topic string) *Builder { b.late = topic; return b }
 
-// MaxFutureSkew sets how far ahead of the processor's wall clock an event time may be (default
-// DefaultMaxFutureSkew). Later events go to the dead-letter topic: one wrong clock must not be
-// able to push stream time forward and close every open window.
+// MaxFutureSkew sets how far ahead of its record's timestamp (the producer's create time or the
+// broker's append time) an event time may be (default DefaultMaxFutureSkew). Later events go to
+// the dead-letter topic: one wrong clock must not be able to push stream time forward and close
+// every open window. The record, not the processor's clock, is the reference, so the processor,
+// the facts sink and any replay judge an event alike.
 func (b *Builder) MaxFutureSkew(d time.Duration) *Builder { b.skew = d; return b }
+
+// Limits bounds what a producer can make abacus hold: record values larger than maxRecordBytes
+// and entities longer than maxEntityBytes go to the dead-letter topic as too large (defaults
+// DefaultMaxRecordBytes and DefaultMaxEntityBytes).
+func (b *Builder) Limits(maxRecordBytes, maxEntityBytes int) *Builder {
+	b.maxRecord, b.maxEntity = maxRecordBytes, maxEntityBytes
+	return b
+}
 
 // Topology is a checked, immutable topology, ready for processors.New. Its methods describe it.
 type Topology struct {
@@ -255,7 +273,11 @@ func (b *Builder) Build() (*Topology, error) {
 	if b.skew <= 0 {
 		errs = append(errs, fmt.Errorf("MaxFutureSkew must be positive, got %v", b.skew))
 	}
-	t := &plan.Plan{Name: b.name, TotalsTopic: b.totals, DeadLetter: b.deadLetter, LateTopic: b.late, MaxFutureSkew: b.skew}
+	if b.maxRecord <= 0 || b.maxEntity <= 0 {
+		errs = append(errs, fmt.Errorf("Limits must be positive, got %d record bytes and %d entity bytes", b.maxRecord, b.maxEntity))
+	}
+	t := &plan.Plan{Name: b.name, TotalsTopic: b.totals, DeadLetter: b.deadLetter, LateTopic: b.late, MaxFutureSkew: b.skew,
+		MaxRecordBytes: b.maxRecord, MaxEntityBytes: b.maxEntity}
 	if t.TotalsTopic == "" {
 		t.TotalsTopic = b.name + "-totals"
 	}

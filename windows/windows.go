@@ -186,3 +186,14 @@ func contains(xs []int, x int) bool {
 	}
 	return false
 }
+
+// FromFuture reports whether an event time lies further ahead than skew of its record's
+// timestamp (the producer's create time or the broker's append time). The record, not a clock, is
+// the reference, so every role that reads the record, and every replay of it, judges the event
+// alike. A record with no timestamp (zero or negative) is never judged from the future.
+func FromFuture(eventTime int64, recordTime time.Time, skew time.Duration) bool {
+	if recordTime.IsZero() || recordTime.UnixMilli() <= 0 {
+		return false
+	}
+	return eventTime > recordTime.Add(skew).UnixMilli()
+}

@@ -9,93 +9,146 @@ import (
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// apply applies one source event to its entity, exactly once.
-func (pt *partition) apply(ctx goka.Context, src *plan.Source, at deadletter.Source, raw []byte, ev plan.Event) {
+// update is a running total to emit once the event's state is written.
+type update struct {
+	set    *plan.Set
+	window state.Window
+	values []totals.Value
+}
+
+// apply applies one source event to its entity, exactly once. User code (accumulators) runs
+// first, on the entity read from the table; only when all of it has run are the partition's
+// watermarks moved, the state written and the totals emitted, so a panic in user code leaves
+// nothing half done.
+func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, at deadletter.Source, recordTime time.Time, raw []byte, ev plan.Event) {
 	e := pt.e
-	now := pt.lastInput
+	now := e.cfg.Now()
 	t := src.EventTime(ev)
-	if limit := now.Add(e.plan.MaxFutureSkew).UnixMilli(); t > limit {
+	if e.plan.Future(t, recordTime) {
 		e.deadLetter(ctx, raw, deadletter.Future,
-			fmt.Sprintf("event time %s is more than %v ahead of the wall clock", time.UnixMilli(t).UTC().Format(time.RFC3339Nano), e.plan.MaxFutureSkew),
-			at)
+			fmt.Sprintf("event time %s is more than %v ahead of its record's timestamp %s", time.UnixMilli(t).UTC().Format(time.RFC3339Nano),
+				e.plan.MaxFutureSkew, recordTime.UTC().Format(time.RFC3339Nano)), at)
 		return
 	}
-	ent, err := value(ctx)
+	ent, err := pt.load(ctx)
 	if err != nil {
 		e.fail(ctx, err)
 		return
 	}
-	if ent == nil {
+	isNew := ent == nil
+	if isNew {
 		ent = &state.Entity{}
 	}
-	if ent.Applied(at.Topic, at.Partition, at.Offset) {
+	if ent.Applied(from.topic, from.partition, at.Offset) {
 		// A replay: the local table has this event, but what was sent to Kafka when it was
 		// applied (the changelog write, totals) may have died with the process, and this
 		// record's offset is about to be committed. Write the state again, so the changelog holds
 		// it before the commit, and re-send the current totals (absolute, so resending is safe).
 		pt.duplicates.Inc()
+		// A replay is the partition catching up, not a quiet input: it keeps the origin from being
+		// called idle (closing windows in the middle of a replay would change what it applies).
+		pt.originOf(from).lastAdvance = now
+		ups, err := pt.currentUpdates(ent, src, t)
+		if err != nil {
+			e.fail(ctx, err)
+			return
+		}
+		pt.describe(ent)
 		ctx.SetValue(ent)
-		pt.reemitUpdates(ctx, ent, src, t)
+		pt.wrote(ctx.Key())
+		for _, u := range ups {
+			e.emit(ctx, ctx.Key(), u.set, &u.window, u.values, false)
+		}
 		return
 	}
-	pt.streamTime = max(pt.streamTime, t)
-	before := len(ent.Windows)
+	og := pt.originOf(from)
+	// Lateness follows the event's own origin (package comment); the partition's stream time is
+	// below it unless the origin joined late, and then what closed stays closed.
+	judge := max(og.wm, pt.st)
 	typ := src.Type(ev)
-	changed := false
+	before := len(ent.Windows)
+	var (
+		ups     []update
+		late    []*plan.Set
+		applied bool
+	)
 	for _, si := range src.Sets {
 		set := e.plan.Sets[si]
 		if !set.Accepts(typ) {
 			continue
 		}
-		var applied bool
+		var ok, isLate bool
 		var err error
 		if set.Window.Kind() == windows.KindSession {
-			applied, err = pt.addSession(ctx, ent, set, ev, t, now)
+			ok, isLate, err = addSession(ent, set, ev, t, judge, now, &ups)
 		} else {
-			applied, err = pt.addFixed(ctx, ent, set, ev, t, now)
+			ok, isLate, err = addFixed(ent, set, ev, t, judge, now, &ups)
 		}
 		if err != nil {
 			e.fail(ctx, fmt.Errorf("entity %q set %q: %w", ctx.Key(), set.Name, err))
 			return
 		}
-		if applied {
-			changed = true
-			continue
+		applied = applied || ok
+		if isLate {
+			late = append(late, set)
 		}
+	}
+	// Everything user code does is done: from here on, commit.
+	for _, set := range late {
 		e.late(ctx, raw, set, at)
 	}
-	if !changed {
-		// Nothing but late windows: the state is unchanged, so the write is saved. A replay
-		// routes the event to the late topic again (late and dead-letter routing is at least once).
-		pt.closeDue(ctx)
+	if !applied {
+		// Late for every window, or of a type no set takes: the state is unchanged and the
+		// origin's watermark does not move, so the write is saved. A replay judges it the same.
 		return
 	}
+	if t > og.wm {
+		wasMin := og.wm <= pt.eventST
+		og.wm, og.lastAdvance = t, now
+		pt.metaDirty = true
+		if wasMin {
+			pt.recomputeEventST()
+		}
+	}
 	pt.windowsDelta(len(ent.Windows)-before, len(ent.Windows)-before)
-	pt.prune(ctx.Key(), ent, now)
-	ent.Advance(at.Topic, at.Partition, at.Offset)
-	ent.StreamTime = pt.streamTime
+	pt.prune(ctx.Key(), ent)
+	ent.Advance(from.topic, from.partition, at.Offset, og.wm)
+	ent.Fences = pt.spentFences(ent.Fences, from)
+	ent.StreamTime = pt.closeST()
+	pt.describe(ent)
 	ctx.SetValue(ent)
+	pt.wrote(ctx.Key())
+	if isNew {
+		pt.entities.Inc()
+	}
+	for i := range ups {
+		e.emit(ctx, ctx.Key(), ups[i].set, &ups[i].window, ups[i].values, false)
+	}
 	pt.schedule(ctx.Key(), ent)
-	pt.lag.Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
+	if st := pt.closeST(); st != minTime {
+		pt.lag.Set(float64(now.UnixMilli()-st) / 1000)
+	}
 	pt.closeDue(ctx)
 }
 
-// addFixed applies ev to its tumbling or hopping windows that are still open, and reports whether
-// it applied to any.
-func (pt *partition) addFixed(ctx goka.Context, ent *state.Entity, set *plan.Set, ev plan.Event, t int64, now time.Time) (bool, error) {
+// addFixed applies ev to its tumbling or hopping windows that are still open by judge, and
+// reports whether it applied to any and whether it was late for any (a hopping event may be late
+// for some of its windows and on time for others).
+func addFixed(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, now time.Time, ups *[]update) (applied, late bool, err error) {
 	var buf [8]windows.Window
-	applied := false
 	for _, w := range set.Window.Assign(t, buf[:0]) {
-		if w.Closed(set.Grace, pt.streamTime) {
+		if w.Closed(set.Grace, judge) {
+			late = true
 			continue
 		}
 		i := ent.Find(set.Index, w.Start)
 		accs, err := accumulators(set, ent, i)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		if i < 0 {
 			ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: w.Start, End: w.End})
@@ -106,51 +159,58 @@ func (pt *partition) addFixed(ctx goka.Context, ent *state.Entity, set *plan.Set
 		}
 		storeAccs(&ent.Windows[i], accs)
 		ent.Windows[i].Revision++
-		pt.e.emitUpdate(ctx, ctx.Key(), set, &ent.Windows[i], accs, now)
+		addUpdate(set, &ent.Windows[i], accs, now, ups)
 		applied = true
 	}
-	return applied, nil
+	return applied, late, nil
 }
 
-// addSession merges ev's session [t, t+gap) with the entity's overlapping sessions of the set.
-func (pt *partition) addSession(ctx goka.Context, ent *state.Entity, set *plan.Set, ev plan.Event, t int64, now time.Time) (bool, error) {
+// addSession merges ev's session [t, t+gap) with the entity's overlapping sessions of the set that
+// are still open by judge: the old sessions are merged first, in order, then the event is added,
+// so that among events at one time the last applied wins, as in every other window kind.
+func addSession(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, now time.Time, ups *[]update) (applied, late bool, err error) {
 	var idx []int
 	var open []windows.Window
-	for i, w := range ent.Windows {
-		// A session that stream time has closed (its close message may still be in flight) is
-		// final: a new event must not reopen it, whether or not the close has been handled yet.
-		if w.Set == set.Index && !w.Span().Closed(set.Grace, pt.streamTime) {
+	for i := range ent.Windows {
+		w := &ent.Windows[i]
+		if w.Set == set.Index && !w.Span().Closed(set.Grace, judge) {
 			idx = append(idx, i)
 			open = append(open, w.Span())
 		}
 	}
 	merged, absorbed := windows.MergeSession(open, set.Window.Assign(t, nil)[0])
-	if merged.Closed(set.Grace, pt.streamTime) {
-		return false, nil
-	}
-	accs, err := accumulators(set, ent, -1)
-	if err != nil {
-		return false, err
-	}
-	for _, a := range accs {
-		a.Add(ev, t)
+	if merged.Closed(set.Grace, judge) {
+		return false, true, nil
 	}
 	nw := state.Window{Set: set.Index, Start: merged.Start, End: merged.End, Revision: 1}
+	var accs []plan.Accumulator
 	remove := map[int]bool{}
-	for _, ai := range absorbed {
+	for n, ai := range absorbed {
 		si := idx[ai]
 		old, err := accumulators(set, ent, si)
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
-		for k := range accs {
-			if err := accs[k].Merge(old[k]); err != nil {
-				return false, fmt.Errorf("merge %q: %w", set.Aggs[k].Name, err)
+		if n == 0 {
+			accs = old
+		} else {
+			for k := range accs {
+				if err := accs[k].Merge(old[k]); err != nil {
+					return false, false, fmt.Errorf("merge %q: %w", set.Aggs[k].Name, err)
+				}
 			}
 		}
 		nw.Revision += ent.Windows[si].Revision
 		nw.LastEmit = max(nw.LastEmit, ent.Windows[si].LastEmit)
 		remove[si] = true
+	}
+	if accs == nil {
+		if accs, err = accumulators(set, ent, -1); err != nil {
+			return false, false, err
+		}
+	}
+	for _, a := range accs {
+		a.Add(ev, t)
 	}
 	kept := ent.Windows[:0]
 	for i, w := range ent.Windows {
@@ -161,25 +221,22 @@ func (pt *partition) addSession(ctx goka.Context, ent *state.Entity, set *plan.S
 	ent.Windows = append(kept, nw)
 	w := &ent.Windows[len(ent.Windows)-1]
 	storeAccs(w, accs)
-	pt.e.emitUpdate(ctx, ctx.Key(), set, w, accs, now)
-	return true, nil
+	addUpdate(set, w, accs, now, ups)
+	return true, false, nil
 }
 
-// accumulators decodes window i's accumulators, or returns fresh ones when i < 0.
+// accumulators decodes window i's accumulators, or returns fresh ones when i < 0. An aggregation
+// with no stored accumulator (added to the set since the window opened) starts fresh.
 func accumulators(set *plan.Set, ent *state.Entity, i int) ([]plan.Accumulator, error) {
 	accs := make([]plan.Accumulator, len(set.Aggs))
 	for k, ad := range set.Aggs {
-		if i < 0 {
+		if i < 0 || k >= len(ent.Windows[i].Aggs) || ent.Windows[i].Aggs[k] == nil {
 			accs[k] = ad.New()
 			continue
 		}
-		w := ent.Windows[i]
-		if k >= len(w.Aggs) {
-			return nil, fmt.Errorf("window %d has %d accumulators, the set declares %d (topology changed?)", w.Start, len(w.Aggs), len(set.Aggs))
-		}
-		a, err := ad.Decode(w.Aggs[k])
+		a, err := ad.Decode(ent.Windows[i].Aggs[k])
 		if err != nil {
-			return nil, fmt.Errorf("window %d: %w", w.Start, err)
+			return nil, fmt.Errorf("window %d, aggregation %q: %w", ent.Windows[i].Start, ad.Name, err)
 		}
 		accs[k] = a
 	}
@@ -195,9 +252,35 @@ func storeAccs(w *state.Window, accs []plan.Accumulator) {
 	w.Aggs = aggs
 }
 
-// reemitUpdates re-sends the current totals of the open windows that a replayed event belongs to,
-// for sets that emit every update.
-func (pt *partition) reemitUpdates(ctx goka.Context, ent *state.Entity, src *plan.Source, t int64) {
+// addUpdate queues a window's running total if the set's emission policy wants one now.
+func addUpdate(set *plan.Set, w *state.Window, accs []plan.Accumulator, now time.Time, ups *[]update) {
+	switch set.Emit {
+	case plan.EmitEveryUpdate:
+	case plan.EmitEarly:
+		if w.LastEmit != 0 && now.Sub(time.UnixMilli(w.LastEmit)) < set.EmitEvery {
+			return
+		}
+		w.LastEmit = now.UnixMilli()
+	default:
+		return
+	}
+	*ups = append(*ups, update{set: set, window: *w, values: valuesOf(set, accs)})
+}
+
+// valuesOf reads the accumulators' values, named.
+func valuesOf(set *plan.Set, accs []plan.Accumulator) []totals.Value {
+	vs := make([]totals.Value, len(accs))
+	for k, a := range accs {
+		vs[k] = a.Value()
+		vs[k].Name = set.Aggs[k].Name
+	}
+	return vs
+}
+
+// currentUpdates are the current totals of the open windows a replayed event belongs to, for
+// sets that emit every update.
+func (pt *partition) currentUpdates(ent *state.Entity, src *plan.Source, t int64) ([]update, error) {
+	var ups []update
 	for _, si := range src.Sets {
 		set := pt.e.plan.Sets[si]
 		if set.Emit != plan.EmitEveryUpdate {
@@ -205,15 +288,38 @@ func (pt *partition) reemitUpdates(ctx goka.Context, ent *state.Entity, src *pla
 		}
 		for i := range ent.Windows {
 			w := &ent.Windows[i]
-			if w.Set != si || !w.Span().Contains(t) || pt.closesAt(w) <= pt.streamTime {
+			if w.Set != si || !w.Span().Contains(t) || pt.closesAt(w) <= pt.closeST() {
 				continue
 			}
 			accs, err := accumulators(set, ent, i)
 			if err != nil {
-				pt.e.fail(ctx, fmt.Errorf("entity %q set %q: %w", ctx.Key(), set.Name, err))
-				return
+				return nil, fmt.Errorf("entity set %q: %w", set.Name, err)
 			}
-			pt.e.emit(ctx, ctx.Key(), set, w, accs, false)
+			ups = append(ups, update{set: set, window: *w, values: valuesOf(set, accs)})
 		}
 	}
+	return ups, nil
+}
+
+// spentFences drops the fences no replay can need any more. A fence's events all have times up to
+// its watermark (an event later than its origin's watermark is never applied); once what judges a
+// replay from that origin (its watermark, or the partition's stream time) is past the last window
+// such a time can fall in, a replayed one is late for every window and cannot count twice. So an entity that
+// gets re-keyed events from many source partitions keeps fences only for those of its open windows.
+// With session windows (which a replayed event could merge into whatever time back) every fence
+// stays. The fence of the event being applied always stays.
+func (pt *partition) spentFences(fs []state.Fence, current originKey) []state.Fence {
+	if pt.e.span < 0 || len(fs) < 2 {
+		return fs
+	}
+	kept := fs[:0]
+	for _, f := range fs {
+		// A replayed event from k is judged by k's watermark or the partition's stream time,
+		// whichever is later: as the acknowledged record holds them, they survive a restart.
+		k := originKey{f.Topic, f.Partition}
+		if k == current || f.Watermark+pt.e.span >= max(pt.metaWM[k], pt.metaST) {
+			kept = append(kept, f)
+		}
+	}
+	return kept
 }

@@ -1,10 +1,10 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/lovoo/goka"
 
@@ -14,32 +14,27 @@ import (
 	"github.com/abacus-stream/abacus/totals"
 )
 
-// emitUpdate emits a window's running total if the set's emission policy wants one now.
-func (e *Engine) emitUpdate(ctx goka.Context, entity string, set *plan.Set, w *state.Window, accs []plan.Accumulator, now time.Time) {
-	switch set.Emit {
-	case plan.EmitEveryUpdate:
-	case plan.EmitEarly:
-		if w.LastEmit != 0 && now.Sub(time.UnixMilli(w.LastEmit)) < set.EmitEvery {
-			return
-		}
-		w.LastEmit = now.UnixMilli()
-	default:
-		return
-	}
-	e.emit(ctx, entity, set, w, accs, false)
+// emit writes one window total to the totals topic, keyed by entity.
+func (e *Engine) emit(ctx goka.Context, entity string, set *plan.Set, w *state.Window, values []totals.Value, final bool) {
+	r := totals.Record{Topology: e.plan.Name, Set: set.Name, Entity: entity, Start: w.Start, End: w.End,
+		Final: final, Revision: w.Revision, Values: values}
+	e.cfg.Output(ctx, e.plan.TotalsTopic, entity, r.Encode(), nil)
+	e.m.emitted.WithLabelValues(set.Name, strconv.FormatBool(final)).Inc()
 }
 
-// emit writes one window total to the totals topic, keyed by entity.
-func (e *Engine) emit(ctx goka.Context, entity string, set *plan.Set, w *state.Window, accs []plan.Accumulator, final bool) {
-	r := totals.Record{Topology: e.plan.Name, Set: set.Name, Entity: entity, Start: w.Start, End: w.End,
-		Final: final, Revision: w.Revision, Values: make([]totals.Value, len(accs))}
-	for k, a := range accs {
-		v := a.Value()
-		v.Name = set.Aggs[k].Name
-		r.Values[k] = v
+// values computes window i's totals. It runs user code (an aggregation's Decode and Value) out of
+// any record's callback, so a panic there is returned as an error instead.
+func (e *Engine) values(set *plan.Set, ent *state.Entity, i int) (vs []totals.Value, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	accs, err := accumulators(set, ent, i)
+	if err != nil {
+		return nil, err
 	}
-	ctx.Emit(goka.Stream(e.plan.TotalsTopic), entity, r.Encode())
-	e.m.emitted.WithLabelValues(set.Name, strconv.FormatBool(final)).Inc()
+	return valuesOf(set, accs), nil
 }
 
 // late counts an event that came after its windows of set closed, and routes it to the late topic
@@ -76,7 +71,7 @@ func (e *Engine) setAside(ctx goka.Context, topic string, r deadletter.Record) {
 	for _, h := range r.RecordHeaders() {
 		hs[h.Key] = h.Value
 	}
-	ctx.Emit(goka.Stream(topic), string(r.RecordKey()), r.Value, goka.WithCtxEmitHeaders(hs))
+	e.cfg.Output(ctx, topic, string(r.RecordKey()), r.Value, hs)
 }
 
 // sourceOf is the position of the callback's record.

@@ -3,45 +3,64 @@
 // (goka.Context, goka storage): package processors wires it into a goka processor group on Kafka,
 // package abacustest runs it in memory for users' tests, so both run exactly this code.
 //
-// It must never apply a source record to an entity twice (every entity keeps an offset fence per
-// source partition), never read event time from a clock, and never write anywhere but through its
-// goka context: the sinks turn totals into HBase cells on their own consumers.
+// It must never apply a source record to an entity twice, never read event time from a clock,
+// never emit two different final totals for one window, and never stop on a bad record or on user
+// code that panics: such a record goes to the dead-letter topic with its reason.
+//
+// # Stream time and lateness
+//
+// A partition has inputs (origins): each source topic's partition it reads, and, for re-keyed
+// events, each source partition they came from. An origin's watermark is the largest event time
+// applied from it. An event is late for a window when the window closed by its own origin's
+// watermark (or by the partition's idle advance): the decision depends only on the origin's own
+// record order, never on how fetches of several inputs interleave. A window closes, and its final
+// total is emitted, when the partition's stream time, the smallest watermark of the origins that
+// have data (or the idle advance, if later), passes its end plus grace; by then every origin
+// judges it closed, so its content is fixed. An origin's watermark moves only with an applied
+// event, whose state write records it; so the watermarks rebuilt from the table after a restart
+// are those the replay resumes from, and replayed events are judged as before.
 //
 // # Closing windows
 //
 // goka calls back only for keys that receive messages, so an entity whose events stop would never
 // see its windows close. Each partition keeps, in memory, the next close time of every entity that
-// has windows (a min-heap), rebuilt from the partition's local table at the first callback after
-// an assignment. Whatever callback advances the partition's stream time (the largest accepted
-// event time seen) past an entity's next close reads that entity's state from the local table and
-// emits the final totals of its closed windows; no message and no write per close. A window's
-// content is fixed by stream time at the moment it closes (later events are late), so the totals
-// do not depend on timing.
+// has windows (a heap with one entry per entity), rebuilt from the partition's local table after
+// an assignment. Whatever callback advances the partition's stream time past an entity's next
+// close reads that entity's state from the local table and emits the final totals of its closed
+// windows; no message and no write per close.
 //
-// A closed window stays in the table for Config.FinalRetention after its final total was
-// emitted, then goes at the entity's next write, or through a close message sent to it through
-// the loop topic when it has no more events. Until then a crash cannot lose the final total: the
-// rebuilt partition finds the window closed and emits it again (an identical record).
+// A final total is emitted only from state that Kafka has acknowledged (Durability): if the entity
+// was written and the write is not acknowledged yet, its close waits for the acknowledgement. A
+// crash can then lose a final total but never make it disagree with the state a restart rebuilds:
+// the rebuilt partition finds the window closed and emits the same total again. A closed window
+// stays in the table until its final total is acknowledged, then goes at the entity's next write,
+// or through a close message sent to it through the loop topic when it has no more events; an
+// entity with nothing left leaves the table.
 //
-// A periodic tick, sent to every partition through the loop topic, lets a partition that received
-// no event for Config.IdleTimeout advance its stream time to the wall clock (never beyond the last
-// close time it waits for), so idle partitions and idle streams still emit their final totals.
+// # Idle partitions
+//
+// A periodic tick, sent to every partition through the loop topic, lets a partition whose origins
+// have seen no event advance for Config.IdleTimeout move its stream time on: past the origins that
+// are quiet (to the smallest watermark of the others), or, when all are, with the wall clock (never
+// beyond the last close it waits for). Such an advance is a decision of the wall clock, not of the
+// data, so it is written to the partition's own record in the table first and applied only once
+// Kafka acknowledged it: a restart finds it and keeps it.
 //
 // # Replays
 //
-// Every entity keeps, per source partition, the highest offset it applied; a replayed record is
-// skipped, its state written again (the local table may be ahead of the changelog) and, for sets
-// that emit every update, its windows' current totals re-sent. After a run that did not end
-// cleanly the local tables are discarded and rebuilt from the changelog (package processors), the
-// one copy that is a consistent prefix of the partition's history; the stream time rebuilt from
-// it is then exactly the one the replay resumes from, so replayed events are judged late or on
-// time as before.
+// Every entity keeps, per origin, the highest offset it applied; a replayed record is skipped, its
+// state written again (the local table may be ahead of the changelog) and, for sets that emit
+// every update, its windows' current totals re-sent. After a run that did not end cleanly the
+// local tables are discarded and rebuilt from the changelog (package processors), the one copy
+// that is a consistent prefix of the partition's history.
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -54,36 +73,50 @@ import (
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/windows"
 )
 
-// Config is what the engine needs of the processor's configuration. Every field is required
-// (package processors fills them from its defaults).
+// Config is what the engine needs of the processor's configuration (package processors fills it
+// from its defaults).
 type Config struct {
-	// IdleTimeout is how long a partition may see no event before its stream time follows the
-	// wall clock at ticks.
+	// IdleTimeout is how long an origin (or the whole partition) may see no event advance it
+	// before the partition's stream time moves on without it.
 	IdleTimeout time.Duration
-	// FinalRetention is how long (wall clock) a closed window stays in the table after its final
-	// total was emitted.
+	// FinalRetention is how long a closed window whose final total Kafka acknowledged waits for
+	// its entity's next write to drop it, before a close message is sent to drop it.
 	FinalRetention time.Duration
 	// Registerer receives the engine's metrics.
 	Registerer prometheus.Registerer
 	// Logger receives the engine's logs.
 	Logger *slog.Logger
-	// Now is the wall clock: future skew, idle timeout, early firings and retention. Event time
-	// never comes from it.
+	// Now is the wall clock: idle timeouts, early firings and retention. Event time never comes
+	// from it, and neither does a decision on an event.
 	Now func() time.Time
+	// Durability says which writes Kafka acknowledged; nil means every write is acknowledged at
+	// once (an in-memory store).
+	Durability Durability
+	// Output, if set, takes every message the engine emits, with its headers, in place of
+	// ctx.Emit: goka's context options are opaque, and the in-memory test driver must read the
+	// headers of dead letters.
+	Output func(ctx goka.Context, topic, key string, value []byte, headers goka.Headers)
 }
 
 // Engine runs one topology's windows over the partitions of one goka group.
 type Engine struct {
-	plan *plan.Plan
-	cfg  Config
-	m    *metrics
-	log  *slog.Logger
+	plan     *plan.Plan
+	cfg      Config
+	m        *metrics
+	log      *slog.Logger
+	layout   state.Layout
+	topicIDs []uint32 // per source
+	// span is how far past an event's time its last window closes (largest window size plus
+	// grace); -1 when a set has session windows, whose merges can reach any time back.
+	span int64
 
 	mu       sync.Mutex
 	parts    map[int32]*partition
 	storages map[int32]storage.Storage
+	tickKeys []string // per partition, once SetPartitions is called
 }
 
 // New prepares an engine for the plan.
@@ -91,11 +124,58 @@ func New(p *plan.Plan, cfg Config) (*Engine, error) {
 	if len(p.Sets) > math.MaxUint16 {
 		return nil, fmt.Errorf("engine: %d aggregate sets, at most %d", len(p.Sets), math.MaxUint16)
 	}
+	ids := make([]uint32, len(p.Sources))
+	seen := map[uint32]string{}
+	for i, s := range p.Sources {
+		ids[i] = state.TopicID(s.Topic)
+		if other, dup := seen[ids[i]]; dup {
+			return nil, fmt.Errorf("engine: sources %q and %q have the same topic ID in the state; rename one", other, s.Topic)
+		}
+		seen[ids[i]] = s.Topic
+	}
+	if cfg.Durability == nil {
+		cfg.Durability = immediate{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Output == nil {
+		cfg.Output = func(ctx goka.Context, topic, key string, value []byte, headers goka.Headers) {
+			if len(headers) == 0 {
+				ctx.Emit(goka.Stream(topic), key, value)
+				return
+			}
+			ctx.Emit(goka.Stream(topic), key, value, goka.WithCtxEmitHeaders(headers))
+		}
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
 	m, err := newMetrics(cfg.Registerer, p.Name)
 	if err != nil {
 		return nil, fmt.Errorf("engine: register metrics: %w", err)
 	}
-	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}}, nil
+	var span int64
+	for _, s := range p.Sets {
+		if s.Window.Kind() == windows.KindSession {
+			span = -1
+			break
+		}
+		span = max(span, s.Window.Size()+s.Grace)
+	}
+	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span,
+		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}}, nil
+}
+
+// SetPartitions tells the engine how many partitions the group has, so that a partition can send
+// itself messages (under its tick key). Call it before the group runs.
+func (e *Engine) SetPartitions(n int) {
+	e.mu.Lock()
+	e.tickKeys = TickKeys(n)
+	e.mu.Unlock()
 }
 
 // Plan is the plan the engine runs.
@@ -106,21 +186,27 @@ func (e *Engine) Plan() *plan.Plan { return e.plan }
 func (e *Engine) SetStorage(part int32, st storage.Storage) {
 	e.mu.Lock()
 	e.storages[part] = st
+	if pt := e.parts[part]; pt != nil {
+		pt.tbl = st
+	}
 	e.mu.Unlock()
 }
 
-// Rebalanced forgets the in-memory partition state: whatever partitions the new assignment brings
-// are rebuilt from their storage at their first callback.
+// Rebalanced keeps the in-memory view of the partitions this instance keeps and forgets the
+// others: a partition that comes back later is rebuilt from its table.
 func (e *Engine) Rebalanced(a goka.Assignment) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for id := range e.parts {
+		if _, kept := a[id]; kept {
+			continue
+		}
 		label := strconv.Itoa(int(id))
-		e.m.windowsOpen.DeleteLabelValues(label)
-		e.m.windowsHeld.DeleteLabelValues(label)
-		e.m.streamTimeLag.DeleteLabelValues(label)
+		for _, g := range []*prometheus.GaugeVec{e.m.windowsOpen, e.m.windowsHeld, e.m.streamTimeLag, e.m.entities, e.m.scheduled, e.m.waiting} {
+			g.DeleteLabelValues(label)
+		}
+		delete(e.parts, id)
 	}
-	e.parts = map[int32]*partition{}
 	e.log.Info("assignment", "partitions", len(a))
 }
 
@@ -134,6 +220,13 @@ func (e *Engine) Edges() []goka.Edge {
 	return append(edges, goka.Loop(new(codec.Bytes), e.onLoop), goka.Persist(state.Codec{}))
 }
 
+// SourceCallback is the goka callback of source i (what Edges wires), for drivers that call it
+// themselves.
+func (e *Engine) SourceCallback(i int) goka.ProcessCallback { return e.onSource(i) }
+
+// LoopCallback is the goka callback of the loop topic (what Edges wires).
+func (e *Engine) LoopCallback() goka.ProcessCallback { return e.onLoop }
+
 // OutputTopics are the topics the engine emits to: totals, dead-letter and, if set, late.
 func (e *Engine) OutputTopics() []string {
 	out := []string{e.plan.TotalsTopic, e.plan.DeadLetter}
@@ -143,40 +236,97 @@ func (e *Engine) OutputTopics() []string {
 	return out
 }
 
+// fail stops the processor: only for what no record caused (corrupt state, a bug). goka's Fail
+// panics to leave the callback; guard lets that panic through.
 func (e *Engine) fail(ctx goka.Context, err error) {
 	e.log.Error("processor callback failed", "key", ctx.Key(), "topic", ctx.Topic(), "partition", ctx.Partition(), "offset", ctx.Offset(), "err", err)
-	ctx.Fail(err)
+	ctx.Fail(&failure{err})
+}
+
+// failure is an error the engine stops on, told apart from a panic of user code.
+type failure struct{ err error }
+
+func (f *failure) Error() string { return f.err.Error() }
+func (f *failure) Unwrap() error { return f.err }
+
+// guard runs f, which applies one record; if user code in it (a codec, an extractor, an
+// aggregation) panics, the record goes to the dead-letter topic and processing goes on.
+func (e *Engine) guard(ctx goka.Context, raw []byte, at deadletter.Source, f func()) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		var f *failure
+		if err, ok := r.(error); ok && errors.As(err, &f) {
+			panic(r) // the engine failing, not user code
+		}
+		e.m.panics.WithLabelValues("record").Inc()
+		e.log.Error("user code panicked on a record: dead-lettered", "source", at.String(), "panic", r, "stack", string(debug.Stack()))
+		e.deadLetter(ctx, raw, deadletter.Panic, fmt.Sprint(r), at)
+	}()
+	f()
+}
+
+// checkKey dead-letters a record whose entity cannot be a key of the state, and reports whether
+// it did.
+func (e *Engine) checkKey(ctx goka.Context, raw []byte, key string, at deadletter.Source) bool {
+	switch {
+	case key == "":
+		e.deadLetter(ctx, raw, deadletter.NoEntity, "the record has no key and its event no entity", at)
+	case plan.ReservedKey(key):
+		e.deadLetter(ctx, raw, deadletter.ReservedKey, fmt.Sprintf("entity %q is a key the state keeps for itself", key), at)
+	case len(key) > e.plan.MaxEntityBytes:
+		e.deadLetter(ctx, raw, deadletter.TooLarge, fmt.Sprintf("entity of %d bytes, more than the limit of %d", len(key), e.plan.MaxEntityBytes), at)
+	default:
+		return false
+	}
+	return true
 }
 
 func (e *Engine) onSource(idx int) goka.ProcessCallback {
 	src := e.plan.Sources[idx]
+	tid := e.topicIDs[idx]
 	return func(ctx goka.Context, msg any) {
 		pt, err := e.partition(ctx.Partition())
 		if err != nil {
 			e.fail(ctx, err)
 			return
 		}
-		pt.lastInput = e.cfg.Now() // apply reads it back as its wall clock
+		pt.catchUp(ctx)
 		pt.eventsIn[idx].Inc()
 		raw, _ := msg.([]byte)
-		ev, err := src.Decode(raw)
-		if err != nil {
-			e.deadLetter(ctx, raw, deadletter.Undecodable, err.Error(), sourceOf(ctx))
+		at := sourceOf(ctx)
+		if len(raw) > e.plan.MaxRecordBytes {
+			e.deadLetter(ctx, raw, deadletter.TooLarge, fmt.Sprintf("record of %d bytes, more than the limit of %d", len(raw), e.plan.MaxRecordBytes), at)
 			return
 		}
-		entity := src.Entity(ev)
-		if src.Repartition {
-			m := &loopMsg{kind: loopEvent, source: idx, topic: string(ctx.Topic()), partition: ctx.Partition(), offset: ctx.Offset(), value: raw}
-			ctx.Loopback(entity, m.encode())
+		if !src.Repartition && e.checkKey(ctx, raw, ctx.Key(), at) {
 			return
 		}
-		if entity != ctx.Key() {
-			e.deadLetter(ctx, raw, deadletter.EntityNotKey,
-				fmt.Sprintf("entity %q differs from the record key %q: declare the source with Repartition()", entity, ctx.Key()),
-				sourceOf(ctx))
-			return
-		}
-		pt.apply(ctx, src, sourceOf(ctx), raw, ev)
+		e.guard(ctx, raw, at, func() {
+			ev, err := src.Decode(raw)
+			if err != nil {
+				e.deadLetter(ctx, raw, deadletter.Undecodable, err.Error(), at)
+				return
+			}
+			entity := src.Entity(ev)
+			if src.Repartition {
+				if e.checkKey(ctx, raw, entity, at) {
+					return
+				}
+				m := &loopMsg{kind: loopEvent, source: idx, topic: string(ctx.Topic()), partition: ctx.Partition(), offset: ctx.Offset(),
+					timestamp: ctx.Timestamp().UnixMilli(), value: raw}
+				ctx.Loopback(entity, m.encode())
+				return
+			}
+			if entity != ctx.Key() {
+				e.deadLetter(ctx, raw, deadletter.EntityNotKey,
+					fmt.Sprintf("entity %q differs from the record key %q: declare the source with Repartition()", entity, ctx.Key()), at)
+				return
+			}
+			pt.apply(ctx, src, originKey{tid, ctx.Partition()}, at, ctx.Timestamp(), raw, ev)
+		})
 	}
 }
 
@@ -186,6 +336,7 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 		e.fail(ctx, err)
 		return
 	}
+	pt.catchUp(ctx)
 	raw, _ := msg.([]byte)
 	m, err := decodeLoop(raw)
 	if err != nil {
@@ -200,31 +351,27 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 		}
 	case loopClose:
 		pt.onClose(ctx)
+	case loopNudge:
+		pt.nudged = false
+		pt.nudge(ctx) // catchUp ran above; nudge again if closes still wait
 	case loopEvent:
 		if m.source < 0 || m.source >= len(e.plan.Sources) {
 			e.fail(ctx, fmt.Errorf("loop event names source %d of %d", m.source, len(e.plan.Sources)))
 			return
 		}
 		src := e.plan.Sources[m.source]
-		pt.lastInput = e.cfg.Now() // apply reads it back as its wall clock
-		ev, err := src.Decode(m.value)
-		if err != nil {
-			e.deadLetter(ctx, m.value, deadletter.Undecodable, err.Error(), m.origin())
-			return
+		at := m.origin()
+		recordTime := ctx.Timestamp() // messages of earlier versions carry no timestamp of their own
+		if m.timestamp != 0 {
+			recordTime = time.UnixMilli(m.timestamp)
 		}
-		pt.apply(ctx, src, m.origin(), m.value, ev)
+		e.guard(ctx, m.value, at, func() {
+			ev, err := src.Decode(m.value)
+			if err != nil {
+				e.deadLetter(ctx, m.value, deadletter.Undecodable, err.Error(), at)
+				return
+			}
+			pt.apply(ctx, src, originKey{state.TopicID(m.topic), m.partition}, at, recordTime, m.value, ev)
+		})
 	}
-}
-
-// value reads the entity state of the callback's key.
-func value(ctx goka.Context) (*state.Entity, error) {
-	v := ctx.Value()
-	if v == nil {
-		return nil, nil
-	}
-	e, ok := v.(*state.Entity)
-	if !ok {
-		return nil, fmt.Errorf("table value of %q is %T, want *state.Entity", ctx.Key(), v)
-	}
-	return e, nil
 }

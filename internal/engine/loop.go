@@ -17,21 +17,29 @@ const (
 	loopClose loopKind = 1
 	// loopTick is the periodic per-partition heartbeat that lets idle partitions close windows.
 	loopTick loopKind = 2
-	// loopEvent is a source event re-keyed by entity, carrying its source position for dedup.
-	loopEvent loopKind = 3
+	// loopEvent is a source event re-keyed by entity, carrying its source position for dedup,
+	// as earlier versions wrote it (without the record's timestamp). It is read, never written.
+	loopEventV1 loopKind = 3
+	// loopEvent is a source event re-keyed by entity, with its source position and its record's
+	// timestamp, by which it is judged from the future or not.
+	loopEvent loopKind = 4
+	// loopNudge is a partition's message to itself while closes wait for Kafka's
+	// acknowledgement: it comes back once Kafka holds it, and the partition looks again.
+	loopNudge loopKind = 5
 )
 
 // loopMsg is the decoded loop message. Encoding: byte kind, then
 // close and tick: nothing (messages written by earlier versions carry a time, which is ignored:
 // a time carried in a loop message may come from a crashed run's future, so none decides anything);
-// event: uvarint source index, uvarint len + topic, varint partition, varint offset, remaining
-// bytes = record value.
+// event: uvarint source index, uvarint len + topic, varint partition, varint offset, varint
+// record timestamp (ms; not in kind 3), remaining bytes = record value.
 type loopMsg struct {
 	kind      loopKind
 	source    int
 	topic     string
 	partition int32
 	offset    int64
+	timestamp int64 // of the source record, ms; 0 when unknown
 	value     []byte
 }
 
@@ -44,6 +52,7 @@ func (m *loopMsg) encode() []byte {
 		b = wire.AppendString(b, m.topic)
 		b = binary.AppendVarint(b, int64(m.partition))
 		b = binary.AppendVarint(b, m.offset)
+		b = binary.AppendVarint(b, m.timestamp)
 		b = append(b, m.value...)
 	}
 	return b
@@ -59,12 +68,16 @@ func decodeLoop(b []byte) (*loopMsg, error) {
 	m := &loopMsg{kind: loopKind(b[0])}
 	d := wire.NewReader(b[1:], errCorruptLoop)
 	switch m.kind {
-	case loopClose, loopTick:
-	case loopEvent:
+	case loopClose, loopTick, loopNudge:
+	case loopEvent, loopEventV1:
 		m.source = int(d.Uvarint())
 		m.topic = d.String()
 		m.partition = int32(d.Varint())
 		m.offset = d.Varint()
+		if m.kind == loopEvent {
+			m.timestamp = d.Varint()
+		}
+		m.kind = loopEvent
 		m.value = append([]byte(nil), d.Rest()...)
 	default:
 		return nil, fmt.Errorf("%w: unknown kind %d", errCorruptLoop, m.kind)

@@ -17,6 +17,12 @@ type metrics struct {
 	windowsHeld   *prometheus.GaugeVec   // partition
 	emitted       *prometheus.CounterVec // set, final
 	streamTimeLag *prometheus.GaugeVec   // partition
+	entities      *prometheus.GaugeVec   // partition
+	scheduled     *prometheus.GaugeVec   // partition
+	panics        *prometheus.CounterVec // stage
+	unknownLayout prometheus.Counter
+	ticks         *prometheus.CounterVec // partition
+	waiting       *prometheus.GaugeVec   // partition
 }
 
 func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
@@ -59,8 +65,33 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 			Help: "Wall clock minus the partition's stream time, at the last event or tick.",
 		}, []string{"partition"}),
 	}
+	m.entities = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "entities", ConstLabels: cl,
+		Help: "Entities in the partition's table: those with open windows, or closed ones not yet acknowledged.",
+	}, []string{"partition"})
+	m.scheduled = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "close_schedule_entries", ConstLabels: cl,
+		Help: "Entries of the partition's close schedule: one per entity with a window whose final is not emitted.",
+	}, []string{"partition"})
+	m.panics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "user_code_panics_total", ConstLabels: cl,
+		Help: "Panics of user code (codecs, extractors, aggregations): on a record (dead-lettered) or at a window's close.",
+	}, []string{"stage"})
+	m.unknownLayout = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "unknown_layout_reads_total", ConstLabels: cl,
+		Help: "Entities read that were written under a topology layout the partition's record does not hold (read by position).",
+	})
+	m.ticks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "ticks_total", ConstLabels: cl,
+		Help: "Ticks a partition handled (idle advances, retention, the partition's record).",
+	}, []string{"partition"})
+	m.waiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "waiting_for_acks", ConstLabels: cl,
+		Help: "Closes and idle advances of the partition waiting for Kafka to acknowledge the state they follow.",
+	}, []string{"partition"})
 	for _, c := range []prometheus.Collector{m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
-		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag} {
+		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout,
+		m.ticks, m.waiting} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

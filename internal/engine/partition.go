@@ -1,52 +1,119 @@
 package engine
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/storage"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
 )
+
+// minTime is "no time yet": the stream time of a partition that has seen no event.
+const minTime = math.MinInt64
+
+// originKey names an input of a partition: a source topic (by state.TopicID) and partition.
+type originKey struct {
+	topic     uint32
+	partition int32
+}
+
+// origin is what a partition knows of one input.
+type origin struct {
+	wm          int64     // largest event time applied from it
+	lastAdvance time.Time // wall time its watermark last moved
+	// expected marks an input the partition reads for sure (a source topic's own partition): the
+	// partition's stream time waits for it from the start, even before it has data, so that one
+	// source read ahead of another cannot close windows the other still has events for.
+	expected bool
+}
 
 // partition is the in-memory view of one assigned partition. Only that partition's goroutine
 // touches it (goka runs one goroutine per partition for all its topics).
 type partition struct {
-	e          *Engine
-	id         int32
-	label      string
-	st         storage.Storage // the partition's local table, read to emit other entities' finals
-	streamTime int64
-	lastInput  time.Time
-	windows    int              // windows whose final total this process has not emitted
-	held       int              // windows in the table
-	due        dueHeap          // entities by the close time of their next window to emit
-	next       map[string]int64 // entity -> its live entry in due
-	// emitted remembers, per entity, the final emissions this process made and has not pruned:
-	// windows closing at or before upTo were emitted at wall time at.
+	e     *Engine
+	id    int32
+	label string
+	tbl   storage.Storage // the partition's local table, read to emit other entities' finals
+
+	origins map[originKey]*origin
+	eventST int64 // smallest watermark of the origins with data or expected; MinInt64 when none
+	idleST  int64 // stream time reached by idle advances that Kafka acknowledged
+	// st is the partition's stream time: the largest eventST and idleST ever reached. It never
+	// goes back, not even when an input joins with older events than the others'.
+	st int64
+	// pendingIdle is an idle advance written to the partition's record and not acknowledged yet.
+	pendingIdle struct {
+		target int64
+		bound  uint64
+		set    bool
+	}
+
+	// The partition's record (state.Partition): layouts it knows, and what of it Kafka holds.
+	layouts      map[uint32]*conversion // earlier layouts the partition's entities may have
+	recordLayout []state.Layout         // every layout to keep in the record
+	metaDirty    bool                   // the record in the table is older than what it should say
+	metaFlight   []metaWrite            // record writes not acknowledged yet, oldest first
+	metaWM       map[originKey]int64    // origins' watermarks in the last acknowledged record
+	metaST       int64                  // stream time in the last acknowledged record
+	// layoutHeld says the acknowledged record describes the current layout; until it does,
+	// entities are written with their layout described in them.
+	layoutHeld bool
+
+	due  closeHeap // one entry per entity with a window whose final is not emitted yet
+	held int       // windows in the table
+	open int       // windows whose final total this process has not emitted
+
+	// writes holds, per entity written and not yet acknowledged, the Sent bound of its last write;
+	// waiting are entities whose close waits for that acknowledgement.
+	writes  map[string]uint64
+	waiting []string
+	acked   uint64 // Acknowledged at the last look
+	tickKey string // the partition's own key: for its record and messages to itself
+	nudged  bool   // a nudge is on its way back
+
+	// emitted remembers, per entity, the final emissions this process made and has not pruned.
 	emitted map[string][]emission
-	prunes  []retainedEntry // entities with emitted windows, by when they may be pruned
+	prunes  []retainedEntry // entities with emitted windows, by when a close message may prune them
+	queued  map[string]bool // entities in prunes
+	empties []string        // entities with no window left, to delete once the record covers them
 
 	// The partition's metric series, looked up once: a label lookup per event costs.
 	eventsIn   []prometheus.Counter // per source
 	duplicates prometheus.Counter
-	lag, open  prometheus.Gauge
+	lag        prometheus.Gauge
+	openGauge  prometheus.Gauge
 	heldGauge  prometheus.Gauge
+	entities   prometheus.Gauge
+	scheduled  prometheus.Gauge
+	ticks      prometheus.Counter
+	waits      prometheus.Gauge
 }
 
+// emission is one close of an entity: windows closing at or before upTo were emitted at wall time
+// at, and Kafka holds them once Acknowledged reaches bound.
 type emission struct {
-	upTo int64
-	at   time.Time
+	upTo  int64
+	bound uint64
+	at    time.Time
 }
 
 type retainedEntry struct {
 	at     time.Time
 	entity string
+}
+
+type metaWrite struct {
+	bound  uint64
+	st     int64
+	wm     map[originKey]int64
+	layout bool // the record describes the current layout
 }
 
 // partition returns the partition's view, rebuilding it from its local table the first time
@@ -62,15 +129,29 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	if st == nil {
 		return nil, fmt.Errorf("partition %d: no storage for the group table", id)
 	}
-	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), st: st, streamTime: math.MinInt64, lastInput: e.cfg.Now(),
-		next: map[string]int64{}, emitted: map[string][]emission{}}
+	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64,
+		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{},
+		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap()}
 	for _, src := range e.plan.Sources {
 		pt.eventsIn = append(pt.eventsIn, e.m.eventsIn.WithLabelValues(src.Topic, pt.label))
 	}
+	if int(id) < len(e.tickKeys) {
+		pt.tickKey = e.tickKeys[id]
+	}
+	for i, src := range e.plan.Sources {
+		if !src.Repartition {
+			og := pt.originOf(originKey{e.topicIDs[i], id})
+			og.expected, og.lastAdvance = true, e.cfg.Now()
+		}
+	}
 	pt.duplicates = e.m.duplicates.WithLabelValues(pt.label)
 	pt.lag = e.m.streamTimeLag.WithLabelValues(pt.label)
-	pt.open = e.m.windowsOpen.WithLabelValues(pt.label)
+	pt.openGauge = e.m.windowsOpen.WithLabelValues(pt.label)
 	pt.heldGauge = e.m.windowsHeld.WithLabelValues(pt.label)
+	pt.entities = e.m.entities.WithLabelValues(pt.label)
+	pt.scheduled = e.m.scheduled.WithLabelValues(pt.label)
+	pt.ticks = e.m.ticks.WithLabelValues(pt.label)
+	pt.waits = e.m.waiting.WithLabelValues(pt.label)
 	if err := pt.rebuild(); err != nil {
 		return nil, err
 	}
@@ -80,39 +161,202 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	return pt, nil
 }
 
-// rebuild reads the partition's local table: its stream time and every entity's next close.
+// rebuild reads the partition's local table: its record (idle advance, origins, layouts), its
+// entities' fences (origin watermarks) and every entity's next close. Everything in the table is
+// acknowledged by Kafka (it was recovered from the changelog, or kept from a clean stop), so
+// closed windows are emitted again at the first close; whether their finals reached Kafka before
+// is unknown, and the totals are the same.
 func (pt *partition) rebuild() error {
-	it, err := pt.st.Iterator()
+	e := pt.e
+	it, err := pt.tbl.Iterator()
 	if err != nil {
 		return fmt.Errorf("partition %d: iterate table: %w", pt.id, err)
 	}
 	defer it.Release()
-	n := 0
+	type stored struct {
+		key string
+		ent *state.Entity
+	}
+	var ents []stored
+	now := e.cfg.Now()
 	for it.Next() {
+		key := string(it.Key())
 		v, err := it.Value()
 		if err != nil {
 			return fmt.Errorf("partition %d: read table: %w", pt.id, err)
 		}
-		ent, err := state.Decode(v)
-		if err != nil {
-			return fmt.Errorf("partition %d: key %q: %w", pt.id, it.Key(), err)
+		if strings.HasPrefix(key, plan.TickKeyPrefix) {
+			rec, err := state.DecodePartition(v)
+			if err != nil {
+				return fmt.Errorf("partition %d: record %q: %w", pt.id, key, err)
+			}
+			pt.idleST = max(pt.idleST, rec.IdleStreamTime)
+			pt.st = max(pt.st, rec.StreamTime)
+			pt.metaST = max(pt.metaST, rec.StreamTime)
+			for _, o := range rec.Origins {
+				k := originKey{o.Topic, o.Partition}
+				og := pt.originOf(k)
+				og.wm = max(og.wm, o.Watermark)
+				pt.metaWM[k] = max(pt.metaWM[k], o.Watermark)
+			}
+			for _, l := range rec.Layouts {
+				if err := pt.knowLayout(l); err != nil {
+					return err
+				}
+				if l.Hash == e.layout.Hash {
+					pt.layoutHeld = true
+				}
+			}
+			continue
 		}
-		pt.streamTime = max(pt.streamTime, ent.StreamTime)
-		// Whether a closed window's final total reached Kafka before the restart is unknown:
-		// every window in the table counts as not emitted, and closed ones are emitted again.
-		pt.windows += len(ent.Windows)
-		pt.held += len(ent.Windows)
-		pt.schedule(string(it.Key()), ent)
-		n++
+		ent, err := state.Decode(append([]byte(nil), v...))
+		if err != nil {
+			return fmt.Errorf("partition %d: key %q: %w", pt.id, key, err)
+		}
+		for _, f := range ent.Fences {
+			og := pt.originOf(originKey{f.Topic, f.Partition})
+			og.wm = max(og.wm, f.Watermark)
+		}
+		pt.st = max(pt.st, ent.StreamTime)
+		ents = append(ents, stored{key, ent})
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("partition %d: iterate table: %w", pt.id, err)
 	}
-	pt.open.Set(float64(pt.windows))
-	pt.heldGauge.Set(float64(pt.held))
-	pt.e.log.Debug("partition rebuilt", "partition", pt.id, "entities", n, "windows", pt.windows, "stream_time", pt.streamTime)
+	// A partition taken over has a backlog to read before its origins can be called quiet: every
+	// origin gets a full IdleTimeout from now (old ticks replayed from the loop topic must not
+	// close its windows before its records are read).
+	for _, og := range pt.origins {
+		og.lastAdvance = now
+	}
+	pt.recomputeEventST()
+	if err := pt.knowLayout(e.layout); err != nil {
+		return err
+	}
+	for _, s := range ents {
+		if err := pt.convert(s.key, s.ent); err != nil {
+			return err
+		}
+		pt.held += len(s.ent.Windows)
+		pt.open += len(s.ent.Windows)
+		pt.schedule(s.key, s.ent)
+	}
+	pt.entities.Set(float64(len(ents)))
+	pt.windowsDelta(0, 0)
+	e.log.Debug("partition rebuilt", "partition", pt.id, "entities", len(ents), "windows", pt.held, "stream_time", pt.closeST())
 	return nil
 }
+
+// knowLayout adds a layout to those the partition's entities may follow, after checking that the
+// current plan can read it.
+func (pt *partition) knowLayout(l state.Layout) error {
+	for _, known := range pt.recordLayout {
+		if known.Hash == l.Hash {
+			return nil
+		}
+	}
+	if l.Hash != pt.e.layout.Hash {
+		if err := checkLayout(pt.e.plan, &l); err != nil {
+			return fmt.Errorf("partition %d: %w", pt.id, err)
+		}
+		pt.layouts[l.Hash] = newConversion(pt.e.plan, &l)
+	}
+	pt.recordLayout = append(pt.recordLayout, l)
+	pt.metaDirty = true
+	return nil
+}
+
+// convert brings an entity read from the table to the current layout.
+func (pt *partition) convert(key string, ent *state.Entity) error {
+	cur := pt.e.layout.Hash
+	desc := ent.LayoutDesc
+	ent.LayoutDesc = nil
+	if ent.Layout == cur || ent.Layout == 0 { // version-1 state follows the plan by position
+		ent.Layout = cur
+		return nil
+	}
+	c := pt.layouts[ent.Layout]
+	if c == nil && desc != nil {
+		if err := pt.knowLayout(*desc); err != nil {
+			return err
+		}
+		c = pt.layouts[ent.Layout]
+	}
+	if c == nil {
+		pt.e.m.unknownLayout.Inc()
+		return fmt.Errorf("partition %d: entity %q was written under topology layout %08x, which neither it nor the partition's record describes", pt.id, key, ent.Layout)
+	}
+	c.convert(pt.e.plan, ent, cur)
+	return nil
+}
+
+// describe sets what an entity about to be written says of its layout (see state.Entity.LayoutDesc).
+func (pt *partition) describe(ent *state.Entity) {
+	ent.Layout, ent.LayoutDesc = pt.e.layout.Hash, nil
+	if !pt.layoutHeld {
+		ent.LayoutDesc = &pt.e.layout
+	}
+}
+
+// load reads the callback's entity from the table, in the current layout.
+func (pt *partition) load(ctx goka.Context) (*state.Entity, error) {
+	v := ctx.Value()
+	if v == nil {
+		return nil, nil
+	}
+	ent, ok := v.(*state.Entity)
+	if !ok {
+		return nil, fmt.Errorf("table value of %q is %T, want *state.Entity", ctx.Key(), v)
+	}
+	if err := pt.convert(ctx.Key(), ent); err != nil {
+		return nil, err
+	}
+	return ent, nil
+}
+
+// read reads another entity from the local table (closing it), in the current layout.
+func (pt *partition) read(entity string) (*state.Entity, error) {
+	raw, err := pt.tbl.Get(entity)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	ent, err := state.Decode(raw)
+	if err != nil {
+		return nil, err
+	}
+	if err := pt.convert(entity, ent); err != nil {
+		return nil, err
+	}
+	return ent, nil
+}
+
+func (pt *partition) originOf(k originKey) *origin {
+	og := pt.origins[k]
+	if og == nil {
+		og = &origin{wm: math.MinInt64}
+		pt.origins[k] = og
+	}
+	return og
+}
+
+// recomputeEventST sets the stream time the origins agree on: the smallest watermark of those
+// that have data or are expected, and moves the partition's stream time up to it.
+func (pt *partition) recomputeEventST() {
+	st := int64(math.MaxInt64)
+	for _, og := range pt.origins {
+		if og.wm != math.MinInt64 || og.expected {
+			st = min(st, og.wm)
+		}
+	}
+	if st == math.MaxInt64 {
+		st = math.MinInt64
+	}
+	pt.eventST = st
+	pt.st = max(pt.st, st, pt.idleST)
+}
+
+// closeST is the partition's stream time: windows that close at or before it are closed.
+func (pt *partition) closeST() int64 { return pt.st }
 
 // closesAt is the stream time at which window w closes.
 func (pt *partition) closesAt(w *state.Window) int64 {
@@ -128,7 +372,7 @@ func (pt *partition) emittedUpTo(entity string) int64 {
 	return up
 }
 
-// schedule records in the heap when the entity's next window still to emit closes.
+// schedule records when the entity's next window still to emit closes.
 func (pt *partition) schedule(entity string, ent *state.Entity) {
 	up := pt.emittedUpTo(entity)
 	at, found := int64(0), false
@@ -137,86 +381,184 @@ func (pt *partition) schedule(entity string, ent *state.Entity) {
 			at, found = c, true
 		}
 	}
-	if !found {
-		delete(pt.next, entity)
-		return
+	if found {
+		pt.due.set(entity, at)
+	} else {
+		pt.due.remove(entity)
 	}
-	if cur, ok := pt.next[entity]; ok && cur == at {
-		return
-	}
-	pt.next[entity] = at
-	heap.Push(&pt.due, dueEntry{at: at, entity: entity})
+	pt.scheduled.Set(float64(pt.due.Len()))
 }
 
-// closeDue emits the final totals of every window that stream time has closed. It reads the
-// entities' state from the local table and emits from whatever callback advanced stream time: no
-// message per entity, no write. The windows stay in the table, closed, until pruned (see prune),
-// so that after a crash the rebuilt partition finds them and emits them again.
+// wrote records a write of the entity (SetValue or Delete) that Kafka has yet to acknowledge.
+func (pt *partition) wrote(entity string) {
+	if b := pt.e.cfg.Durability.Sent(); b > pt.acked {
+		pt.writes[entity] = b
+	}
+}
+
+// durable reports whether every write of the entity is acknowledged.
+func (pt *partition) durable(entity string) bool {
+	b, ok := pt.writes[entity]
+	if !ok {
+		return true
+	}
+	if b <= pt.acked {
+		delete(pt.writes, entity)
+		return true
+	}
+	return false
+}
+
+// catchUp takes in what Kafka acknowledged since the last callback: closes that waited for an
+// entity's write, an idle advance that waited for the partition's record.
+func (pt *partition) catchUp(ctx goka.Context) {
+	a := pt.e.cfg.Durability.Acknowledged()
+	if a == pt.acked && len(pt.metaFlight) == 0 && !pt.pendingIdle.set && len(pt.waiting) == 0 {
+		return
+	}
+	pt.acked = a
+	for len(pt.metaFlight) > 0 && pt.metaFlight[0].bound <= a {
+		for k, wm := range pt.metaFlight[0].wm {
+			pt.metaWM[k] = max(pt.metaWM[k], wm)
+		}
+		pt.metaST = max(pt.metaST, pt.metaFlight[0].st)
+		pt.layoutHeld = pt.layoutHeld || pt.metaFlight[0].layout
+		pt.metaFlight = pt.metaFlight[1:]
+	}
+	if len(pt.writes) > 1024 {
+		for ent, b := range pt.writes {
+			if b <= a {
+				delete(pt.writes, ent)
+			}
+		}
+	}
+	closes := false
+	if pt.pendingIdle.set && pt.pendingIdle.bound <= a {
+		pt.idleST = max(pt.idleST, pt.pendingIdle.target)
+		pt.st = max(pt.st, pt.idleST)
+		pt.pendingIdle.set = false
+		closes = true
+	}
+	if len(pt.waiting) > 0 {
+		still := pt.waiting[:0]
+		for _, entity := range pt.waiting {
+			if !pt.durable(entity) {
+				still = append(still, entity)
+				continue
+			}
+			ent, err := pt.read(entity)
+			if err != nil {
+				pt.e.fail(ctx, fmt.Errorf("partition %d: state of %q: %w", pt.id, entity, err))
+				return
+			}
+			if ent != nil {
+				pt.schedule(entity, ent)
+				closes = true
+			}
+		}
+		pt.waiting = still
+	}
+	if closes {
+		pt.closeDue(ctx)
+	}
+	pt.countWaits()
+}
+
+// countWaits sets the gauge of what waits for Kafka's acknowledgement.
+func (pt *partition) countWaits() {
+	n := len(pt.waiting)
+	if pt.pendingIdle.set {
+		n++
+	}
+	pt.waits.Set(float64(n))
+}
+
+// nudge sends the partition a message to itself while closes or an idle advance wait for
+// Kafka's acknowledgement: goka calls back only for messages, and without one the wait could
+// last until the next tick.
+func (pt *partition) nudge(ctx goka.Context) {
+	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set) {
+		return
+	}
+	pt.nudged = true
+	ctx.Loopback(pt.tickKey, (&loopMsg{kind: loopNudge}).encode())
+}
+
+// closeDue emits the final totals of every window that stream time has closed and whose entity
+// Kafka holds as the local table does. It reads the entities' state from the local table and emits
+// from whatever callback advanced stream time: no message per entity, no write.
 func (pt *partition) closeDue(ctx goka.Context) {
-	for pt.due.Len() > 0 && pt.due[0].at <= pt.streamTime {
-		d := heap.Pop(&pt.due).(dueEntry)
-		if cur, ok := pt.next[d.entity]; !ok || cur != d.at {
-			continue // superseded entry
-		}
-		delete(pt.next, d.entity)
-		raw, err := pt.st.Get(d.entity)
-		if err != nil {
-			pt.e.fail(ctx, fmt.Errorf("partition %d: read state of %q: %w", pt.id, d.entity, err))
-			return
-		}
-		if raw == nil {
+	st := pt.closeST()
+	for pt.due.Len() > 0 && pt.due.minAt() <= st {
+		entity := pt.due.minEntity()
+		pt.due.remove(entity)
+		if !pt.durable(entity) {
+			pt.waiting = append(pt.waiting, entity)
+			pt.countWaits()
+			pt.nudge(ctx)
 			continue
 		}
-		ent, err := state.Decode(raw)
+		ent, err := pt.read(entity)
 		if err != nil {
-			pt.e.fail(ctx, fmt.Errorf("partition %d: state of %q: %w", pt.id, d.entity, err))
+			pt.e.fail(ctx, fmt.Errorf("partition %d: state of %q: %w", pt.id, entity, err))
 			return
 		}
-		if err := pt.emitClosed(ctx, d.entity, ent); err != nil {
-			pt.e.fail(ctx, err)
-			return
+		if ent == nil {
+			continue
 		}
-		pt.schedule(d.entity, ent)
+		pt.emitClosed(ctx, entity, ent)
+		pt.schedule(entity, ent)
 	}
+	pt.scheduled.Set(float64(pt.due.Len()))
 }
 
 // emitClosed emits the final totals of the entity's windows closed at the partition's stream time
 // and not emitted yet by this process.
-func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Entity) error {
+func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Entity) {
+	e := pt.e
+	st := pt.closeST()
 	up := pt.emittedUpTo(entity)
 	n := 0
 	for i := range ent.Windows {
 		w := &ent.Windows[i]
-		if c := pt.closesAt(w); c <= up || c > pt.streamTime {
+		if c := pt.closesAt(w); c <= up || c > st {
 			continue
 		}
-		set := pt.e.plan.Sets[w.Set]
-		accs, err := accumulators(set, ent, i)
+		set := e.plan.Sets[w.Set]
+		values, err := e.values(set, ent, i)
 		if err != nil {
-			return fmt.Errorf("close %q of %q window %d: %w", set.Name, entity, w.Start, err)
+			// User code (an aggregation's Decode or Value) failed on this window's state: its final
+			// total cannot be made. Processing goes on; the window leaves with the entity's others.
+			e.m.panics.WithLabelValues("close").Inc()
+			e.log.Error("final total of a window cannot be computed: dropped", "set", set.Name, "entity", entity, "window_start", w.Start, "err", err)
+			n++
+			continue
 		}
-		pt.e.emit(ctx, entity, set, w, accs, true)
+		e.emit(ctx, entity, set, w, values, true)
 		n++
 	}
 	if n > 0 {
-		now := pt.e.cfg.Now()
-		pt.emitted[entity] = append(pt.emitted[entity], emission{upTo: pt.streamTime, at: now})
-		pt.prunes = append(pt.prunes, retainedEntry{at: now.Add(pt.e.cfg.FinalRetention), entity: entity})
+		now := e.cfg.Now()
+		pt.emitted[entity] = append(pt.emitted[entity], emission{upTo: st, bound: e.cfg.Durability.Sent(), at: now})
+		if !pt.queued[entity] {
+			pt.queued[entity] = true
+			pt.prunes = append(pt.prunes, retainedEntry{at: now.Add(e.cfg.FinalRetention), entity: entity})
+		}
 		pt.windowsDelta(-n, 0)
 	}
-	return nil
 }
 
-// prune drops from ent the windows whose final total this process emitted at least
-// FinalRetention ago, and reports whether it dropped any. Younger ones stay: goka writes the table
-// before Kafka acknowledges the emitted total, and a crash in between must leave the window for
-// the rebuilt partition to emit again.
-func (pt *partition) prune(entity string, ent *state.Entity, now time.Time) bool {
+// prune drops from ent the closed windows whose final totals Kafka acknowledged, and reports
+// whether it dropped any.
+func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	ems := pt.emitted[entity]
+	if len(ems) == 0 {
+		return false
+	}
 	up := int64(math.MinInt64)
 	keep := ems[:0]
 	for _, em := range ems {
-		if now.Sub(em.at) >= pt.e.cfg.FinalRetention {
+		if em.bound <= pt.acked {
 			up = max(up, em.upTo)
 		} else {
 			keep = append(keep, em)
@@ -242,34 +584,107 @@ func (pt *partition) prune(entity string, ent *state.Entity, now time.Time) bool
 	return pruned > 0
 }
 
+// covered reports whether the partition's acknowledged record holds the stream time and every
+// watermark the entity carries, so that deleting the entity loses nothing a restart needs.
+func (pt *partition) covered(ent *state.Entity) bool {
+	if pt.metaST < ent.StreamTime {
+		return false
+	}
+	for _, f := range ent.Fences {
+		wm, ok := pt.metaWM[originKey{f.Topic, f.Partition}]
+		if !ok || wm < f.Watermark {
+			return false
+		}
+	}
+	return true
+}
+
 // windowsDelta adds open to the windows not yet emitted and held to the windows in the table.
 func (pt *partition) windowsDelta(open, held int) {
-	if open != 0 {
-		pt.windows += open
-		pt.open.Set(float64(pt.windows))
+	pt.open += open
+	pt.held += held
+	pt.openGauge.Set(float64(pt.open))
+	pt.heldGauge.Set(float64(pt.held))
+}
+
+// closeHeap is a min-heap of entities by the close time of their next window to emit, with one
+// entry per entity updated in place, so that its size follows the entities, not the events.
+type closeHeap struct {
+	at      []int64
+	entity  []string
+	indexOf map[string]int
+}
+
+func newCloseHeap() closeHeap { return closeHeap{indexOf: map[string]int{}} }
+
+func (h *closeHeap) Len() int          { return len(h.at) }
+func (h *closeHeap) minAt() int64      { return h.at[0] }
+func (h *closeHeap) minEntity() string { return h.entity[0] }
+
+func (h *closeHeap) set(entity string, at int64) {
+	if i, ok := h.indexOf[entity]; ok {
+		old := h.at[i]
+		h.at[i] = at
+		if at < old {
+			h.up(i)
+		} else {
+			h.down(i)
+		}
+		return
 	}
-	if held != 0 {
-		pt.held += held
-		pt.heldGauge.Set(float64(pt.held))
+	h.at = append(h.at, at)
+	h.entity = append(h.entity, entity)
+	h.indexOf[entity] = len(h.at) - 1
+	h.up(len(h.at) - 1)
+}
+
+func (h *closeHeap) remove(entity string) {
+	i, ok := h.indexOf[entity]
+	if !ok {
+		return
+	}
+	last := len(h.at) - 1
+	h.swap(i, last)
+	h.at, h.entity = h.at[:last], h.entity[:last]
+	delete(h.indexOf, entity)
+	if i < last {
+		h.down(i)
+		h.up(i)
 	}
 }
 
-type dueEntry struct {
-	at     int64
-	entity string
+func (h *closeHeap) swap(i, j int) {
+	h.at[i], h.at[j] = h.at[j], h.at[i]
+	h.entity[i], h.entity[j] = h.entity[j], h.entity[i]
+	h.indexOf[h.entity[i]] = i
+	h.indexOf[h.entity[j]] = j
 }
 
-// dueHeap is a min-heap of entity close times.
-type dueHeap []dueEntry
+func (h *closeHeap) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if h.at[p] <= h.at[i] {
+			return
+		}
+		h.swap(i, p)
+		i = p
+	}
+}
 
-// Len, Less, Swap, Push and Pop implement heap.Interface.
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueEntry)) }
-func (h *dueHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+func (h *closeHeap) down(i int) {
+	n := len(h.at)
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && h.at[l] < h.at[m] {
+			m = l
+		}
+		if r < n && h.at[r] < h.at[m] {
+			m = r
+		}
+		if m == i {
+			return
+		}
+		h.swap(i, m)
+		i = m
+	}
 }

@@ -2,22 +2,25 @@ package engine
 
 import (
 	"math"
+	"slices"
 	"strconv"
+	"time"
 
 	"github.com/lovoo/goka"
 
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/state"
 )
 
-const tickKeyPrefix = "abacus-tick-"
-
 // TickKeys finds, for each of npar partitions, a key that goka's partitioner sends to that
-// partition, so that a tick sent with each key reaches every partition.
+// partition, so that a tick sent with each key reaches every partition. The partition keeps its
+// own record in the table under that key.
 func TickKeys(npar int) []string {
 	keys := make([]string, npar)
 	found := 0
 	for n := 0; found < npar; n++ {
-		k := tickKeyPrefix + strconv.Itoa(n)
+		k := plan.TickKeyPrefix + strconv.Itoa(n)
 		if part := partitioner.Partition([]byte(k), int32(npar)); keys[part] == "" {
 			keys[part] = k
 			found++
@@ -28,51 +31,149 @@ func TickKeys(npar int) []string {
 
 // IsTickKey reports whether a loop message key is a tick's.
 func IsTickKey(k string) bool {
-	return len(k) > len(tickKeyPrefix) && k[:len(tickKeyPrefix)] == tickKeyPrefix
+	return len(k) > len(plan.TickKeyPrefix) && k[:len(plan.TickKeyPrefix)] == plan.TickKeyPrefix
 }
 
 // TickMessage is the loop message of a tick.
 func TickMessage() []byte { return (&loopMsg{kind: loopTick}).encode() }
 
-// onTick advances an idle partition's stream time with the wall clock, up to the last close time
-// it waits for, and closes what is due.
+// onTick moves an idle partition's stream time on (in two steps: written, then applied once
+// acknowledged), writes the partition's record when it changed, and sends close messages to
+// entities whose closed windows wait to be dropped.
 func (pt *partition) onTick(ctx goka.Context) {
-	now := pt.e.cfg.Now()
-	if now.Sub(pt.lastInput) >= pt.e.cfg.IdleTimeout && len(pt.next) > 0 {
-		var last int64 = math.MinInt64
-		for _, at := range pt.next {
-			last = max(last, at)
-		}
-		if target := min(now.UnixMilli(), last); target > pt.streamTime {
-			pt.e.log.Debug("idle partition advances stream time", "partition", pt.id, "from", pt.streamTime, "to", target)
-			pt.streamTime = target
-		}
+	e := pt.e
+	now := e.cfg.Now()
+	pt.ticks.Inc()
+	if target, ok := pt.idleTarget(now); ok {
+		pt.pendingIdle.target, pt.pendingIdle.set = target, true
+		pt.metaDirty = true
+		e.log.Debug("idle partition will advance stream time", "partition", pt.id, "from", pt.closeST(), "to", target)
 	}
-	if pt.streamTime != math.MinInt64 {
-		pt.lag.Set(float64(now.UnixMilli()-pt.streamTime) / 1000)
+	if pt.metaDirty {
+		rec, wms := pt.record()
+		ctx.SetValue(rec)
+		bound := e.cfg.Durability.Sent()
+		pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, layout: true})
+		if pt.pendingIdle.set {
+			pt.pendingIdle.bound = bound
+		}
+		pt.metaDirty = false
 	}
-	pt.closeDue(ctx)
-	// Entities whose emitted windows have outlived FinalRetention and that no event has pruned
-	// since get a close message, which prunes them.
+	pt.catchUp(ctx) // an in-memory store acknowledges at once
+	pt.countWaits()
+	pt.nudge(ctx)
+	if st := pt.closeST(); st != minTime {
+		pt.lag.Set(float64(now.UnixMilli()-st) / 1000)
+	}
+	// Entities whose final totals are acknowledged and that no write has pruned since get a
+	// close message, which prunes them (and deletes those left empty).
 	n := 0
+	var later []retainedEntry
 	for n < len(pt.prunes) && !pt.prunes[n].at.After(now) {
-		ent := pt.prunes[n].entity
-		for _, em := range pt.emitted[ent] {
-			if now.Sub(em.at) >= pt.e.cfg.FinalRetention {
-				ctx.Loopback(ent, (&loopMsg{kind: loopClose}).encode())
-				break
+		r := pt.prunes[n]
+		n++
+		durable, pending := false, false
+		for _, em := range pt.emitted[r.entity] {
+			if em.bound <= pt.acked {
+				durable = true
+			} else {
+				pending = true
 			}
 		}
-		n++
+		if durable {
+			ctx.Loopback(r.entity, (&loopMsg{kind: loopClose}).encode())
+		}
+		if pending {
+			later = append(later, r) // a final total not acknowledged yet: the next tick
+		} else {
+			delete(pt.queued, r.entity)
+		}
 	}
-	pt.prunes = pt.prunes[n:]
+	pt.prunes = append(pt.prunes[n:], later...)
+	if len(pt.empties) > 0 {
+		for _, ent := range pt.empties {
+			ctx.Loopback(ent, (&loopMsg{kind: loopClose}).encode())
+		}
+		pt.empties = pt.empties[:0]
+	}
 }
 
-// onClose handles a close message: the entity's emitted windows that FinalRetention allows are
-// pruned. Entities that receive events are pruned on the way (apply); close messages are for the
-// others, sent from ticks.
+// idleTarget is where idle origins let the partition's stream time go: past the origins quiet
+// for IdleTimeout, to the smallest watermark of the others; or, when every origin is quiet, with
+// the wall clock, never beyond the last close the partition waits for.
+func (pt *partition) idleTarget(now time.Time) (int64, bool) {
+	if pt.due.Len() == 0 && len(pt.waiting) == 0 {
+		return 0, false // nothing waits to close
+	}
+	cutoff := now.Add(-pt.e.cfg.IdleTimeout)
+	active := int64(math.MaxInt64)
+	quiet := false
+	for _, og := range pt.origins {
+		if og.wm == minTime && !og.expected {
+			continue
+		}
+		if og.lastAdvance.After(cutoff) {
+			active = min(active, og.wm)
+		} else {
+			quiet = true
+		}
+	}
+	var target int64
+	switch {
+	case !quiet:
+		return 0, false
+	case active == minTime:
+		return 0, false // an input that is not quiet has no data yet
+	case active != math.MaxInt64:
+		target = active
+	default:
+		last := int64(minTime)
+		for _, at := range pt.due.at {
+			last = max(last, at)
+		}
+		target = min(now.UnixMilli(), last)
+	}
+	if target <= pt.closeST() || (pt.pendingIdle.set && target <= pt.pendingIdle.target) {
+		return 0, false
+	}
+	return target, true
+}
+
+// record is the partition's record as it should be in the table, and the origin watermarks it
+// holds.
+func (pt *partition) record() (*state.Partition, map[originKey]int64) {
+	rec := &state.Partition{StreamTime: pt.st, IdleStreamTime: pt.idleST, Layouts: slices.Clone(pt.recordLayout)}
+	if pt.pendingIdle.set {
+		rec.IdleStreamTime = max(rec.IdleStreamTime, pt.pendingIdle.target)
+	}
+	wms := make(map[originKey]int64, len(pt.origins))
+	for k, og := range pt.origins {
+		if og.wm == minTime {
+			continue
+		}
+		rec.Origins = append(rec.Origins, state.Origin{Topic: k.topic, Partition: k.partition, Watermark: og.wm, LastAdvance: og.lastAdvance.UnixMilli()})
+		wms[k] = og.wm
+	}
+	slices.SortFunc(rec.Origins, func(a, b state.Origin) int {
+		if a.Topic != b.Topic {
+			return int(int64(a.Topic) - int64(b.Topic))
+		}
+		return int(a.Partition - b.Partition)
+	})
+	return rec, wms
+}
+
+// onClose handles a close message: the entity's closed windows whose final totals Kafka
+// acknowledged are dropped, and an entity left with nothing leaves the table once the partition's
+// record holds its fences' watermarks.
 func (pt *partition) onClose(ctx goka.Context) {
-	ent, err := value(ctx)
+	if !IsTickKey(ctx.Key()) {
+		pt.closeEntity(ctx)
+	}
+}
+
+func (pt *partition) closeEntity(ctx goka.Context) {
+	ent, err := pt.load(ctx)
 	if err != nil {
 		pt.e.fail(ctx, err)
 		return
@@ -80,9 +181,24 @@ func (pt *partition) onClose(ctx goka.Context) {
 	if ent == nil {
 		return
 	}
-	if pt.prune(ctx.Key(), ent, pt.e.cfg.Now()) {
-		ent.StreamTime = max(ent.StreamTime, pt.streamTime)
+	changed := pt.prune(ctx.Key(), ent)
+	if len(ent.Windows) == 0 {
+		if pt.covered(ent) {
+			ctx.Delete()
+			pt.wrote(ctx.Key())
+			delete(pt.emitted, ctx.Key())
+			pt.due.remove(ctx.Key())
+			pt.entities.Dec()
+			return
+		}
+		pt.empties = append(pt.empties, ctx.Key())
+		pt.metaDirty = true
+	}
+	if changed {
+		ent.StreamTime = max(ent.StreamTime, pt.closeST())
+		pt.describe(ent)
 		ctx.SetValue(ent)
+		pt.wrote(ctx.Key())
 	}
 	pt.schedule(ctx.Key(), ent)
 }

@@ -9,7 +9,11 @@
 package plan
 
 import (
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/abacus-stream/abacus/state"
 
 	"github.com/abacus-stream/abacus/totals"
 	"github.com/abacus-stream/abacus/windows"
@@ -70,6 +74,9 @@ type Source struct {
 	Topic string
 	// Decode turns a record value into an event; an error sends the record to the dead-letter topic.
 	Decode func([]byte) (Event, error)
+	// Encode turns an event into a record value, as the source's codec does (test drivers and
+	// generators produce with it).
+	Encode func(Event) ([]byte, error)
 	// Entity returns the entity the event aggregates under.
 	Entity func(Event) string
 	// EventTime returns the event time in ms since the Unix epoch.
@@ -90,9 +97,31 @@ type Plan struct {
 	DeadLetter    string
 	LateTopic     string // empty: late events are dropped
 	MaxFutureSkew time.Duration
-	Sources       []*Source
-	Sets          []*Set
+	// MaxRecordBytes and MaxEntityBytes bound what a producer can make the engine hold: a record
+	// value, and an entity (the state key), larger than these is dead-lettered as too large.
+	MaxRecordBytes int
+	MaxEntityBytes int
+	Sources        []*Source
+	Sets           []*Set
 }
+
+// Future reports whether an event time lies further ahead than MaxFutureSkew of its record's
+// timestamp (the producer's create time or the broker's append time). The record, not a clock,
+// is the reference, so every role and every replay judges an event the same way. A record with
+// no timestamp is never judged from the future.
+func (p *Plan) Future(eventTime int64, record time.Time) bool {
+	return windows.FromFuture(eventTime, record, p.MaxFutureSkew)
+}
+
+// ReservedKey reports whether a key cannot be an entity: goka keeps its table offset under
+// "__offset", and a partition keeps its own record under its tick key ("abacus-tick-N").
+func ReservedKey(k string) bool {
+	return k == "__offset" || strings.HasPrefix(k, TickKeyPrefix)
+}
+
+// TickKeyPrefix starts the keys of the ticks each partition is sent, under which it also keeps
+// its own record in the table.
+const TickKeyPrefix = "abacus-tick-"
 
 // SetByName returns the set with the given name, or nil.
 func (p *Plan) SetByName(name string) *Set {
@@ -121,3 +150,27 @@ func Register(f func(topology any) *Plan) { of = f }
 
 // Of returns the plan of a *topology.Topology (nil for a nil topology).
 func Of(topology any) *Plan { return of(topology) }
+
+// Layout is the shape of the plan's state: its sets, in order, with their windows and
+// aggregations, in order (state.Entity refers to it by hash).
+func (p *Plan) Layout() state.Layout {
+	sets := make([]state.LayoutSet, len(p.Sets))
+	for i, s := range p.Sets {
+		sets[i] = state.LayoutSet{Name: s.Name, Window: WindowName(s.Window)}
+		for _, a := range s.Aggs {
+			sets[i].Aggs = append(sets[i].Aggs, a.Name)
+		}
+	}
+	return state.NewLayout(sets)
+}
+
+// WindowName names a window spec so that two specs with one name assign the same windows.
+func WindowName(s windows.Spec) string {
+	switch s.Kind() {
+	case windows.KindHopping:
+		return "hopping " + strconv.FormatInt(s.Size(), 10) + " " + strconv.FormatInt(s.Advance(), 10)
+	case windows.KindSession:
+		return "session " + strconv.FormatInt(s.Gap(), 10)
+	}
+	return "tumbling " + strconv.FormatInt(s.Size(), 10)
+}

@@ -86,21 +86,31 @@ func (c *Cluster) Admin() *kadm.Client { return c.adm }
 // metadata says now.
 func (c *Cluster) Partition(t testing.TB, topic string, partition int32) (leader int32, isr []int32) {
 	t.Helper()
+	leader, isr, err := c.partition(topic, partition)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leader, isr
+}
+
+// partition is Partition, with an error for a partition the metadata does not list (yet: a topic
+// just created reaches each broker's metadata a moment later).
+func (c *Cluster) partition(topic string, partition int32) (leader int32, isr []int32, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	md, err := c.adm.Metadata(ctx, topic)
 	if err != nil {
-		t.Fatalf("metadata of %s: %v", topic, err)
+		return -1, nil, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
 	p, ok := md.Topics[topic].Partitions[partition]
 	if !ok || md.Topics[topic].Err != nil {
-		t.Fatalf("metadata of %s: no partition %d (%v)", topic, partition, md.Topics[topic].Err)
+		return -1, nil, fmt.Errorf("metadata of %s: no partition %d (%v)", topic, partition, md.Topics[topic].Err)
 	}
 	if p.Err != nil {
 		// LEADER_NOT_AVAILABLE while an election runs: report no leader rather than fail.
-		return -1, p.ISR
+		return -1, p.ISR, nil
 	}
-	return p.Leader, slices.Sorted(slices.Values(p.ISR))
+	return p.Leader, slices.Sorted(slices.Values(p.ISR)), nil
 }
 
 // Leader returns the broker that leads a partition (-1 while none does).
@@ -126,12 +136,12 @@ func (c *Cluster) WaitPartition(t testing.TB, topic string, partition int32, wha
 	t.Helper()
 	start := time.Now()
 	for {
-		leader, isr := c.Partition(t, topic, partition)
-		if ok(leader, isr) {
+		leader, isr, err := c.partition(topic, partition)
+		if err == nil && ok(leader, isr) {
 			return time.Since(start)
 		}
 		if time.Since(start) > timeout {
-			t.Fatalf("%s/%d: no %s after %v (leader %d, ISR %v)", topic, partition, what, timeout, leader, isr)
+			t.Fatalf("%s/%d: no %s after %v (leader %d, ISR %v, %v)", topic, partition, what, timeout, leader, isr, err)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -8,17 +8,17 @@ import (
 	"github.com/abacus-stream/abacus/hbase"
 )
 
-// HBaseClient connects to the test HBase (HBaseZooKeeper: it skips or fails as that does) and
-// closes the client when the test ends. Package hbase's own tests cannot use it (an import
-// cycle) and keep a copy.
+// HBaseClient connects to the test HBase (HBaseConfig: it skips or fails as HBaseZooKeeper does,
+// and authenticates with Kerberos when ABACUS_HBASE_AUTH=kerberos) and closes the client when the
+// test ends. Package hbase's own tests cannot use it (an import cycle) and keep a copy.
 func HBaseClient(t testing.TB) *hbase.Client {
 	t.Helper()
-	quorum := HBaseZooKeeper(t)
+	cfg := HBaseConfig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
+	c, err := hbase.NewClient(ctx, cfg)
 	if err != nil {
-		t.Fatalf("hbase client for %s: %v", quorum, err)
+		t.Fatalf("hbase client for %s: %v", cfg.ZooKeeper, err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c

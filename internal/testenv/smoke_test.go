@@ -116,9 +116,11 @@ func TestKafkaCompactedTopicConfig(t *testing.T) {
 }
 
 // TestHBaseMetaRegionServer finds hbase:meta through ZooKeeper and reads it with a real scan through
-// the native client.
+// the native client (with Kerberos when ABACUS_HBASE_AUTH=kerberos: testenv/run-tests.sh runs it
+// against the Kerberized HBase too).
 func TestHBaseMetaRegionServer(t *testing.T) {
-	quorum := testenv.HBaseZooKeeper(t)
+	cfg := testenv.HBaseConfig(t)
+	quorum := cfg.ZooKeeper
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	loc := hbase.ZooKeeperLocator{Quorum: quorum}
@@ -139,7 +141,7 @@ func TestHBaseMetaRegionServer(t *testing.T) {
 	if master.Port == 0 {
 		t.Fatalf("implausible master %+v", master)
 	}
-	cl, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
+	cl, err := hbase.NewClient(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

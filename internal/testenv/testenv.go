@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/abacus-stream/abacus/hbase"
 )
 
 // Environment variables read by this package; testenv/services.sh env prints them.
@@ -41,6 +43,70 @@ func Kafka(t testing.TB) []string {
 func HBaseZooKeeper(t testing.TB) string {
 	t.Helper()
 	return find(t, "HBase", EnvHBaseZK, "127.0.0.1:2181")
+}
+
+// Environment of the Kerberized test HBase (testenv/services.sh secure mode, SERVICES="kdc
+// secure-hbase"); `testenv/services.sh env` prints them.
+const (
+	// EnvHBaseAuth set to "kerberos" makes HBaseConfig return the Kerberized cluster's settings, so
+	// that tests written against the plain HBase run unchanged against the secure one (with
+	// ABACUS_HBASE_ZK pointing at its ZooKeeper), as testenv/run-tests.sh's Kerberos stage does.
+	EnvHBaseAuth          = "ABACUS_HBASE_AUTH"
+	EnvSecureHBaseZK      = "ABACUS_SECURE_HBASE_ZK"
+	EnvKrb5Conf           = "ABACUS_KRB5_CONF"
+	EnvKrbPrincipal       = "ABACUS_KRB_PRINCIPAL"
+	EnvKrbKeytab          = "ABACUS_KRB_KEYTAB"
+	EnvKrbServerPrincipal = "ABACUS_KRB_SERVER_PRINCIPAL"
+	// EnvRequireSecure makes a missing Kerberized HBase fail tests that need it instead of skipping.
+	EnvRequireSecure = "ABACUS_REQUIRE_SECURE_HBASE"
+)
+
+// HBaseConfig returns the client configuration of the test HBase: the plain cluster of
+// HBaseZooKeeper, or with ABACUS_HBASE_AUTH=kerberos the same quorum with Kerberos authentication as
+// the secure mode's client principal and keytab. It skips (fails when Required) like HBaseZooKeeper.
+func HBaseConfig(t testing.TB) hbase.Config {
+	t.Helper()
+	cfg := hbase.Config{ZooKeeper: HBaseZooKeeper(t)}
+	switch a := os.Getenv(EnvHBaseAuth); a {
+	case "", hbase.AuthSimple:
+	case hbase.AuthKerberos:
+		cfg.Auth = hbase.AuthKerberos
+		cfg.Kerberos = kerberosSettings(t)
+	default:
+		t.Fatalf("%s=%q: want %q or %q", EnvHBaseAuth, a, hbase.AuthSimple, hbase.AuthKerberos)
+	}
+	return cfg
+}
+
+// SecureHBase returns the configuration of the Kerberized test HBase with the client keytab, or
+// skips the test when its environment is absent (fails when ABACUS_REQUIRE_SECURE_HBASE=1).
+func SecureHBase(t testing.TB) hbase.Config {
+	t.Helper()
+	zk := os.Getenv(EnvSecureHBaseZK)
+	if zk == "" || os.Getenv(EnvKrbKeytab) == "" {
+		msg := "no Kerberized HBase (" + EnvSecureHBaseZK + ", " + EnvKrbKeytab + " unset): start it with " +
+			"SERVICES=\"kdc secure-hbase\" testenv/services.sh start and eval the output of its env command"
+		if os.Getenv(EnvRequireSecure) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return hbase.Config{ZooKeeper: find(t, "Kerberized HBase", EnvSecureHBaseZK, zk), Auth: hbase.AuthKerberos, Kerberos: kerberosSettings(t)}
+}
+
+func kerberosSettings(t testing.TB) hbase.KerberosConfig {
+	t.Helper()
+	k := hbase.KerberosConfig{
+		Principal:       os.Getenv(EnvKrbPrincipal),
+		Keytab:          os.Getenv(EnvKrbKeytab),
+		Krb5Conf:        os.Getenv(EnvKrb5Conf),
+		ServerPrincipal: os.Getenv(EnvKrbServerPrincipal),
+	}
+	if k.Keytab == "" || k.Principal == "" || k.Krb5Conf == "" {
+		t.Fatalf("%s=kerberos needs %s, %s and %s (testenv/services.sh env prints them in secure mode)",
+			EnvHBaseAuth, EnvKrbPrincipal, EnvKrbKeytab, EnvKrb5Conf)
+	}
+	return k
 }
 
 // find returns the address list in env (or def when env is unset) if its first address accepts a

@@ -30,6 +30,17 @@ func (r *Reader) Err() error { return r.err }
 // Len is the number of bytes not read yet.
 func (r *Reader) Len() int { return len(r.b) }
 
+// Next reads n bytes; the result aliases the buffer.
+func (r *Reader) Next(n int) []byte {
+	if n < 0 || len(r.b) < n {
+		r.truncated("bytes")
+		return make([]byte, max(n, 0))
+	}
+	v := r.b[:n:n]
+	r.b = r.b[n:]
+	return v
+}
+
 // Rest returns the bytes not read yet and consumes them.
 func (r *Reader) Rest() []byte {
 	v := r.b

@@ -36,8 +36,9 @@ type Config struct {
 
 // View serves the open windows of one topology's processor group.
 type View struct {
-	plan *plan.Plan
-	view *goka.View
+	plan   *plan.Plan
+	layout uint32
+	view   *goka.View
 }
 
 // New prepares a view; Run must run for it to fill and follow the table.
@@ -79,7 +80,8 @@ func New(topo *topology.Topology, cfg Config) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("live: view of group %s: %w", cfg.Group, err)
 	}
-	return &View{plan: plan.Of(topo), view: gv}, nil
+	p := plan.Of(topo)
+	return &View{plan: p, layout: p.Layout().Hash, view: gv}, nil
 }
 
 // Run follows the group table until ctx ends.
@@ -108,7 +110,9 @@ func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Windo
 		return nil, fmt.Errorf("live: get %s: %w", entity, err)
 	}
 	e, _ := val.(*state.Entity)
-	if e == nil {
+	if e == nil || (e.Layout != 0 && e.Layout != v.layout) {
+		// Nothing, or state an earlier topology wrote: the processor converts it at the entity's
+		// next write; until then its windows are shown as they land in the table.
 		return nil, nil
 	}
 	var out []query.Window

@@ -1,6 +1,7 @@
 // Command probe answers whether the test services really serve: a Kafka broker that answers a
 // Metadata request (listing as many brokers as the cluster should have), its SASL_SSL listener
-// logging in with every mechanism, and an HBase whose meta region is open and answers a scan.
+// logging in with every mechanism, and an HBase whose meta region is open and answers a scan (with
+// -keytab, an HBase that requires Kerberos, the probe authenticating with that keytab).
 // testenv/services.sh runs it until it succeeds; it exits non-zero with the reason.
 package main
 
@@ -26,6 +27,10 @@ func main() {
 	caFile := flag.String("ca", "", "CA file that signs the SASL_SSL listener's certificate")
 	quorum := flag.String("zookeeper", "", "HBase ZooKeeper quorum to find the meta region through")
 	timeout := flag.Duration("timeout", 5*time.Second, "time allowed for one probe")
+	krb5conf := flag.String("krb5conf", "", "krb5.conf of the realm (with -keytab)")
+	principal := flag.String("principal", "", "Kerberos principal to authenticate as (with -keytab)")
+	keytab := flag.String("keytab", "", "keytab of -principal: authenticate to HBase with Kerberos")
+	serverPrincipal := flag.String("server-principal", "", "HBase servers' principal pattern, e.g. hbase/_HOST@REALM")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -42,7 +47,12 @@ func main() {
 			msg += "; " + more
 		}
 	case *quorum != "":
-		msg, err = probeHBase(ctx, *quorum)
+		cfg := hbase.Config{ZooKeeper: *quorum, MaxRounds: 1}
+		if *keytab != "" {
+			cfg.Auth = hbase.AuthKerberos
+			cfg.Kerberos = hbase.KerberosConfig{Principal: *principal, Keytab: *keytab, Krb5Conf: *krb5conf, ServerPrincipal: *serverPrincipal}
+		}
+		msg, err = probeHBase(ctx, cfg)
 	default:
 		err = fmt.Errorf("say -kafka or -zookeeper")
 	}
@@ -69,8 +79,8 @@ func probeKafka(ctx context.Context, broker string, want int) (string, error) {
 	return fmt.Sprintf("kafka cluster %s, %d broker(s), controller %d", md.Cluster, len(md.Brokers), md.Controller), nil
 }
 
-func probeHBase(ctx context.Context, quorum string) (string, error) {
-	loc := hbase.ZooKeeperLocator{Quorum: quorum, SessionTimeout: 4 * time.Second}
+func probeHBase(ctx context.Context, cfg hbase.Config) (string, error) {
+	loc := hbase.ZooKeeperLocator{Quorum: cfg.ZooKeeper, SessionTimeout: 4 * time.Second}
 	sn, state, err := loc.MetaRegionServer(ctx)
 	if err != nil {
 		return "", err
@@ -79,7 +89,7 @@ func probeHBase(ctx context.Context, quorum string) (string, error) {
 		return "", fmt.Errorf("hbase:meta on %s is in state %d, not open yet", sn, state)
 	}
 	// A real RPC, not a bare TCP dial: hbase:meta must answer a scan with at least one row.
-	cl, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum, MaxRounds: 1})
+	cl, err := hbase.NewClient(ctx, cfg)
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/state"
+)
+
+// The layout of a topology is how its state refers to sets and aggregations: by position in the
+// layout the entity names (state.Entity.Layout). An entity written under another layout (an
+// earlier topology) is converted when it is read: its windows follow their set by name, their
+// accumulators their aggregation by name; windows of a set that is gone are dropped, aggregations
+// added to a set start from nothing. A set whose window changed cannot keep its state: the
+// processor refuses to start on it.
+
+// conversion maps the sets and aggregations of an earlier layout onto the current plan.
+type conversion struct {
+	set  []int   // old set index -> current set index, -1 when the set is gone
+	aggs [][]int // old set index -> old aggregation index -> current index, -1 when gone
+}
+
+// checkLayout refuses an earlier layout in which a set of the current plan had another window.
+func checkLayout(p *plan.Plan, old *state.Layout) error {
+	for _, os := range old.Sets {
+		if s := p.SetByName(os.Name); s != nil && plan.WindowName(s.Window) != os.Window {
+			return fmt.Errorf("aggregate set %q changed its window from %s to %s: its state cannot be kept; give the new window a new set name (and drop the old set), or start a new processor group",
+				os.Name, os.Window, plan.WindowName(s.Window))
+		}
+	}
+	return nil
+}
+
+func newConversion(p *plan.Plan, old *state.Layout) *conversion {
+	c := &conversion{set: make([]int, len(old.Sets)), aggs: make([][]int, len(old.Sets))}
+	for i, os := range old.Sets {
+		c.set[i] = -1
+		s := p.SetByName(os.Name)
+		if s == nil {
+			continue
+		}
+		c.set[i] = int(s.Index)
+		c.aggs[i] = make([]int, len(os.Aggs))
+		for k, name := range os.Aggs {
+			c.aggs[i][k] = -1
+			for j, a := range s.Aggs {
+				if a.Name == name {
+					c.aggs[i][k] = j
+				}
+			}
+		}
+	}
+	return c
+}
+
+// convert rewrites ent's windows from its layout to the current one. Accumulators of
+// aggregations added since are left nil: accumulators() starts them afresh.
+func (c *conversion) convert(p *plan.Plan, ent *state.Entity, current uint32) {
+	kept := ent.Windows[:0]
+	for _, w := range ent.Windows {
+		if int(w.Set) >= len(c.set) || c.set[w.Set] < 0 {
+			continue // a set that is gone
+		}
+		old := w.Set
+		w.Set = uint16(c.set[old])
+		aggs := make([][]byte, len(p.Sets[w.Set].Aggs))
+		for k, a := range w.Aggs {
+			if k < len(c.aggs[old]) && c.aggs[old][k] >= 0 {
+				aggs[c.aggs[old][k]] = a
+			}
+		}
+		w.Aggs = aggs
+		kept = append(kept, w)
+	}
+	ent.Windows = kept
+	ent.Layout = current
+}

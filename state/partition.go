@@ -1,0 +1,176 @@
+package state
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/abacus-stream/abacus/internal/wire"
+)
+
+// Partition is what a partition of the processor keeps about itself, under its own key in the
+// table (its tick key): what cannot be found in its entities. The processor writes it from its
+// ticks, and reads it back when it takes the partition over.
+type Partition struct {
+	// StreamTime is the partition's stream time when the record was written. It never goes
+	// back, even when an input that joins later has older events; entities carry it too, but an
+	// entity may leave the table, and this record keeps it.
+	StreamTime int64
+	// IdleStreamTime is the stream time the partition reached by idle advances (its inputs quiet
+	// for the idle timeout). Once written it is applied: a window it closes is closed for good.
+	IdleStreamTime int64
+	// Origins are the partition's inputs (source topic and partition) with their watermarks and
+	// the wall time each last advanced; entities written from an origin carry its watermark too,
+	// but an entity may leave the table, and this record keeps the watermark it had.
+	Origins []Origin
+	// Layouts are the topology layouts the partition's entities were written with, so that a
+	// topology that adds, removes or reorders sets and aggregations still reads them.
+	Layouts []Layout
+}
+
+// Origin is one input of a partition.
+type Origin struct {
+	Topic       uint32 // TopicID
+	Partition   int32
+	Watermark   int64 // largest event time applied from it, ms
+	LastAdvance int64 // wall ms when an event from it last advanced its watermark
+}
+
+// Layout is the shape of a topology's state: its aggregate sets, in order, each with its window
+// and its aggregations, in order. Entities refer to it by Hash.
+type Layout struct {
+	Hash uint32
+	Sets []LayoutSet
+}
+
+// LayoutSet is one aggregate set of a Layout.
+type LayoutSet struct {
+	Name   string
+	Window string // the window spec, e.g. "tumbling 60000": a set whose window changes cannot keep its state
+	Aggs   []string
+}
+
+// NewLayout returns the layout of sets with its hash.
+func NewLayout(sets []LayoutSet) Layout {
+	l := Layout{Sets: sets}
+	h := fnv.New32a()
+	h.Write(l.appendSets(nil))
+	l.Hash = h.Sum32()
+	if l.Hash == 0 {
+		l.Hash = 1 // 0 means "no layout" (version-1 state)
+	}
+	return l
+}
+
+func (l *Layout) appendSets(b []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(l.Sets)))
+	for _, s := range l.Sets {
+		b = wire.AppendString(b, s.Name)
+		b = wire.AppendString(b, s.Window)
+		b = binary.AppendUvarint(b, uint64(len(s.Aggs)))
+		for _, a := range s.Aggs {
+			b = wire.AppendString(b, a)
+		}
+	}
+	return b
+}
+
+// Origin returns the partition's record of an origin, or nil.
+func (p *Partition) Origin(topic uint32, partition int32) *Origin {
+	for i := range p.Origins {
+		if o := &p.Origins[i]; o.Topic == topic && o.Partition == partition {
+			return o
+		}
+	}
+	return nil
+}
+
+// Layout returns the layout with the given hash, or nil.
+func (p *Partition) Layout(hash uint32) *Layout {
+	for i := range p.Layouts {
+		if p.Layouts[i].Hash == hash {
+			return &p.Layouts[i]
+		}
+	}
+	return nil
+}
+
+// Append appends the encoding of p:
+//
+//	byte 'P', byte 1 (version), varint stream time, varint idle stream time,
+//	uvarint #origins, each: 4 bytes topic ID, varint partition, varint watermark, varint last advance,
+//	uvarint #layouts, each: 4 bytes hash, uvarint #sets, each: string name, string window,
+//	  uvarint #aggs, each string.
+func (p *Partition) Append(b []byte) []byte {
+	b = append(b, partitionTag, 1)
+	b = binary.AppendVarint(b, p.StreamTime)
+	b = binary.AppendVarint(b, p.IdleStreamTime)
+	b = binary.AppendUvarint(b, uint64(len(p.Origins)))
+	for _, o := range p.Origins {
+		b = binary.BigEndian.AppendUint32(b, o.Topic)
+		b = binary.AppendVarint(b, int64(o.Partition))
+		b = binary.AppendVarint(b, o.Watermark)
+		b = binary.AppendVarint(b, o.LastAdvance)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Layouts)))
+	for _, l := range p.Layouts {
+		b = binary.BigEndian.AppendUint32(b, l.Hash)
+		b = l.appendSets(b)
+	}
+	return b
+}
+
+// DecodePartition parses an encoding written by Partition.Append.
+func DecodePartition(b []byte) (*Partition, error) {
+	d := wire.NewReader(b, ErrCorrupt)
+	if tag, v := d.Byte(), d.Byte(); d.Err() == nil && (tag != partitionTag || v != 1) {
+		return nil, fmt.Errorf("%w: not a partition record (%q version %d)", ErrCorrupt, tag, v)
+	}
+	p := &Partition{StreamTime: d.Varint(), IdleStreamTime: d.Varint()}
+	n := d.Count()
+	for i := 0; i < n && d.Err() == nil; i++ {
+		o := Origin{Topic: binary.BigEndian.Uint32(d.Next(4))}
+		o.Partition, o.Watermark, o.LastAdvance = int32(d.Varint()), d.Varint(), d.Varint()
+		p.Origins = append(p.Origins, o)
+	}
+	n = d.Count()
+	for i := 0; i < n && d.Err() == nil; i++ {
+		l := Layout{Hash: binary.BigEndian.Uint32(d.Next(4))}
+		sets, err := readSets(d)
+		if err != nil {
+			return nil, err
+		}
+		l.Sets = sets
+		p.Layouts = append(p.Layouts, l)
+	}
+	if err := d.Done(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// readSets reads what Layout.appendSets wrote.
+func readSets(d *wire.Reader) ([]LayoutSet, error) {
+	var sets []LayoutSet
+	ns := d.Count()
+	for j := 0; j < ns && d.Err() == nil; j++ {
+		s := LayoutSet{Name: d.String(), Window: d.String()}
+		na := d.Count()
+		for k := 0; k < na && d.Err() == nil; k++ {
+			s.Aggs = append(s.Aggs, d.String())
+		}
+		sets = append(sets, s)
+	}
+	return sets, d.Err()
+}
+
+// AddLayout records l if the partition does not know it yet, and reports whether it was new.
+func (p *Partition) AddLayout(l Layout) bool {
+	if p.Layout(l.Hash) != nil {
+		return false
+	}
+	p.Layouts = append(p.Layouts, l)
+	slices.SortFunc(p.Layouts, func(a, b Layout) int { return int(int64(a.Hash) - int64(b.Hash)) })
+	return true
+}
