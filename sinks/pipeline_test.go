@@ -116,7 +116,8 @@ func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
 	p.aggM, p.aggC = newSink("aggregates", p.prefix+"aggregates-sink", []string{p.topo.TotalsTopic()},
 		&AggregatesEncoder{Table: p.aggTable, Family: "d", SaltBuckets: pipelineBuckets})
 	p.factsM, p.factsC = newSink("facts", p.prefix+"facts-sink", []string{p.source},
-		&FactsEncoder{Table: p.factsTable, Family: "d", SaltBuckets: pipelineBuckets, MaxFutureSkew: p.topo.MaxFutureSkew(), Extract: FactsOf(p.topo)})
+		&FactsEncoder{Table: p.factsTable, Family: "d", SaltBuckets: pipelineBuckets, MaxFutureSkew: p.topo.MaxFutureSkew(), Extract: FactsOf(p.topo),
+			LeaveRejectsToProcessor: true})
 
 	// A steady stream, days in the past, until stopped.
 	p.prod, err = kgo.NewClient(kgo.SeedBrokers(p.brokers...), kgo.DefaultProduceTopic(p.source),
@@ -218,9 +219,9 @@ func (p *pipeline) stop() {
 // topic, one version each.
 func (p *pipeline) verify() {
 	t := p.t
-	o := stream.NewOracle(stream.Layout{AggregatesBuckets: pipelineBuckets, FactsBuckets: pipelineBuckets, Family: "d"}, time.Now())
+	o := stream.NewOracle(stream.Layout{AggregatesBuckets: pipelineBuckets, FactsBuckets: pipelineBuckets, Family: "d"})
 	readSource(t, p.brokers, p.source, func(r *kgo.Record) {
-		o.Feed(stream.SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		o.Feed(stream.SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
 	})
 	if o.Open() != 0 {
 		t.Fatalf("%d windows open after the flush events", o.Open())

@@ -647,9 +647,9 @@ func (d *driver) referencePhase(ctx context.Context, rc *runCfg, sum *summary) e
 func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *summary) error {
 	t0 := time.Now()
 	layout := stream.Layout{AggregatesBuckets: 8, FactsBuckets: 8, Family: "d"}
-	o := stream.NewOracle(layout, time.Now())
+	o := stream.NewOracle(layout)
 	err := readTopic(ctx, d.brokers, d.source, func(r *kgo.Record) {
-		o.Feed(stream.SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		o.Feed(stream.SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
 	})
 	if err != nil {
 		return err

@@ -22,6 +22,7 @@ type SourceRecord struct {
 	Offset    int64
 	Key       []byte
 	Value     []byte
+	Timestamp time.Time // the record's timestamp, which future-dated events are judged by
 }
 
 // Layout is how the deployment lays out its tables.
@@ -34,11 +35,7 @@ type Layout struct {
 // every record: feed it the source topic's records, each partition in offset order.
 type Oracle struct {
 	layout Layout
-	// now is the wall clock future-dated events are judged by. The stream keeps every event
-	// either days in the past or a day in the future, so the few minutes between the pipeline's
-	// judgement and the oracle's never change a verdict.
-	now   time.Time
-	parts map[int32]*oraclePartition
+	parts  map[int32]*oraclePartition
 
 	// Aggregates and Facts are the expected cells of the two tables.
 	Aggregates, Facts *Cells
@@ -74,8 +71,8 @@ type windowKey struct {
 }
 
 // NewOracle starts an oracle for tables laid out as l.
-func NewOracle(l Layout, now time.Time) *Oracle {
-	return &Oracle{layout: l, now: now, parts: map[int32]*oraclePartition{},
+func NewOracle(l Layout) *Oracle {
+	return &Oracle{layout: l, parts: map[int32]*oraclePartition{},
 		Aggregates: NewCells(), Facts: NewCells(),
 		Bad: map[deadletter.Source]deadletter.Reason{}, LateFor: map[string]int64{}}
 }
@@ -99,8 +96,9 @@ func (o *Oracle) Feed(r SourceRecord) {
 		o.Bad[src] = deadletter.Undecodable
 		return
 	}
-	// The engine and the facts sink allow events up to MaxFutureSkew (5 minutes) ahead.
-	if ev.Time > o.now.Add(5*time.Minute).UnixMilli() {
+	// The engine and the facts sink allow events up to MaxFutureSkew (5 minutes) ahead of their
+	// record's timestamp.
+	if !r.Timestamp.IsZero() && ev.Time > r.Timestamp.Add(5*time.Minute).UnixMilli() {
 		o.Bad[src] = deadletter.Future
 		return
 	}
@@ -119,12 +117,16 @@ func (o *Oracle) Feed(r SourceRecord) {
 		p = &oraclePartition{streamTime: math.MinInt64, open: map[windowKey]*oracleWindow{}}
 		o.parts[r.Partition] = p
 	}
-	// Stream time moves first: an event is judged against a stream time that includes itself.
-	p.streamTime = max(p.streamTime, ev.Time)
+	// With one source, a partition's stream time is the largest event time applied (the engine's
+	// watermark of its only input). An event is judged by the stream time before it; only then
+	// does it move it (for an event later than every other, that is the same as judging it by its
+	// own time: its windows all end after it).
+	judge := p.streamTime
+	applied := false
 	if ev.Kind == TypeFlush {
 		o.Flushes++
+		applied = true // into the flush set's window, which never closes and emits nothing
 	} else if ev.Kind == TypeMeasurement {
-		applied := false
 		for _, s := range sets {
 			hit := false
 			// Every window start s, a multiple of the advance, with s <= t < s+size.
@@ -134,7 +136,7 @@ func (o *Oracle) Feed(r SourceRecord) {
 					continue
 				}
 				closesAt := start + s.size + s.grace
-				if p.streamTime >= closesAt {
+				if judge >= closesAt {
 					continue // this window is closed: the event is late for it
 				}
 				k := windowKey{s.name, ev.Entity, start}
@@ -158,6 +160,9 @@ func (o *Oracle) Feed(r SourceRecord) {
 		if applied {
 			o.Applied++
 		}
+	}
+	if applied {
+		p.streamTime = max(p.streamTime, ev.Time)
 	}
 	for p.due.Len() > 0 && p.due[0].closesAt <= p.streamTime {
 		w := heap.Pop(&p.due).(*oracleWindow)

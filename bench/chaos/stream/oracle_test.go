@@ -30,11 +30,11 @@ func TestOracleByHand(t *testing.T) {
 	const min = 60_000
 	base := int64(1000 * min)
 	now := time.UnixMilli(base + 2*24*60*min)
-	o := NewOracle(layout, now)
+	o := NewOracle(layout)
 	off := int64(0)
 	feed := func(p int32, ev Event) {
 		v, _ := json.Marshal(ev)
-		o.Feed(SourceRecord{Topic: "src", Partition: p, Offset: off, Key: []byte(ev.Entity), Value: v})
+		o.Feed(SourceRecord{Topic: "src", Partition: p, Offset: off, Key: []byte(ev.Entity), Value: v, Timestamp: now})
 		off++
 	}
 	m := func(e string, ts int64, v float64) Event {
@@ -47,7 +47,7 @@ func TestOracleByHand(t *testing.T) {
 	feed(0, m("b", base+85_000, 1))   // stream time 85 s: the first minute closes
 	feed(0, m("a", base+59_999, 100)) // late for the first minute, on time for the 5-minute windows
 	feed(1, m("c", base+1, 9))        // another partition has its own stream time
-	o.Feed(SourceRecord{Topic: "src", Partition: 0, Offset: off, Key: []byte("a"), Value: []byte("{oops")})
+	o.Feed(SourceRecord{Topic: "src", Partition: 0, Offset: off, Key: []byte("a"), Value: []byte("{oops"), Timestamp: now})
 	bad := deadletter.Source{Topic: "src", Partition: 0, Offset: off}
 	off++
 	feed(0, Event{Entity: "a", Time: now.Add(time.Hour).UnixMilli(), Kind: TypeMeasurement})
@@ -79,7 +79,7 @@ func TestOracleByHand(t *testing.T) {
 	for p, rec := range FlushRecords(2, base+24*60*min) {
 		var ev Event
 		_ = json.Unmarshal(rec.Value, &ev)
-		o.Feed(SourceRecord{Topic: "src", Partition: int32(p), Offset: 100, Key: rec.Key, Value: rec.Value})
+		o.Feed(SourceRecord{Topic: "src", Partition: int32(p), Offset: 100, Key: rec.Key, Value: rec.Value, Timestamp: now})
 	}
 	if o.Open() != 0 {
 		t.Fatalf("%d windows open after the flush", o.Open())
@@ -166,9 +166,9 @@ func TestOracleMatchesEngine(t *testing.T) {
 	}()
 
 	// The oracle reads the source topic back, as the suite does.
-	o := NewOracle(layout, time.Now())
+	o := NewOracle(layout)
 	readAll(ctx, t, brokers, source, func(r *kgo.Record) {
-		o.Feed(SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value})
+		o.Feed(SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
 	})
 	if o.Open() != 0 || o.Flushes != parts {
 		t.Fatalf("oracle: %d windows open, %d flushes", o.Open(), o.Flushes)

@@ -25,9 +25,11 @@ const (
 	SourceTopic = "chaos-events"
 )
 
-// Event types. Sets count only measurements; a flush event moves its partition's stream time
-// without entering any window, which is how the suite closes every window at the end of a run
-// without waiting for the idle timeout.
+// Event types. The tumbling and hopping sets count only measurements. A flush event, one per
+// partition at the end of a run, a day past the stream, enters only the flush set (whose window
+// never closes, so it emits nothing): applied, it moves its partition's stream time past every
+// other window's close, which is how the suite closes them all without waiting for the idle
+// timeout. (The engine moves stream time only with events some set applies.)
 const (
 	TypeMeasurement = "m"
 	TypeFlush       = "flush"
@@ -51,6 +53,7 @@ type Event struct {
 const (
 	SetTumble = "tumble-1m"
 	SetHop    = "hop-5m"
+	SetFlush  = "flush"
 )
 
 var (
@@ -62,8 +65,9 @@ var (
 
 // Topology is the chaos topology: per entity, one-minute tumbling windows (20 s grace; count, sum
 // and max, with early firings every 5 s, so cells are overwritten by newer totals before the final
-// one) and five-minute windows hopping every minute (30 s grace; count and min, final only). Late
-// events are dropped; events more than five minutes ahead of the wall clock are dead-lettered.
+// one) and five-minute windows hopping every minute (30 s grace; count and min, final only), and
+// the flush set of the flush events. Late events are dropped; events more than five minutes ahead
+// of their record's timestamp are dead-lettered.
 func Topology() (*topology.Topology, error) {
 	b := topology.New(Name)
 	src := topology.NewSource(b, SourceTopic, topology.JSON[Event](),
@@ -75,5 +79,6 @@ func Topology() (*topology.Topology, error) {
 		Count("n").Sum("sum", "V").Max("max", "V")
 	src.Aggregate(SetHop, hopSpec).Grace(hopGrace).Types(TypeMeasurement).
 		Count("n").Min("min", "V")
+	src.Aggregate(SetFlush, windows.Tumbling(time.Hour)).Grace(0).Types(TypeFlush).Count("n")
 	return b.Build()
 }
