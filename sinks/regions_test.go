@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,13 +50,24 @@ func TestSinksFollowSplitsAndMoves(t *testing.T) {
 			sort.Slice(serving, func(i, j int) bool {
 				return loads[string(serving[i].Name)].WriteRequests > loads[string(serving[j].Name)].WriteRequests
 			})
-			busiest := serving[0]
-			at, err := adm.SplitPoint(ctx, busiest)
-			if err != nil {
-				t.Fatalf("split point of %s's busiest region: %v", table, err)
+			// The busiest region that can be split: a daughter holds references to its parent's
+			// files until a compaction rewrites them, and HBase refuses to split it until then.
+			var busiest hbase.RegionInfo
+			var at []byte
+			for _, r := range serving {
+				if at, err = adm.SplitPoint(ctx, r); err != nil {
+					continue
+				}
+				if err = adm.SplitRegion(ctx, r, at); err == nil {
+					busiest = r
+					break
+				}
+				if !strings.Contains(err.Error(), "NOT splittable") {
+					t.Fatalf("split %d of %s: %v", round, table, err)
+				}
 			}
-			if err := adm.SplitRegion(ctx, busiest, at); err != nil {
-				t.Fatalf("split %d of %s: %v", round, table, err)
+			if busiest.Name == nil {
+				t.Fatalf("no region of %s could be split: %v", table, err)
 			}
 			splits++
 			t.Logf("split %s region %s (%d writes) at %x", table, busiest.EncodedName, loads[string(busiest.Name)].WriteRequests, at)
