@@ -186,7 +186,21 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.auth = a
 	}
-	addr, err := c.metaServer(ctx, false)
+	// A cluster that is starting (or a ZooKeeper that does not answer yet) is waited for, up to
+	// MaxRounds lookups of ZooKeeperTimeout each with backoff between them, or the context: each
+	// lookup alone gives up after ZooKeeperTimeout.
+	var addr string
+	var err error
+	for round := 0; round < c.cfg.MaxRounds; round++ {
+		if round > 0 {
+			if c.backoff(ctx, round-1) != nil {
+				break
+			}
+		}
+		if addr, err = c.metaServer(ctx, false); err == nil || !IsRetriable(err) {
+			break
+		}
+	}
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("hbase: new client: %w", err)

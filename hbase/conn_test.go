@@ -160,3 +160,25 @@ func TestZooKeeperLookupIsBounded(t *testing.T) {
 		t.Fatalf("apply with ZooKeeper down: %v after %v, want a retriable failure within the rounds' bound", err, time.Since(t0))
 	}
 }
+
+// TestNewClientWaitsForZooKeeper: NewClient waits, round after round, for a ZooKeeper that does not
+// answer yet, as a process started beside a cluster that is still starting needs; each lookup
+// alone gives up after ZooKeeperTimeout.
+func TestNewClientWaitsForZooKeeper(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	t0 := time.Now()
+	_, err = NewClient(context.Background(), Config{ZooKeeper: addr, ZooKeeperTimeout: 100 * time.Millisecond,
+		MaxRounds: 4, BackoffMin: 100 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
+	took := time.Since(t0)
+	if err == nil || !IsRetriable(err) {
+		t.Fatalf("new client with ZooKeeper down: %v, want a retriable failure", err)
+	}
+	if took < 600*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("new client gave up after %v: want 4 lookups of 100 ms with 100 ms between", took)
+	}
+}
