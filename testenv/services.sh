@@ -438,6 +438,11 @@ start_hbase() {
     # A 20 s scanner lease (60 s by default) lets hbase.TestScannerSurvivesLeaseExpiry run in every
     # test run; abacus's scans never idle that long.
     prop hbase.client.scanner.timeout.period 20000
+    # Standalone HBase gives its region server a 10 s ZooKeeper session: on a busy shared machine a
+    # pause of the host longer than about 7 s expired it, and the region server aborted for good
+    # (seen in the failure suite's long run). 30 s rides such pauses out; a SIGKILLed HBase then
+    # waits up to that long, at its next start, for its dead region server's session to expire.
+    prop zookeeper.session.timeout.localHBaseCluster 30000
     echo '</configuration>'
   } >"$dir/conf/hbase-site.xml"
   cat >"$dir/conf/log4j2.properties" <<EOF

@@ -47,9 +47,16 @@ type faults struct {
 	logf   func(string, ...any)
 	tables []string // aggregates table, facts table
 
-	mu          sync.Mutex
-	count       map[string]int // by fault kind (and "split <table>")
-	outage      time.Duration  // HBase down, in total
+	// hbaseMu is held while a planned fault stops or kills HBase, and while the supervisor
+	// restarts it, so that the two never act on HBase at once.
+	hbaseMu sync.Mutex
+
+	mu    sync.Mutex
+	count map[string]int // by fault kind (and "split <table>")
+	// revived counts HBase restarts by the supervisor: HBase found dead without a planned fault
+	// (its region server aborted), as an orchestrator would restart it.
+	revived     []string
+	outage      time.Duration // HBase down, in total
 	skipped     []string
 	brokerKills int
 }
@@ -62,6 +69,8 @@ func (f *faults) note(kind string) {
 
 // hbaseOutage stops HBase for d.
 func (f *faults) hbaseOutage(ctx context.Context, d time.Duration) error {
+	f.hbaseMu.Lock()
+	defer f.hbaseMu.Unlock()
 	t0 := time.Now()
 	if _, err := f.svc.run(ctx, "hbase", "stop"); err != nil {
 		return err
@@ -85,6 +94,8 @@ func (f *faults) hbaseOutage(ctx context.Context, d time.Duration) error {
 
 // hbaseKill SIGKILLs HBase and starts it again: its acknowledged edits come back from the WAL.
 func (f *faults) hbaseKill(ctx context.Context) error {
+	f.hbaseMu.Lock()
+	defer f.hbaseMu.Unlock()
 	t0 := time.Now()
 	if _, err := f.svc.run(ctx, "hbase", "kill-hbase"); err != nil {
 		return err
@@ -101,6 +112,54 @@ func (f *faults) hbaseKill(ctx context.Context) error {
 	f.note(faultHBaseKill)
 	f.logf("HBase back after a SIGKILL, %v down (WAL recovered)", down.Round(time.Second))
 	return nil
+}
+
+// superviseHBase checks every 15 s that HBase answers (a read of hbase:meta) while no planned
+// fault acts on it, and restarts it after a minute of silence. On a busy shared machine a pause of
+// the host can expire the region server's ZooKeeper session, and a standalone HBase's region server
+// then aborts for good; the suite counts such restarts apart from its own faults.
+func (f *faults) superviseHBase(ctx context.Context) {
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(15 * time.Second):
+		}
+		if !f.hbaseMu.TryLock() {
+			failures = 0 // a planned fault is at work
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := f.hb.Get(pctx, hbase.Get{Table: "hbase:meta", Row: []byte("hbase:namespace")})
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			failures = 0
+			f.hbaseMu.Unlock()
+			continue
+		}
+		failures++
+		if failures < 4 {
+			f.hbaseMu.Unlock()
+			continue
+		}
+		failures = 0
+		t0 := time.Now()
+		f.logf("HBase has not answered for a minute outside any planned fault (%v): restarting it", err)
+		if _, err := f.svc.run(context.WithoutCancel(ctx), "hbase", "stop"); err != nil {
+			f.logf("supervisor: %v", err)
+		}
+		if _, err := f.svc.run(context.WithoutCancel(ctx), "hbase", "start"); err != nil {
+			f.logf("supervisor: %v", err)
+		}
+		f.mu.Lock()
+		f.revived = append(f.revived, fmt.Sprintf("%s (silent since about %s; %v to restart)",
+			t0.UTC().Format(time.TimeOnly), t0.Add(-time.Minute).UTC().Format(time.TimeOnly), time.Since(t0).Round(time.Second)))
+		f.outage += time.Since(t0) + time.Minute
+		f.mu.Unlock()
+		f.logf("HBase restarted by the supervisor")
+		f.hbaseMu.Unlock()
+	}
 }
 
 // brokerRestart restarts the broker: a SIGKILL, or a clean stop, every other time.

@@ -287,8 +287,18 @@ func run(ctx context.Context, o *options) (bool, error) {
 	}
 
 	sum := &summary{o: o, id: id, form: form}
-	ok, err := d.chaosPhase(ctx, chaosRun, sum)
+	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x51ed270b))
+	f := &faults{svc: d.svc, hb: d.hb, rng: rand.New(rand.NewPCG(rng.Uint64(), 1)), logf: d.logf,
+		tables: []string{chaosRun.aggTable, chaosRun.factsTable}, count: map[string]int{}}
+	sum.faults = f
+	supervise, stopSupervising := context.WithCancel(ctx)
+	defer stopSupervising()
+	supervised := make(chan struct{})
+	go func() { defer close(supervised); f.superviseHBase(supervise) }()
+	ok, err := d.chaosPhase(ctx, chaosRun, f, rng, sum)
 	if err != nil || !ok {
+		stopSupervising()
+		<-supervised
 		sum.failures = append(sum.failures, "the chaos run did not finish")
 		d.printSummary(sum)
 		return false, err
@@ -298,6 +308,8 @@ func run(ctx context.Context, o *options) (bool, error) {
 			return false, err
 		}
 	}
+	stopSupervising()
+	<-supervised
 	if err := d.compare(ctx, chaosRun, refRun, sum); err != nil {
 		return false, err
 	}
@@ -380,16 +392,12 @@ func (d *driver) stopRoles(rc *runCfg) {
 
 // chaosPhase produces the stream while injecting faults, then closes the stream with the flush
 // events and waits until the pipeline has drained.
-func (d *driver) chaosPhase(ctx context.Context, rc *runCfg, sum *summary) (bool, error) {
+func (d *driver) chaosPhase(ctx context.Context, rc *runCfg, f *faults, rng *rand.Rand, sum *summary) (bool, error) {
 	o := d.o
 	if err := d.startRoles(rc); err != nil {
 		return false, err
 	}
 	defer d.stopRoles(rc)
-	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x51ed270b))
-	f := &faults{svc: d.svc, hb: d.hb, rng: rand.New(rand.NewPCG(rng.Uint64(), 1)), logf: d.logf,
-		tables: []string{rc.aggTable, rc.factsTable}, count: map[string]int{}}
-	sum.faults = f
 	sum.roles = rc.roles
 
 	// The stream lies days in the past, so nothing but the future-dated events is ever ahead of
@@ -780,6 +788,12 @@ func (d *driver) printSummary(s *summary) bool {
 		fmt.Fprintf(w, "regions:  %d splits (%s), %d unassign/assigns\n", f.count[faultSplit], strings.Join(splits, ", "), f.count[faultBounce])
 		for _, sk := range f.skipped {
 			fmt.Fprintf(w, "          fault not done: %s\n", sk)
+		}
+		if len(f.revived) > 0 {
+			fmt.Fprintf(w, "          HBase found dead and restarted by the suite's supervisor %d times (no planned fault; a region server aborted?):\n", len(f.revived))
+			for _, r := range f.revived {
+				fmt.Fprintf(w, "          %s\n", r)
+			}
 		}
 		fmt.Fprintf(w, "exits:    %d unplanned exits of a role (restarted after 2 s)\n", len(exits))
 		for _, e := range exits {
