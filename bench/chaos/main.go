@@ -769,8 +769,7 @@ func (d *driver) printSummary(s *summary) bool {
 		for _, r := range s.roles {
 			k, starts, ex := r.counts()
 			totalKills += k
-			kills = append(kills, fmt.Sprintf("%s %d", r.name, k))
-			_ = starts
+			kills = append(kills, fmt.Sprintf("%s %d (started %d times)", r.name, k, starts))
 			for _, e := range ex {
 				exits = append(exits, r.name+" at "+e)
 			}
