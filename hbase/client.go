@@ -35,6 +35,10 @@ type Config struct {
 	RPCTimeout time.Duration
 	// DialTimeout bounds one TCP connect; 5 s.
 	DialTimeout time.Duration
+	// ZooKeeperTimeout bounds one lookup in ZooKeeper (connect, session, read) when the context
+	// allows longer; 10 s. Without it, a write issued while ZooKeeper is down would wait for it to
+	// return, however long it stays away, and its caller would never see the failure.
+	ZooKeeperTimeout time.Duration
 	// MaxBatchActions caps the actions in one Multi request; 2,048.
 	MaxBatchActions int
 	// MaxBatchBytes caps the encoded size of one Multi request; 4 MiB.
@@ -69,6 +73,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second
+	}
+	if c.ZooKeeperTimeout <= 0 {
+		c.ZooKeeperTimeout = 10 * time.Second
 	}
 	if c.MaxBatchActions <= 0 {
 		c.MaxBatchActions = 2048
@@ -128,9 +135,32 @@ type Client struct {
 	metaMu   sync.Mutex
 	metaAddr string // region server hosting hbase:meta, "" when unknown
 
-	actionsSent atomic.Int64 // Multi actions put on the wire, first tries and retries
+	actionsSent   atomic.Int64 // Multi actions put on the wire, first tries and retries
+	actionsResent atomic.Int64 // of actionsSent, those sent again by a later round of their Apply
+	relocations   atomic.Int64 // regions the servers refused with a relocate-class error
+	lookups       atomic.Int64 // hbase:meta lookups of a region
 
 	auth *kerberosAuth // nil with simple authentication
+}
+
+// Stats are counters of a Client's work since it was created, for metrics and tests.
+type Stats struct {
+	// ActionsSent counts Multi actions put on the wire: first tries and resends.
+	ActionsSent int64
+	// ActionsResent counts, of ActionsSent, the actions an Apply sent again after they failed in
+	// an earlier round: only failed actions are ever resent.
+	ActionsResent int64
+	// Relocations counts regions a server refused (NotServingRegion, RegionMoved, WrongRegion):
+	// splits, moves, unassignments and restarts.
+	Relocations int64
+	// RegionLookups counts hbase:meta lookups of a region's location.
+	RegionLookups int64
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{ActionsSent: c.actionsSent.Load(), ActionsResent: c.actionsResent.Load(),
+		Relocations: c.relocations.Load(), RegionLookups: c.lookups.Load()}
 }
 
 type dialWait struct {
@@ -156,7 +186,21 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 		}
 		c.auth = a
 	}
-	addr, err := c.metaServer(ctx, false)
+	// A cluster that is starting (or a ZooKeeper that does not answer yet) is waited for, up to
+	// MaxRounds lookups of ZooKeeperTimeout each with backoff between them, or the context: each
+	// lookup alone gives up after ZooKeeperTimeout.
+	var addr string
+	var err error
+	for round := 0; round < c.cfg.MaxRounds; round++ {
+		if round > 0 {
+			if c.backoff(ctx, round-1) != nil {
+				break
+			}
+		}
+		if addr, err = c.metaServer(ctx, false); err == nil || !IsRetriable(err) {
+			break
+		}
+	}
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("hbase: new client: %w", err)
@@ -300,6 +344,14 @@ func (c *Client) rpc(ctx context.Context, service, addr, method string, param, c
 		}
 	}
 	return resp, cb, err
+}
+
+// zkContext bounds a ZooKeeper lookup by Config.ZooKeeperTimeout when ctx allows longer.
+func (c *Client) zkContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= c.cfg.ZooKeeperTimeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.cfg.ZooKeeperTimeout)
 }
 
 // backoff waits before retry round (0-based) or until ctx ends.

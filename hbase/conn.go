@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -396,7 +397,8 @@ func (c *conn) readLoop() {
 		if f.exc != nil {
 			e := remoteError(cl.method, c.addr, f.exc.class, f.exc.stack, f.exc.doNotRetry)
 			if f.exc.host != "" {
-				e.Message += fmt.Sprintf(" (moved to %s:%d)", f.exc.host, f.exc.port)
+				e.MovedTo = net.JoinHostPort(f.exc.host, strconv.Itoa(int(f.exc.port)))
+				e.Message += " (moved to " + e.MovedTo + ")"
 			}
 			cl.err = e
 		} else {

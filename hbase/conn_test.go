@@ -125,3 +125,60 @@ func TestDroppedConnectionFailsCallsAsRetriable(t *testing.T) {
 		}
 	}
 }
+
+// TestZooKeeperLookupIsBounded: with ZooKeeper down, locating hbase:meta fails as retriable after
+// ZooKeeperTimeout, even under a context without a deadline: a write issued during an outage
+// returns its failure to its caller instead of waiting for ZooKeeper to come back.
+func TestZooKeeperLookupIsBounded(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := bareClient(Config{ZooKeeper: addr, ZooKeeperTimeout: 300 * time.Millisecond, BackoffMin: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond})
+	c.quorum = addr
+	defer c.Close()
+	t0 := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.metaServer(context.Background(), false)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("locating hbase:meta with ZooKeeper down still waits after 10 s")
+	}
+	if took := time.Since(t0); err == nil || !IsRetriable(err) || took > 5*time.Second {
+		t.Fatalf("locate hbase:meta with ZooKeeper down: %v after %v, want a retriable failure after about 300ms", err, took)
+	}
+	t0 = time.Now()
+	err = c.Apply(context.Background(), []*Mutation{put1("t", "r", "q", 1, "v")})
+	var be *BatchError
+	if !errors.As(err, &be) || !IsRetriable(be.Errs[0]) || !strings.Contains(be.Errs[0].Error(), "zookeeper") || time.Since(t0) > 20*time.Second {
+		t.Fatalf("apply with ZooKeeper down: %v after %v, want a retriable failure within the rounds' bound", err, time.Since(t0))
+	}
+}
+
+// TestNewClientWaitsForZooKeeper: NewClient waits, round after round, for a ZooKeeper that does not
+// answer yet, as a process started beside a cluster that is still starting needs; each lookup
+// alone gives up after ZooKeeperTimeout.
+func TestNewClientWaitsForZooKeeper(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	t0 := time.Now()
+	_, err = NewClient(context.Background(), Config{ZooKeeper: addr, ZooKeeperTimeout: 100 * time.Millisecond,
+		MaxRounds: 4, BackoffMin: 100 * time.Millisecond, BackoffMax: 100 * time.Millisecond})
+	took := time.Since(t0)
+	if err == nil || !IsRetriable(err) {
+		t.Fatalf("new client with ZooKeeper down: %v, want a retriable failure", err)
+	}
+	if took < 600*time.Millisecond || took > 5*time.Second {
+		t.Fatalf("new client gave up after %v: want 4 lookups of 100 ms with 100 ms between", took)
+	}
+}

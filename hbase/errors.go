@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 )
 
@@ -46,6 +47,10 @@ type Error struct {
 	Message string    // the server's message (first line of its stack trace) or a local description
 	Kind    ErrorKind // what to do about it; Retriable() is Kind != KindPermanent
 	Err     error     // underlying cause (network error, context error), if any
+	// MovedTo is host:port of the server a RegionMovedException names as the region's new home,
+	// "" for every other error. The client goes there at once, without asking hbase:meta, which
+	// may still name the old server for a moment.
+	MovedTo string
 }
 
 // Error says what failed, where, the server's exception, and the kind.
@@ -167,5 +172,36 @@ func remoteError(op, server, class, stack string, doNotRetry bool) *Error {
 	// Java's Throwable.toString starts with the class name: drop the repetition.
 	msg = strings.TrimPrefix(msg, class+": ")
 	msg = strings.TrimPrefix(msg, class)
-	return &Error{Op: op, Server: server, Class: class, Message: msg, Kind: classify(class, stack, doNotRetry)}
+	e := &Error{Op: op, Server: server, Class: class, Message: msg, Kind: classify(class, stack, doNotRetry)}
+	if strings.HasSuffix(class, ".RegionMovedException") {
+		e.MovedTo = movedTo(msg)
+	}
+	return e
+}
+
+// movedTo reads the destination of a RegionMovedException from its message, "Region moved to:
+// hostname=H port=P startCode=S. As of locationSeqNum=N.", as the server writes it when the
+// exception comes without the ExceptionResponse's hostname and port (inside a Multi response).
+// It returns "" when the message does not say.
+func movedTo(msg string) string {
+	_, rest, ok := strings.Cut(msg, "hostname=")
+	if !ok {
+		return ""
+	}
+	host, rest, ok := strings.Cut(rest, " ")
+	if !ok || host == "" {
+		return ""
+	}
+	_, rest, ok = strings.Cut(rest, "port=")
+	if !ok {
+		return ""
+	}
+	port := rest
+	if i := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		port = rest[:i]
+	}
+	if port == "" {
+		return ""
+	}
+	return net.JoinHostPort(host, port)
 }

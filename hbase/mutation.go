@@ -186,6 +186,7 @@ func (e *BatchError) Unwrap() []error {
 // any order: a batch must not carry two values for the same cell.
 func (c *Client) Apply(ctx context.Context, ms []*Mutation) error {
 	errs := make([]error, len(ms))
+	sent := make([]bool, len(ms)) // put on the wire in an earlier round: a resend now
 	todo := make([]int, 0, len(ms))
 	for i, m := range ms {
 		if err := m.validate(); err != nil {
@@ -203,7 +204,7 @@ func (c *Client) Apply(ctx context.Context, ms []*Mutation) error {
 				break
 			}
 		}
-		todo = c.applyRound(ctx, ms, todo, errs)
+		todo = c.applyRound(ctx, ms, todo, errs, sent)
 		if round+1 >= c.cfg.MaxRounds {
 			break // todo keeps its last (retriable) errors
 		}
@@ -232,8 +233,9 @@ type multiRequest struct {
 	regions []regionActions
 }
 
-// applyRound sends every action in todo once and returns those to retry; errs gets every outcome.
-func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, errs []error) []int {
+// applyRound sends every action in todo once and returns those to retry; errs gets every outcome,
+// sent marks the actions put on the wire.
+func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, errs []error, sent []bool) []int {
 	// Group by server, then region, in input order within a region.
 	type serverGroup struct {
 		regions map[string]*regionActions
@@ -243,19 +245,35 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 	var retry []int
 	var retryMu sync.Mutex
 	// A table whose lookup failed in this round is not looked up again for its other keys until
-	// the next round: a missing table or a region in transition would otherwise cost one hbase:meta
-	// RPC per mutation.
+	// the next round: a missing table or an unreachable hbase:meta would otherwise cost one RPC per
+	// mutation. A lookup that found its region in transition (closed, opening, split) holds back
+	// only the keys of that region's range; the table's other regions are looked up and written.
 	lookupFailed := map[string]error{}
+	type transit struct {
+		r   *region
+		err error
+	}
+	var transits []transit
 	for _, i := range todo {
 		m := ms[i]
 		r := c.regions.lookup(m.Table, m.Row)
 		if r == nil {
 			err := lookupFailed[m.Table]
+			for _, tr := range transits {
+				if err == nil && tr.r.table == m.Table && tr.r.contains(m.Row) {
+					err = tr.err
+				}
+			}
 			if err == nil {
 				r, err = c.locate(ctx, m.Table, m.Row)
+				var it *inTransition
+				if errors.As(err, &it) {
+					transits = append(transits, transit{it.r, err})
+				} else if err != nil {
+					lookupFailed[m.Table] = err
+				}
 			}
 			if err != nil {
-				lookupFailed[m.Table] = err
 				errs[i] = err
 				if retryHere(err) {
 					retry = append(retry, i)
@@ -319,7 +337,7 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 			go func() {
 				defer wg.Done()
 				for req := range next {
-					again := c.sendMulti(ctx, ms, req, errs)
+					again := c.sendMulti(ctx, ms, req, errs, sent)
 					if len(again) > 0 {
 						retryMu.Lock()
 						retry = append(retry, again...)
@@ -334,8 +352,8 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 }
 
 // sendMulti sends one Multi request and records each action's outcome; it returns the indexes to
-// retry. Each index is written by exactly one request, so errs needs no lock.
-func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiRequest, errs []error) []int {
+// retry. Each index is written by exactly one request, so errs and sent need no lock.
+func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiRequest, errs []error, sent []bool) []int {
 	ssem := c.sem("s:"+req.addr, c.cfg.MaxInFlightPerServer)
 	select {
 	case ssem <- struct{}{}:
@@ -359,16 +377,24 @@ func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiReques
 		}
 	}
 
+	resent := 0
 	for _, ra := range req.regions {
 		c.actionsSent.Add(int64(len(ra.idx)))
+		for _, i := range ra.idx {
+			if sent[i] {
+				resent++
+			}
+			sent[i] = true
+		}
 	}
+	c.actionsResent.Add(int64(resent))
 	param, cells := getBuf(), getBuf()
 	*param, *cells = appendMultiRequest(*param, *cells, ms, req)
 	resp, cb, err := c.rpc(ctx, serviceClient, req.addr, "Multi", param, cells)
 	if err != nil {
 		if e, ok := err.(*Error); ok && e.Kind == KindRelocate {
 			for _, ra := range req.regions {
-				c.invalidate(ra.r)
+				c.relocate(ra.r, err)
 			}
 		}
 		return c.failRequest(req, errs, err)
@@ -483,7 +509,7 @@ func (c *Client) readMultiResponse(resp, _ []byte, req *multiRequest, errs []err
 				if exc != nil {
 					if exc.Kind == KindRelocate && !relocated[ri] {
 						relocated[ri] = true
-						c.invalidate(ra.r)
+						c.relocate(ra.r, exc)
 					}
 					fail(idx, exc)
 				} else {
@@ -493,7 +519,7 @@ func (c *Client) readMultiResponse(resp, _ []byte, req *multiRequest, errs []err
 				// The whole region failed (e.g. NotServingRegion): every action of it.
 				exc := parseNameBytesPair(raw, "multi", req.addr)
 				if exc.Kind == KindRelocate {
-					c.invalidate(ra.r)
+					c.relocate(ra.r, exc)
 				}
 				for a := first; a < first+len(ra.idx); a++ {
 					if !seen[a] {
@@ -573,7 +599,7 @@ func (c *Client) Get(ctx context.Context, g Get) (*Result, error) {
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) && e.Kind == KindRelocate {
-				c.invalidate(r)
+				c.relocate(r, err)
 			}
 			if retryHere(err) {
 				last = err

@@ -31,6 +31,22 @@ func (c *Client) invalidate(r *region) {
 	c.forgetSems("r:" + string(r.name))
 }
 
+// relocate updates the cache after the server refused r for a relocate-class error: a
+// RegionMovedException that names the new server moves the cached region there (the region's name
+// and range do not change in a move, and hbase:meta may still name the old server for a moment);
+// anything else forgets r, so the next use looks it up again.
+func (c *Client) relocate(r *region, err error) {
+	c.relocations.Add(1)
+	var e *Error
+	if errors.As(err, &e) && e.MovedTo != "" && r.table != metaTableName {
+		moved := *r
+		moved.addr = e.MovedTo
+		c.regions.add(&moved)
+		return
+	}
+	c.invalidate(r)
+}
+
 // forgetSems drops the in-flight semaphores whose key starts with prefix (a region that moved,
 // split or was deleted), so the map does not grow with region churn. Requests holding a slot keep
 // their reference and release into the old semaphore.
@@ -159,7 +175,9 @@ func (c *Client) metaServer(ctx context.Context, refresh bool) (string, error) {
 		}
 		addr = locs
 	} else {
-		sn, state, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.MetaRegionServer(ctx)
+		zctx, cancel := c.zkContext(ctx)
+		sn, state, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.MetaRegionServer(zctx)
+		cancel()
 		if err != nil {
 			return "", &Error{Op: "locate hbase:meta", Kind: KindBackoff, Err: err}
 		}
@@ -199,7 +217,9 @@ func (c *Client) masterServer(ctx context.Context) (string, error) {
 		}
 		return "", last
 	}
-	sn, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.Master(ctx)
+	zctx, cancel := c.zkContext(ctx)
+	defer cancel()
+	sn, err := ZooKeeperLocator{Quorum: c.quorum, Root: c.cfg.ZooKeeperRoot}.Master(zctx)
 	if err != nil {
 		return "", &Error{Op: "locate master", Kind: KindBackoff, Err: err}
 	}
@@ -352,6 +372,7 @@ func (c *Client) locateBefore(ctx context.Context, table string, start []byte) (
 // retries with backoff, and retrying here too would multiply the waits, once per uncached key.
 func (c *Client) lookupMeta(ctx context.Context, table string, metaRow []byte, ok func(*region) bool) (*region, error) {
 	op := "locate region of " + table
+	c.lookups.Add(1)
 	addr, err := c.metaServer(ctx, false)
 	if err != nil {
 		return nil, err
@@ -382,24 +403,38 @@ func (c *Client) lookupMeta(ctx context.Context, table string, metaRow []byte, o
 	if r.table != table {
 		return nil, tableNotFound(table)
 	}
-	if r.addr == "" || !ok(r) {
-		return nil, &Error{Op: op, Kind: KindBackoff, Message: fmt.Sprintf("region %q in transition", r.name)}
+	if r.addr == "" {
+		return nil, &Error{Op: op, Kind: KindBackoff, Message: fmt.Sprintf("region %q in transition", r.name),
+			Err: &inTransition{r: r}}
+	}
+	if !ok(r) {
+		// A hole in hbase:meta, as a split or merge leaves for a moment.
+		return nil, &Error{Op: op, Kind: KindBackoff, Message: fmt.Sprintf("region %q does not cover the key: in transition", r.name)}
 	}
 	c.regions.add(r)
 	return r, nil
 }
+
+// inTransition is the cause of a lookup that found its region closed, opening, or split and not
+// yet replaced by its daughters in hbase:meta. It keeps the region's range, so that Apply does not
+// look up every other key of that range in the same round.
+type inTransition struct{ r *region }
+
+func (e *inTransition) Error() string { return "region in transition" }
 
 func tableNotFound(table string) *Error {
 	return &Error{Op: "locate region", Class: "org.apache.hadoop.hbase.TableNotFoundException",
 		Message: table, Kind: KindPermanent}
 }
 
-// regionFromMeta builds a region from an hbase:meta row: info:regioninfo ("PBUF" + RegionInfo) and
-// info:server (host:port, empty while unassigned).
+// regionFromMeta builds a region from an hbase:meta row: info:regioninfo ("PBUF" + RegionInfo),
+// info:server (host:port, empty while unassigned) and info:state (OPEN, or the transition it is
+// in; rows written before HBase 2 have none).
 func regionFromMeta(res *Result) (*region, error) {
 	r := &region{}
 	var haveInfo bool
 	var ri regionInfo
+	var state string
 	for _, cell := range res.Cells {
 		if string(cell.Family) != "info" {
 			continue
@@ -418,6 +453,8 @@ func regionFromMeta(res *Result) (*region, error) {
 			r.name = bytes.Clone(cell.Row)
 		case "server":
 			r.addr = string(cell.Value)
+		case "state":
+			state = string(cell.Value)
 		}
 	}
 	if !haveInfo {
@@ -427,6 +464,11 @@ func regionFromMeta(res *Result) (*region, error) {
 	r.start, r.end = bytes.Clone(ri.start), bytes.Clone(ri.end)
 	if ri.offline || ri.split {
 		r.addr = "" // a split parent or offline region serves nothing: treat as in transition
+	}
+	if state != "" && state != "OPEN" {
+		// info:server keeps the last server of a closed region (unassigned, being moved or split):
+		// sending there would only earn a NotServingRegionException. Wait for it to open.
+		r.addr = ""
 	}
 	return r, nil
 }

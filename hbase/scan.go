@@ -398,7 +398,9 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 			// the last row handed out, on a freshly located region.
 			last = err
 			sc.scannerID = 0
-			if e.Kind == KindRelocate || e.Kind == KindReconnect {
+			if e.Kind == KindRelocate {
+				c.relocate(sc.region, err)
+			} else if e.Kind == KindReconnect {
 				c.invalidate(sc.region)
 			}
 			sc.region = nil

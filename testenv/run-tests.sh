@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README): fetch and start a real Kafka broker and a real HBase on
 # loopback, run every Go test against them, stop the services; before that, the TestCluster* tests
-# against a real three-broker Kafka cluster. Extra arguments go to `go test`.
+# against a real three-broker Kafka cluster and the failure suite's short form (bench/chaos) on
+# services of its own. Extra arguments go to `go test`.
 # A service that does not come up fails the run; so does a test that finds a service missing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,7 +42,7 @@ if ! "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then
   "$venv/bin/pip" install -q -r testenv/python-requirements.txt
 fi
 
-started=0 cluster_started=0 secure_started=0
+started=0 cluster_started=0 secure_started=0 chaos_failed=0
 cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
 cleanup() {
   if [ "$cluster_started" = 1 ]; then cluster stop || true; fi
@@ -67,6 +68,21 @@ if [ "${ABACUS_CLUSTER_STAGE:-1}" != 0 ]; then
   cluster status # the RSS of each broker after the tests
   if [ "$cluster_started" = 1 ]; then cluster stop; cluster_started=0; fi
   echo "[run-tests] cluster stage took $((SECONDS - t0)) s"
+fi
+
+# Chaos stage: the failure suite's short form (bench/chaos, a few minutes) on a Kafka and an HBase
+# of its own (ports 49092/42181/46000/46020, folder testenv/.data/chaos), which it stops, kills and
+# restarts while the pipeline runs; it starts them and stops them again. Like the cluster stage it
+# runs alone, before the shared services start. ABACUS_CHAOS_STAGE=0 leaves it out.
+if [ "${ABACUS_CHAOS_STAGE:-1}" != 0 ]; then
+  t0=$SECONDS
+  echo "[run-tests] go run ./bench/chaos (short form: the whole pipeline under faults, compared cell by cell)"
+  # A failure is reported at the end, after the other tests have run too.
+  if ! env KAFKA_PORT=49092 KAFKA_CONTROLLER_PORT=49093 KAFKA_SASL_PORT=0 HBASE_ZK_PORT=42181 HBASE_MASTER_PORT=46000 \
+      HBASE_RS_PORT=46020 ABACUS_TESTENV_DIR="$root/testenv/.data/chaos" go run ./bench/chaos; then
+    chaos_failed=1
+  fi
+  echo "[run-tests] chaos stage took $((SECONDS - t0)) s"
 fi
 
 # Leave servers alone that a developer already runs; stop only what this run started.
@@ -155,3 +171,8 @@ ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
   go test -count=1 -timeout 15m -run '^TestSink' "$@" ./sinks/
 "${secure[@]}" status
 echo "[run-tests] Kerberos stage: $((SECONDS - kerberos_t0)) s before stopping its services"
+
+if [ "$chaos_failed" = 1 ]; then
+  echo "[run-tests] FAIL: the chaos stage (go run ./bench/chaos) failed: see its summary above"
+  exit 1
+fi

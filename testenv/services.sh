@@ -11,6 +11,8 @@
 #   testenv/services.sh clean    stop and remove the data (of the cluster, with KAFKA_BROKERS=3)
 #   testenv/services.sh kill-broker N    SIGKILL Kafka broker N (1 for the single broker)
 #   testenv/services.sh start-broker N   start broker N again and wait until it answers
+#   testenv/services.sh kill-hbase       SIGKILL HBase (master, region server and ZooKeeper: one JVM),
+#                                        as a crash would; `start` brings it back through WAL recovery
 #
 # Settings (environment):
 #   ABACUS_TESTENV_DIR   data, logs and pid files (default: testenv/.data, git-ignored)
@@ -375,6 +377,19 @@ start_broker() {
   wait_ready "$name" "$(node_dir "$n")/kafka.log"
 }
 
+# kill_hbase: SIGKILL the HBase JVM, as a crash would, and wait until it is gone. Edits it
+# acknowledged live only in its WAL; the next start replays them (the master splits the dead
+# server's WAL before reopening its regions).
+kill_hbase() {
+  local pid
+  is_running hbase || die "hbase is not running"
+  pid=$(cat "$data/hbase.pid")
+  kill -9 "$pid"
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$data/hbase.pid"
+  log "killed hbase (pid $pid, SIGKILL)"
+}
+
 hbase_java_opts=(
   -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true
   --add-modules jdk.unsupported
@@ -423,6 +438,11 @@ start_hbase() {
     # A 20 s scanner lease (60 s by default) lets hbase.TestScannerSurvivesLeaseExpiry run in every
     # test run; abacus's scans never idle that long.
     prop hbase.client.scanner.timeout.period 20000
+    # Standalone HBase gives its region server a 10 s ZooKeeper session: on a busy shared machine a
+    # pause of the host longer than about 7 s expired it, and the region server aborted for good
+    # (seen in the failure suite's long run). 30 s rides such pauses out; a SIGKILLed HBase then
+    # waits up to that long, at its next start, for its dead region server's session to expire.
+    prop zookeeper.session.timeout.localHBaseCluster 30000
     echo '</configuration>'
   } >"$dir/conf/hbase-site.xml"
   cat >"$dir/conf/log4j2.properties" <<EOF
@@ -816,5 +836,6 @@ case $cmd in
     ;;
   kill-broker) broker_arg "${2:-}"; kill_broker "$2" ;;
   start-broker) need_java; broker_arg "${2:-}"; build_probe; start_broker "$2" ;;
+  kill-hbase) kill_hbase ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

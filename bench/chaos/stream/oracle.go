@@ -1,0 +1,371 @@
+package stream
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/totals"
+)
+
+// SourceRecord is a record of the source topic as the pipeline read it.
+type SourceRecord struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Timestamp time.Time // the record's timestamp, which future-dated events are judged by
+}
+
+// Layout is how the deployment lays out its tables.
+type Layout struct {
+	AggregatesBuckets, FactsBuckets int
+	Family                          string
+}
+
+// Oracle computes what the tables and the dead-letter topic must hold once the pipeline has read
+// every record: feed it the source topic's records, each partition in offset order.
+type Oracle struct {
+	layout Layout
+	parts  map[int32]*oraclePartition
+
+	// Aggregates and Facts are the expected cells of the two tables.
+	Aggregates, Facts *Cells
+	// Bad maps the source coordinates of every record that must be dead-lettered to the reason.
+	Bad map[deadletter.Source]deadletter.Reason
+
+	// Counts of what the records turned out to be.
+	Records, Applied, Flushes int64
+	LateFor                   map[string]int64 // per set: events too late for every window of the set
+}
+
+type oracleWindow struct {
+	set      string
+	entity   string
+	start    int64
+	end      int64
+	closesAt int64
+	n        int64
+	sum      float64
+	min, max float64
+}
+
+type oraclePartition struct {
+	streamTime int64
+	open       map[windowKey]*oracleWindow
+	due        windowHeap
+}
+
+type windowKey struct {
+	set    string
+	entity string
+	start  int64
+}
+
+// NewOracle starts an oracle for tables laid out as l.
+func NewOracle(l Layout) *Oracle {
+	return &Oracle{layout: l, parts: map[int32]*oraclePartition{},
+		Aggregates: NewCells(), Facts: NewCells(),
+		Bad: map[deadletter.Source]deadletter.Reason{}, LateFor: map[string]int64{}}
+}
+
+// sets mirrors the topology's aggregate sets.
+var sets = []struct {
+	name      string
+	size, adv int64
+	grace     int64
+}{
+	{SetTumble, tumbleSpec.Size(), tumbleSpec.Advance(), tumbleGrace.Milliseconds()},
+	{SetHop, hopSpec.Size(), hopSpec.Advance(), hopGrace.Milliseconds()},
+}
+
+// Feed takes the next record of its partition.
+func (o *Oracle) Feed(r SourceRecord) {
+	o.Records++
+	src := deadletter.Source{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+	var ev Event
+	if err := json.Unmarshal(r.Value, &ev); err != nil {
+		o.Bad[src] = deadletter.Undecodable
+		return
+	}
+	// The engine and the facts sink allow events up to MaxFutureSkew (5 minutes) ahead of their
+	// record's timestamp.
+	if !r.Timestamp.IsZero() && ev.Time > r.Timestamp.Add(5*time.Minute).UnixMilli() {
+		o.Bad[src] = deadletter.Future
+		return
+	}
+	if ev.Entity != string(r.Key) || ev.Entity == "" || ev.Time < 0 {
+		// The generator never makes these; a record like this means the stream is not the one
+		// the suite produced.
+		panic(fmt.Sprintf("oracle: record %s holds entity %q time %d under key %q", src, ev.Entity, ev.Time, r.Key))
+	}
+	// Facts: one cell per readable event, whatever its lateness.
+	o.Facts.Add(schema.FactRow(ev.Entity, ev.Time, o.layout.FactsBuckets), o.layout.Family,
+		schema.AppendFactQualifier(nil, ev.Kind, r.Partition, r.Offset), ev.Time, r.Value,
+		func() string { return fmt.Sprintf("fact of %s (%s at %d)", src, ev.Entity, ev.Time) })
+
+	p := o.parts[r.Partition]
+	if p == nil {
+		p = &oraclePartition{streamTime: math.MinInt64, open: map[windowKey]*oracleWindow{}}
+		o.parts[r.Partition] = p
+	}
+	// With one source, a partition's stream time is the largest event time applied (the engine's
+	// watermark of its only input). An event is judged by the stream time before it; only then
+	// does it move it (for an event later than every other, that is the same as judging it by its
+	// own time: its windows all end after it).
+	judge := p.streamTime
+	applied := false
+	if ev.Kind == TypeFlush {
+		o.Flushes++
+		applied = true // into the flush set's window, which never closes and emits nothing
+	} else if ev.Kind == TypeMeasurement {
+		for _, s := range sets {
+			hit := false
+			// Every window start s, a multiple of the advance, with s <= t < s+size.
+			first := floorDiv(ev.Time-s.size, s.adv)*s.adv + s.adv
+			for start := first; start <= ev.Time; start += s.adv {
+				if !(start <= ev.Time && ev.Time < start+s.size) {
+					continue
+				}
+				closesAt := start + s.size + s.grace
+				if judge >= closesAt {
+					continue // this window is closed: the event is late for it
+				}
+				k := windowKey{s.name, ev.Entity, start}
+				w := p.open[k]
+				if w == nil {
+					w = &oracleWindow{set: s.name, entity: ev.Entity, start: start, end: start + s.size, closesAt: closesAt,
+						min: math.Inf(1), max: math.Inf(-1)}
+					p.open[k] = w
+					heap.Push(&p.due, w)
+				}
+				w.n++
+				w.sum += ev.V
+				w.min, w.max = min(w.min, ev.V), max(w.max, ev.V)
+				hit = true
+			}
+			if !hit {
+				o.LateFor[s.name]++
+			}
+			applied = applied || hit
+		}
+		if applied {
+			o.Applied++
+		}
+	}
+	if applied {
+		p.streamTime = max(p.streamTime, ev.Time)
+	}
+	for p.due.Len() > 0 && p.due[0].closesAt <= p.streamTime {
+		w := heap.Pop(&p.due).(*oracleWindow)
+		delete(p.open, windowKey{w.set, w.entity, w.start})
+		o.final(w)
+	}
+}
+
+// final adds the cells of a closed window's final total.
+func (o *Oracle) final(w *oracleWindow) {
+	row := schema.AggregateRow(w.entity, w.set, w.start, o.layout.AggregatesBuckets)
+	desc := func(name string) func() string {
+		return func() string {
+			return fmt.Sprintf("%s %s window %s %s", w.entity, w.set, time.UnixMilli(w.start).UTC().Format(time.RFC3339), name)
+		}
+	}
+	add := func(name string, v totals.Value) {
+		b, err := schema.AppendCellValue(nil, v)
+		if err != nil {
+			panic(err)
+		}
+		o.Aggregates.Add(row, o.layout.Family, []byte(name), w.end, b, desc(name))
+	}
+	add("n", totals.Value{Kind: totals.KindInt, Int: w.n})
+	switch w.set {
+	case SetTumble:
+		add("sum", totals.Value{Kind: totals.KindFloat, Float: w.sum})
+		add("max", totals.Value{Kind: totals.KindFloat, Float: w.max})
+	case SetHop:
+		add("min", totals.Value{Kind: totals.KindFloat, Float: w.min})
+	}
+	o.Aggregates.Add(row, o.layout.Family, []byte(schema.MetaQualifier), w.end, schema.AppendMeta(nil, true, uint64(w.n)), desc(schema.MetaQualifier))
+}
+
+// Open returns the windows still open: none once every partition got its flush event.
+func (o *Oracle) Open() int {
+	n := 0
+	for _, p := range o.parts {
+		n += len(p.open)
+	}
+	return n
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+type windowHeap []*oracleWindow
+
+func (h windowHeap) Len() int           { return len(h) }
+func (h windowHeap) Less(i, j int) bool { return h[i].closesAt < h[j].closesAt }
+func (h windowHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *windowHeap) Push(x any)        { *h = append(*h, x.(*oracleWindow)) }
+func (h *windowHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// Cells is a set of cells, kept as 64-bit hashes so that ten million facts fit in memory: each
+// cell's coordinates (row, family, qualifier) hash to its key, its timestamp and value to its
+// value hash. Descriptions of the first cells added are kept for reports.
+type Cells struct {
+	m    map[uint64]cellHash
+	desc map[uint64]string
+	gen  uint32 // comparisons started, for cellHash.seen
+}
+
+// maxDescriptions bounds the descriptions kept: reports show a few examples.
+const maxDescriptions = 100_000
+
+type cellHash struct {
+	ts    int64
+	value uint64
+	seen  uint32 // the comparison that read this cell, if any
+}
+
+// NewCells returns an empty set.
+func NewCells() *Cells { return &Cells{m: map[uint64]cellHash{}, desc: map[uint64]string{}} }
+
+// Len is the number of cells.
+func (c *Cells) Len() int { return len(c.m) }
+
+// CellKey hashes a cell's coordinates.
+func CellKey(row []byte, family string, qualifier []byte) uint64 {
+	h := fnv.New64a()
+	var n [4]byte
+	for _, part := range [][]byte{row, []byte(family), qualifier} {
+		binary.BigEndian.PutUint32(n[:], uint32(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return h.Sum64()
+}
+
+// ValueHash hashes a cell's value.
+func ValueHash(value []byte) uint64 {
+	h := fnv.New64a()
+	h.Write(value)
+	return h.Sum64()
+}
+
+// Add records a cell; desc describes it in reports (called only while few are kept). Adding the
+// same coordinates twice keeps the second value, as a later Put of the same cell would.
+func (c *Cells) Add(row []byte, family string, qualifier []byte, ts int64, value []byte, desc func() string) {
+	k := CellKey(row, family, qualifier)
+	c.m[k] = cellHash{ts: ts, value: ValueHash(value)}
+	if desc != nil && len(c.desc) < maxDescriptions {
+		c.desc[k] = desc()
+	}
+}
+
+// Diff is the outcome of comparing a table with a set of expected cells.
+type Diff struct {
+	Compared      int64 // cell versions of the table read
+	Missing       int64 // expected cells the table does not hold
+	Extra         int64 // cells the table holds that are not expected
+	WrongValue    int64 // cells whose newest version has another timestamp or value
+	ExtraVersions int64 // versions beyond the first of any cell
+	Examples      []string
+}
+
+// Mismatches counts every difference.
+func (d *Diff) Mismatches() int64 { return d.Missing + d.Extra + d.WrongValue + d.ExtraVersions }
+
+func (d *Diff) example(format string, args ...any) {
+	if len(d.Examples) < 12 {
+		d.Examples = append(d.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// Comparer compares the cells of a table, read in the table's order (every version of a cell
+// together, newest first), with the expected set. Call Cell for each version read, then Finish.
+// One comparison of a set runs at a time.
+type Comparer struct {
+	want     *Cells
+	gen      uint32
+	describe func(row, family, qualifier []byte) string
+	lastKey  uint64
+	haveLast bool
+	D        Diff
+}
+
+// Compare starts a comparison with the set; describe names a table cell in reports.
+func (c *Cells) Compare(describe func(row, family, qualifier []byte) string) *Comparer {
+	c.gen++
+	return &Comparer{want: c, gen: c.gen, describe: describe}
+}
+
+// Cell takes one version of a cell read from the table.
+func (cmp *Comparer) Cell(row, family, qualifier []byte, ts int64, value []byte) {
+	cmp.D.Compared++
+	k := CellKey(row, string(family), qualifier)
+	if cmp.haveLast && k == cmp.lastKey {
+		cmp.D.ExtraVersions++
+		cmp.D.example("extra version of %s at %d", cmp.describe(row, family, qualifier), ts)
+		return
+	}
+	cmp.lastKey, cmp.haveLast = k, true
+	w, ok := cmp.want.m[k]
+	if !ok {
+		cmp.D.Extra++
+		cmp.D.example("extra cell %s at %d", cmp.describe(row, family, qualifier), ts)
+		return
+	}
+	if w.seen == cmp.gen {
+		// Versions of one cell come together: a cell read again later is a hash clash or a
+		// server that returned rows out of order; either way the comparison cannot vouch for it.
+		cmp.D.ExtraVersions++
+		cmp.D.example("cell %s read twice", cmp.describe(row, family, qualifier))
+		return
+	}
+	w.seen = cmp.gen
+	cmp.want.m[k] = w
+	if w.ts != ts || w.value != ValueHash(value) {
+		cmp.D.WrongValue++
+		cmp.D.example("cell %s: timestamp %d value %x, want timestamp %d and another value", cmp.describe(row, family, qualifier), ts, value, w.ts)
+	}
+}
+
+// Finish counts the expected cells never read, and returns the outcome.
+func (cmp *Comparer) Finish() Diff {
+	var missing []string
+	for k, w := range cmp.want.m {
+		if w.seen != cmp.gen {
+			cmp.D.Missing++
+			if len(missing) < 12 {
+				d := cmp.want.desc[k]
+				if d == "" {
+					d = fmt.Sprintf("cell %016x", k)
+				}
+				missing = append(missing, d)
+			}
+		}
+	}
+	sort.Strings(missing)
+	for _, m := range missing {
+		cmp.D.example("missing %s", m)
+	}
+	return cmp.D
+}

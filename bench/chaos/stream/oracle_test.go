@@ -1,0 +1,271 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/totals"
+)
+
+var layout = Layout{AggregatesBuckets: 4, FactsBuckets: 4, Family: "d"}
+
+// TestOracleByHand checks the oracle on a stream small enough to reason about: lateness is judged
+// per partition against a stream time that includes the event, and a flush closes everything.
+func TestOracleByHand(t *testing.T) {
+	const min = 60_000
+	base := int64(1000 * min)
+	now := time.UnixMilli(base + 2*24*60*min)
+	o := NewOracle(layout)
+	off := int64(0)
+	feed := func(p int32, ev Event) {
+		v, _ := json.Marshal(ev)
+		o.Feed(SourceRecord{Topic: "src", Partition: p, Offset: off, Key: []byte(ev.Entity), Value: v, Timestamp: now})
+		off++
+	}
+	m := func(e string, ts int64, v float64) Event {
+		return Event{Entity: e, Time: ts, Kind: TypeMeasurement, V: v}
+	}
+	feed(0, m("a", base+1_000, 5))
+	feed(0, m("a", base+59_000, 7))
+	feed(0, m("a", base+70_000, 1))   // stream time 70 s: the first minute is open until 80 s
+	feed(0, m("a", base+30_000, 2))   // 40 s behind, within the 20 s grace of the minute's end
+	feed(0, m("b", base+85_000, 1))   // stream time 85 s: the first minute closes
+	feed(0, m("a", base+59_999, 100)) // late for the first minute, on time for the 5-minute windows
+	feed(1, m("c", base+1, 9))        // another partition has its own stream time
+	o.Feed(SourceRecord{Topic: "src", Partition: 0, Offset: off, Key: []byte("a"), Value: []byte("{oops"), Timestamp: now})
+	bad := deadletter.Source{Topic: "src", Partition: 0, Offset: off}
+	off++
+	feed(0, Event{Entity: "a", Time: now.Add(time.Hour).UnixMilli(), Kind: TypeMeasurement})
+	future := deadletter.Source{Topic: "src", Partition: 0, Offset: off - 1}
+
+	if o.LateFor[SetTumble] != 1 || o.LateFor[SetHop] != 0 {
+		t.Fatalf("late: %v, want one late for the tumbling set only", o.LateFor)
+	}
+	if o.Bad[bad] != deadletter.Undecodable || o.Bad[future] != deadletter.Future || len(o.Bad) != 2 {
+		t.Fatalf("bad records: %v", o.Bad)
+	}
+	// The first minute of a, on partition 0: 5, 7, 2.
+	want := func(entity, set string, start int64, name string, v totals.Value) {
+		t.Helper()
+		row := schema.AggregateRow(entity, set, start, layout.AggregatesBuckets)
+		b, _ := schema.AppendCellValue(nil, v)
+		cmp := o.Aggregates.Compare(func(r, f, q []byte) string { return string(q) })
+		cmp.Cell(row, []byte("d"), []byte(name), start+min, b)
+		if d := cmp.D; d.Extra+d.WrongValue != 0 {
+			t.Fatalf("%s %s %d %s: %v", entity, set, start, name, d.Examples)
+		}
+	}
+	want("a", SetTumble, base, "n", totals.Value{Kind: totals.KindInt, Int: 3})
+	want("a", SetTumble, base, "sum", totals.Value{Kind: totals.KindFloat, Float: 14})
+	want("a", SetTumble, base, "max", totals.Value{Kind: totals.KindFloat, Float: 7})
+	if o.Aggregates.Len() != 4 {
+		t.Fatalf("%d aggregate cells before the flush, want the 4 of a's first minute", o.Aggregates.Len())
+	}
+	for p, rec := range FlushRecords(2, base+24*60*min) {
+		var ev Event
+		_ = json.Unmarshal(rec.Value, &ev)
+		o.Feed(SourceRecord{Topic: "src", Partition: int32(p), Offset: 100, Key: rec.Key, Value: rec.Value, Timestamp: now})
+	}
+	if o.Open() != 0 {
+		t.Fatalf("%d windows open after the flush", o.Open())
+	}
+	// Windows of a: minutes 0 and 1, 5 hopping windows over minute 0 and one more over minute 1;
+	// b's minute 1 and its 5 hopping windows; c's minute 0 and its 5 hopping windows.
+	if n := o.Aggregates.Len(); n != (2+1+1)*4+(6+5+5)*3 {
+		t.Fatalf("%d aggregate cells after the flush", n)
+	}
+	if o.Facts.Len() != 7+2 {
+		t.Fatalf("%d fact cells, want one per readable event (7 and 2 flushes)", o.Facts.Len())
+	}
+}
+
+// TestOracleMatchesEngine runs a generated stream through the real window engine (processors, on an
+// in-process broker) and checks that the final totals, turned into cells by the aggregates
+// encoder, are exactly the oracle's: the suite's two references agree on semantics before any
+// fault is injected.
+func TestOracleMatchesEngine(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a processor")
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const parts = 3
+	topo, err := Topology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err = topo.WithTopicNames("t-", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	source := topo.SourceTopics()[0]
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(partitioner.Kgo()), kgo.DefaultProduceTopic(source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, parts, 1, nil, source); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	g := &Generator{Seed: 5, Entities: 30, Start: now.Add(-48 * time.Hour).UnixMilli(), Step: 50 * time.Millisecond}
+	var recs []Record
+	for range 6000 {
+		recs = g.Next(recs)
+	}
+	recs = append(recs, FlushRecords(parts, now.Add(-24*time.Hour).UnixMilli())...)
+	kinds := map[Kind]int{}
+	var out []*kgo.Record
+	for _, r := range recs {
+		kinds[r.Kind]++
+		out = append(out, &kgo.Record{Key: r.Key, Value: r.Value})
+	}
+	if err := cl.ProduceSync(ctx, out...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []Kind{OnTime, Straggler, Late, Future, Malformed, Duplicate} {
+		if kinds[k] == 0 {
+			t.Fatalf("the generator made no %s records: %v", k, kinds)
+		}
+	}
+
+	p, err := processors.New(topo, processors.Config{Brokers: brokers, StoragePath: filepath.Join(t.TempDir(), "state"),
+		IdleTimeout: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("processor: %v", err)
+		}
+	}()
+
+	// The oracle reads the source topic back, as the suite does.
+	o := NewOracle(layout)
+	readAll(ctx, t, brokers, source, func(r *kgo.Record) {
+		o.Feed(SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+	})
+	if o.Open() != 0 || o.Flushes != parts {
+		t.Fatalf("oracle: %d windows open, %d flushes", o.Open(), o.Flushes)
+	}
+	wantFinals := o.Aggregates.Len()
+
+	// Totals, until every window the oracle closed has its final (one final per window: cells
+	// of a window's final are n, the values, and _meta).
+	enc := &sinks.AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: layout.AggregatesBuckets}
+	tcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topo.TotalsTopic()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tcl.Close()
+	got := map[string][]byte{} // cell -> the newest value written, as HBase keeps it
+	type cellTS struct {
+		row, qual []byte
+		ts        int64
+	}
+	cells := map[string]cellTS{}
+	finals := map[string]bool{}
+	for len(finals) < wantFinals {
+		fs := tcl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("waiting for %d final cells, have %d", wantFinals, len(finals))
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			tr, err := totals.Decode(r.Value)
+			if err != nil {
+				t.Fatalf("totals record: %v", err)
+			}
+			cs, err := enc.Encode(r, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cl := range cs {
+				k := string(cl.Row) + "/" + string(cl.Qualifier)
+				if tr.Final {
+					finals[k] = true
+				}
+				got[k] = cl.Value
+				cells[k] = cellTS{cl.Row, cl.Qualifier, cl.Timestamp}
+			}
+		})
+	}
+	cmp := o.Aggregates.Compare(func(row, _, q []byte) string {
+		e, set, start, _ := schema.ParseAggregateRow(row)
+		return fmt.Sprintf("%s %s %d %s", e, set, start, q)
+	})
+	for k, v := range got {
+		c := cells[k]
+		cmp.Cell(c.row, []byte("d"), c.qual, c.ts, v)
+	}
+	d := cmp.Finish()
+	if d.Mismatches() != 0 {
+		t.Fatalf("engine vs oracle: %d missing, %d extra, %d wrong of %d: %v", d.Missing, d.Extra, d.WrongValue, d.Compared, d.Examples)
+	}
+	t.Logf("%d records (%v), %d applied, late %v, %d bad: %d aggregate cells agree", o.Records, kinds, o.Applied, o.LateFor, len(o.Bad), d.Compared)
+}
+
+// readAll reads every record of topic, partition by partition in offset order, up to the end
+// offsets at the call.
+func readAll(ctx context.Context, t *testing.T, brokers []string, topic string, fn func(*kgo.Record)) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %s: %v", topic, err)
+		}
+		fs.EachError(func(_ string, _ int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("read %s: %v", topic, err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset < end {
+				fn(r)
+				if r.Offset+1 >= end {
+					delete(left, r.Partition)
+				}
+			}
+		})
+	}
+}

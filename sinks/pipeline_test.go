@@ -1,0 +1,331 @@
+package sinks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/bench/chaos/stream"
+	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store/hbasestore"
+	"github.com/abacus-stream/abacus/topology"
+)
+
+// pipeline is the whole abacus pipeline in the test process, on the real Kafka and HBase: the
+// processor of the chaos topology (package bench/chaos/stream), the aggregates sink and the facts
+// sink, each sink with an HBase client of its own, fed by a steady generated stream. The stream's
+// oracle says which cells the tables must hold at the end (verify).
+type pipeline struct {
+	t                    *testing.T
+	brokers              []string
+	prefix, source       string
+	parts                int
+	topo                 *topology.Topology
+	aggTable, factsTable string
+	aggM, factsM         *Metrics
+	aggC, factsC         *hbase.Client // the sinks' own clients
+	hb                   *hbase.Client // the test's client
+	adm                  *kadm.Client
+	prod                 *kgo.Client
+
+	produced, producedBytes atomic.Int64
+	stopProduce, produceEnd chan struct{}
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	runErrs chan error
+}
+
+const pipelineBuckets = 8
+
+// startPipeline starts the pipeline and a producer of rate events a second, each padded with pad
+// bytes.
+func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
+	t.Helper()
+	p := &pipeline{t: t, brokers: testenv.Kafka(t), parts: 4, runErrs: make(chan error, 3),
+		stopProduce: make(chan struct{}), produceEnd: make(chan struct{})}
+	hcfg := testenv.HBaseConfig(t) // plain, or Kerberized under ABACUS_HBASE_AUTH=kerberos
+	p.prefix = fmt.Sprintf("%s-%d-", name, time.Now().UnixNano())
+	p.source = p.prefix + "events"
+	topo, err := stream.Topology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.topo, err = topo.WithTopicNames(p.prefix, map[string]string{stream.SourceTopic: p.source}); err != nil {
+		t.Fatal(err)
+	}
+	createTopics(t, p.brokers, int32(p.parts), p.source, p.topo.TotalsTopic(), p.topo.DeadLetterTopic())
+	p.hb = testenv.HBaseClient(t)
+	tbl := strings.ReplaceAll(strings.TrimSuffix(p.prefix, "-"), "-", "_")
+	p.aggTable, p.factsTable = tbl+"_agg", tbl+"_facts"
+	for _, tb := range []string{p.aggTable, p.factsTable} {
+		testenv.DropTableAtEnd(t, p.hb, tb)
+		err := hbaseStore(t, p.hb).EnsureTable(setupCtx(t), schema.TableLayout{Name: tb, Family: "d", SaltBuckets: pipelineBuckets, Versions: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	t.Cleanup(p.cancel)
+	log := testLogger(t)
+	// The processor, with an idle timeout longer than any test: stream time never follows the
+	// wall clock, so the oracle's totals are exact.
+	proc, err := processors.New(p.topo, processors.Config{Brokers: p.brokers, Group: p.prefix + "processor",
+		StoragePath: filepath.Join(t.TempDir(), "state"), IdleTimeout: 6 * time.Hour, Registerer: prometheus.NewRegistry(),
+		Logger: log.With("part", "processor")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.wg.Go(func() { p.runErrs <- proc.Run(p.ctx) })
+	newSink := func(name, group string, topics []string, enc Encoder) (*Metrics, *hbase.Client) {
+		hc, err := hbase.NewClient(setupCtx(t), hcfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { hc.Close() })
+		st, err := hbasestore.New(hc, hbasestore.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := NewMetrics(prometheus.NewRegistry(), name)
+		s, err := NewFlushThenCommit(Config{Brokers: p.brokers, Group: group, Topics: topics, DeadLetterTopic: p.topo.DeadLetterTopic(),
+			MaxBatchRecords: 2000, FlushInterval: 500 * time.Millisecond, Metrics: m, Logger: log.With("part", name)}, enc, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.wg.Go(func() { p.runErrs <- s.Run(p.ctx) })
+		return m, hc
+	}
+	p.aggM, p.aggC = newSink("aggregates", p.prefix+"aggregates-sink", []string{p.topo.TotalsTopic()},
+		&AggregatesEncoder{Table: p.aggTable, Family: "d", SaltBuckets: pipelineBuckets})
+	p.factsM, p.factsC = newSink("facts", p.prefix+"facts-sink", []string{p.source},
+		&FactsEncoder{Table: p.factsTable, Family: "d", SaltBuckets: pipelineBuckets, MaxFutureSkew: p.topo.MaxFutureSkew(), Extract: FactsOf(p.topo),
+			LeaveRejectsToProcessor: true})
+
+	// A steady stream, days in the past, until stopped.
+	p.prod, err = kgo.NewClient(kgo.SeedBrokers(p.brokers...), kgo.DefaultProduceTopic(p.source),
+		kgo.RecordPartitioner(partitioner.Kgo()), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.prod.Close)
+	p.adm = kadm.NewClient(p.prod)
+	go func() {
+		defer close(p.produceEnd)
+		g := &stream.Generator{Seed: 11, Entities: 200, PadBytes: pad,
+			Start: time.Now().Add(-3 * 24 * time.Hour).UnixMilli(), Step: 10 * time.Millisecond}
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		t0 := time.Now()
+		var n int64
+		var recs []stream.Record
+		for {
+			select {
+			case <-p.stopProduce:
+				return
+			case <-tick.C:
+			}
+			for target := int64(time.Since(t0).Seconds() * float64(rate)); n < target; n++ {
+				for _, r := range g.Next(recs[:0]) {
+					p.producedBytes.Add(int64(len(r.Value)))
+					p.prod.Produce(p.ctx, &kgo.Record{Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
+						if err != nil && p.ctx.Err() == nil {
+							t.Errorf("produce: %v", err)
+						}
+					})
+				}
+			}
+			p.produced.Store(n)
+		}
+	}()
+	return p
+}
+
+// lag is how many records of topic group has not committed, or -1 when it cannot be read.
+func (p *pipeline) lag(group, topic string) int64 {
+	c, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	defer cancel()
+	l, err := groupLagOf(c, p.adm, group, topic)
+	if err != nil {
+		return -1
+	}
+	return l
+}
+
+func (p *pipeline) drained() bool {
+	return p.lag(p.prefix+"facts-sink", p.source) == 0 && p.lag(p.prefix+"processor", p.source) == 0 &&
+		p.lag(p.prefix+"aggregates-sink", p.topo.TotalsTopic()) == 0
+}
+
+// totalsEnd is the number of records in the totals topic: what the processor has emitted.
+func (p *pipeline) totalsEnd() int64 {
+	c, cancel := context.WithTimeout(p.ctx, 20*time.Second)
+	defer cancel()
+	ends, err := p.adm.ListEndOffsets(c, p.topo.TotalsTopic())
+	if err != nil {
+		return -1
+	}
+	var n int64
+	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
+	return n
+}
+
+// endStream stops the producer and closes every window with the stream's flush events.
+func (p *pipeline) endStream() {
+	close(p.stopProduce)
+	<-p.produceEnd
+	if err := p.prod.Flush(p.ctx); err != nil {
+		p.t.Fatal(err)
+	}
+	var flush []*kgo.Record
+	for _, r := range stream.FlushRecords(p.parts, time.Now().Add(-24*time.Hour).UnixMilli()) {
+		flush = append(flush, &kgo.Record{Key: r.Key, Value: r.Value})
+	}
+	if err := p.prod.ProduceSync(p.ctx, flush...).FirstErr(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// stop stops the processor and the sinks and reports their errors.
+func (p *pipeline) stop() {
+	p.cancel()
+	p.wg.Wait()
+	close(p.runErrs)
+	for err := range p.runErrs {
+		if err != nil {
+			p.t.Errorf("run: %v", err)
+		}
+	}
+}
+
+// verify checks that both tables hold exactly the cells the oracle computes from the source
+// topic, one version each.
+func (p *pipeline) verify() {
+	t := p.t
+	o := stream.NewOracle(stream.Layout{AggregatesBuckets: pipelineBuckets, FactsBuckets: pipelineBuckets, Family: "d"})
+	readSource(t, p.brokers, p.source, func(r *kgo.Record) {
+		o.Feed(stream.SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
+	})
+	if o.Open() != 0 {
+		t.Fatalf("%d windows open after the flush events", o.Open())
+	}
+	for _, tc := range []struct {
+		table string
+		want  *stream.Cells
+	}{{p.aggTable, o.Aggregates}, {p.factsTable, o.Facts}} {
+		cmp := tc.want.Compare(func(row, _, q []byte) string { return fmt.Sprintf("%x/%s", row, q) })
+		sc := p.hb.Scan(hbase.Scan{Table: tc.table, MaxVersions: hbase.AllVersions})
+		for {
+			r, err := sc.Next(setupCtx(t))
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, cl := range r.Cells {
+				cmp.Cell(cl.Row, cl.Family, cl.Qualifier, cl.Timestamp, cl.Value)
+			}
+		}
+		d := cmp.Finish()
+		if d.Mismatches() != 0 {
+			t.Errorf("%s: %d cells compared, %d missing, %d extra, %d wrong, %d extra versions: %v", tc.table, d.Compared, d.Missing, d.Extra, d.WrongValue, d.ExtraVersions, d.Examples)
+		} else {
+			t.Logf("%s: %d cells, all as the oracle computes from %d records, one version each", tc.table, d.Compared, o.Records)
+		}
+	}
+}
+
+func setupCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitForSlow is waitFor for conditions that cost RPCs: it polls every two seconds.
+func waitForSlow(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", limit, what)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+// groupLagOf is how many records of topic group has not committed.
+func groupLagOf(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	if err := ends.Error(); err != nil {
+		return 0, err
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return 0, err
+	}
+	var lag int64
+	ends.Each(func(o kadm.ListedOffset) {
+		var c int64
+		if r, ok := committed.Lookup(topic, o.Partition); ok && r.Err == nil && r.At >= 0 {
+			c = r.At
+		}
+		lag += max(o.Offset-c, 0)
+	})
+	return lag, nil
+}
+
+// readSource reads every record of topic, each partition in offset order.
+func readSource(t *testing.T, brokers []string, topic string, fn func(*kgo.Record)) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := setupCtx(t)
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			left[o.Partition] = o.Offset
+		}
+	})
+	for len(left) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("read %s: %v", topic, ctx.Err())
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if end, ok := left[r.Partition]; ok && r.Offset < end {
+				fn(r)
+				if r.Offset+1 >= end {
+					delete(left, r.Partition)
+				}
+			}
+		})
+	}
+}
