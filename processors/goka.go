@@ -73,9 +73,11 @@ func (d *durability) Acknowledged() uint64 {
 	return 0
 }
 
+// consumerGroupBuilder builds the group's consumer group: sarama's, retrying what a broker outage
+// makes fail (see consumerGroup).
 func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 	return func(brokers []string, group, clientID string) (sarama.ConsumerGroup, error) {
-		return sarama.NewConsumerGroup(brokers, group, p.cfg.saramaConfig(clientID))
+		return newConsumerGroup(brokers, group, p.cfg.saramaConfig(clientID), p.log)
 	}
 }
 

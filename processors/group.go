@@ -1,0 +1,101 @@
+package processors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// consumerGroup is sarama's consumer group, made to ride out a broker outage. goka stops the
+// processor on any error that Consume returns ("no way to recover"), and sarama returns one when
+// joining the group fails on the network: when the broker that coordinates the group is killed,
+// its cached coordinator refuses the connection and the whole processor stopped
+// (TestClusterScenarioBrokerKills found it). Here such errors are retried, with the coordinator
+// looked up again, until the cluster names a live one; errors that a retry cannot cure (a
+// refused login, a closed group) still stop the processor.
+type consumerGroup struct {
+	sarama.ConsumerGroup
+	client sarama.Client // the group's own client, to refresh its coordinator
+	group  string
+	log    *slog.Logger
+}
+
+// newConsumerGroup builds a consumer group on a client of its own.
+func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *slog.Logger) (*consumerGroup, error) {
+	cl, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer group %s: %w", group, err)
+	}
+	cg, err := sarama.NewConsumerGroupFromClient(group, cl)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("consumer group %s: %w", group, err)
+	}
+	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, log: log}, nil
+}
+
+// Consume implements sarama.ConsumerGroup: it runs one session, like sarama's, but retries a
+// failure to join the group that a retry can cure.
+func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.ConsumerGroupHandler) error {
+	backoff := 250 * time.Millisecond
+	for {
+		err := g.ConsumerGroup.Consume(ctx, topics, h)
+		if err == nil || !transient(err) {
+			return err
+		}
+		g.log.Warn("joining the consumer group failed; trying again", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		// sarama keeps the coordinator it found until told to look again.
+		if err := g.client.RefreshCoordinator(g.group); err != nil {
+			g.log.Debug("looking up the group coordinator", "err", err)
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// Close implements sarama.ConsumerGroup: it leaves the group and closes the client. Leaving fails
+// when the coordinator is unreachable; the group then drops the member after its session
+// timeout, as after a crash, so that is logged rather than made the stop's error.
+func (g *consumerGroup) Close() error {
+	err := g.ConsumerGroup.Close()
+	if err != nil && transient(err) {
+		g.log.Warn("could not leave the consumer group (its coordinator is unreachable); it drops this member after the session timeout", "err", err)
+		err = nil
+	}
+	if cerr := g.client.Close(); cerr != nil && !errors.Is(cerr, sarama.ErrClosedClient) && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// transient reports whether err is one that a broker outage or a leadership move causes, which
+// trying again later cures.
+func transient(err error) bool {
+	var ne net.Error
+	var ke sarama.KError
+	switch {
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, sarama.ErrOutOfBrokers), errors.Is(err, sarama.ErrNotConnected):
+		return true
+	case errors.As(err, &ke):
+		switch ke {
+		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable, sarama.ErrRebalanceInProgress,
+			sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable, sarama.ErrLeaderNotAvailable,
+			sarama.ErrNotLeaderForPartition, sarama.ErrNetworkException, sarama.ErrUnknownMemberId, sarama.ErrIllegalGeneration:
+			return true
+		}
+	}
+	return false
+}
