@@ -3,7 +3,10 @@ package processors
 import (
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/lovoo/goka"
 
 	"github.com/abacus-stream/abacus/internal/plan"
@@ -88,7 +91,15 @@ func (p *Processor) ensureTopics() (int, error) {
 		if t.Role == RoleSource {
 			continue
 		}
-		if err := tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config); err != nil {
+		err := tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config)
+		// Instances of a group that start together race to create its topics; the losers are
+		// told the topic exists, and check it again (goka's error keeps only the message).
+		// TestInstancesJoinAndDieMidStream starts three at once.
+		for try := 0; err != nil && strings.Contains(err.Error(), sarama.ErrTopicAlreadyExists.Error()) && try < 10; try++ {
+			time.Sleep(100 * time.Millisecond << min(try, 4))
+			err = tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("processor %s: create %s topic %s: %w", p.group, t.Role, t.Name, err)
 		}
 	}
