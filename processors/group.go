@@ -20,15 +20,20 @@ import (
 // (TestClusterScenarioBrokerKills found it). Here such errors are retried, with the coordinator
 // looked up again, until the cluster names a live one; errors that a retry cannot cure (a
 // refused login, a closed group) still stop the processor.
+//
+// It also reports each session's end (the revoke of its partitions) to released, with how long
+// giving them up took.
 type consumerGroup struct {
 	sarama.ConsumerGroup
-	client sarama.Client // the group's own client, to refresh its coordinator
-	group  string
-	log    *slog.Logger
+	client   sarama.Client // the group's own client, to refresh its coordinator
+	group    string
+	log      *slog.Logger
+	released func(parts []int32, generation int32, took time.Duration)
 }
 
 // newConsumerGroup builds a consumer group on a client of its own.
-func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *slog.Logger) (*consumerGroup, error) {
+func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *slog.Logger,
+	released func([]int32, int32, time.Duration)) (*consumerGroup, error) {
 	cl, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
@@ -38,16 +43,18 @@ func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *s
 		cl.Close()
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
 	}
-	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, log: log}, nil
+	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, log: log, released: released}, nil
 }
 
 // Consume implements sarama.ConsumerGroup: it runs one session, like sarama's, but retries a
-// failure to join the group that a retry can cure.
+// failure to join the group that a retry can cure. An error of a session that started (the
+// handler's, such as a write Kafka refused) is returned as it is: goka stops on it, and must.
 func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.ConsumerGroupHandler) error {
 	backoff := 250 * time.Millisecond
 	for {
-		err := g.ConsumerGroup.Consume(ctx, topics, h)
-		if err == nil || !transient(err) {
+		sh := &sessionHandler{ConsumerGroupHandler: h, g: g}
+		err := g.ConsumerGroup.Consume(ctx, topics, sh)
+		if err == nil || sh.started || !transient(err) {
 			return err
 		}
 		g.log.Warn("joining the consumer group failed; trying again", "err", err, "retry_in", backoff)
@@ -62,6 +69,30 @@ func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.C
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}
+}
+
+// sessionHandler is goka's handler, seen from the consumer group: whether a session started, and
+// when it ended.
+type sessionHandler struct {
+	sarama.ConsumerGroupHandler
+	g       *consumerGroup
+	started bool
+}
+
+// Setup implements sarama.ConsumerGroupHandler.
+func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	s.started = true
+	return s.ConsumerGroupHandler.Setup(sess)
+}
+
+// Cleanup implements sarama.ConsumerGroupHandler.
+func (s *sessionHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	start := time.Now()
+	err := s.ConsumerGroupHandler.Cleanup(sess)
+	if s.g.released != nil {
+		s.g.released(partitionsOf(sess.Claims()), sess.GenerationID(), time.Since(start))
+	}
+	return err
 }
 
 // Close implements sarama.ConsumerGroup: it leaves the group and closes the client. Leaving fails
