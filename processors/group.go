@@ -46,15 +46,23 @@ func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *s
 	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, log: log, released: released}, nil
 }
 
-// Consume implements sarama.ConsumerGroup: it runs one session, like sarama's, but retries a
-// failure to join the group that a retry can cure. An error of a session that started (the
-// handler's, such as a write Kafka refused) is returned as it is: goka stops on it, and must.
+// Consume implements sarama.ConsumerGroup: it runs sessions, like sarama's, until ctx is done or
+// one fails. A session that ends for a rebalance is followed by the next one at once: goka waits
+// 5 s before joining again, which holds up the whole group's rebalance (every partition of every
+// instance waits) and was most of a partition move's time (TestInstancesJoinAndDieMidStream:
+// 6 s per move, now 1). A failure to join the group that a retry can cure is retried. An error
+// of a session that started (the handler's, such as a write Kafka refused) is returned as it is:
+// goka stops on it, and must.
 func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.ConsumerGroupHandler) error {
 	backoff := 250 * time.Millisecond
 	for {
 		sh := &sessionHandler{ConsumerGroupHandler: h, g: g}
 		err := g.ConsumerGroup.Consume(ctx, topics, sh)
-		if err == nil || sh.started || !transient(err) {
+		switch {
+		case err == nil && sh.started && ctx.Err() == nil:
+			backoff = 250 * time.Millisecond
+			continue // a rebalance: join the next generation
+		case err == nil, sh.started, !transient(err):
 			return err
 		}
 		g.log.Warn("joining the consumer group failed; trying again", "err", err, "retry_in", backoff)
