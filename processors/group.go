@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -118,6 +120,33 @@ func (g *consumerGroup) Close() error {
 	return err
 }
 
+// transientKErrors are the broker answers that a broker outage or a leadership move causes.
+var transientKErrors = []sarama.KError{sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable,
+	sarama.ErrRebalanceInProgress, sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable,
+	sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition, sarama.ErrNetworkException, sarama.ErrUnknownMemberId,
+	sarama.ErrIllegalGeneration, sarama.ErrNotController}
+
+// transientText is transient for errors that reach us as text only (goka's topic manager formats
+// the errors it wraps with %v): it looks for the messages of the errors transient accepts.
+func transientText(err error) bool {
+	if transient(err) {
+		return true
+	}
+	msg := err.Error()
+	for _, m := range []string{syscall.ECONNREFUSED.Error(), syscall.ECONNRESET.Error(), syscall.EPIPE.Error(), "i/o timeout",
+		": EOF", sarama.ErrOutOfBrokers.Error(), sarama.ErrNotConnected.Error()} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	for _, ke := range transientKErrors {
+		if strings.Contains(msg, ke.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
 // transient reports whether err is one that a broker outage or a leadership move causes, which
 // trying again later cures.
 func transient(err error) bool {
@@ -129,12 +158,7 @@ func transient(err error) bool {
 		errors.Is(err, sarama.ErrOutOfBrokers), errors.Is(err, sarama.ErrNotConnected):
 		return true
 	case errors.As(err, &ke):
-		switch ke {
-		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable, sarama.ErrRebalanceInProgress,
-			sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable, sarama.ErrLeaderNotAvailable,
-			sarama.ErrNotLeaderForPartition, sarama.ErrNetworkException, sarama.ErrUnknownMemberId, sarama.ErrIllegalGeneration:
-			return true
-		}
+		return slices.Contains(transientKErrors, ke)
 	}
 	return false
 }

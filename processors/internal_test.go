@@ -106,5 +106,9 @@ func TestConsumerGroupRetriesOnlyTransientErrors(t *testing.T) {
 		if got := transient(c.err); got != c.want {
 			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
 		}
+		// goka's topic manager passes errors on as text.
+		if got := transientText(fmt.Errorf("Error getting config for topic x: %v", c.err)); got != c.want {
+			t.Errorf("transientText(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

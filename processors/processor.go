@@ -94,9 +94,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	npar, err := p.ensureTopics()
+	npar, err := p.ensureTopicsRetrying(ctx)
 	if err != nil {
 		return err
+	}
+	if npar == 0 {
+		return nil // stopped while waiting for the brokers
 	}
 	if err := p.checkCleanShutdown(); err != nil {
 		return err

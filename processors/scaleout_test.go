@@ -38,6 +38,8 @@ type scaleChild struct {
 	Input    string
 	Storage  string
 	Topology string // "scenario" (scenarioTopology) or "count" (countTopology)
+	// Replication of the topics the processor creates (0: the default, 1).
+	Replication int
 }
 
 // countTopology counts events per entity in one-hour windows: the least state per entity, for
@@ -71,7 +73,7 @@ func TestScaleChild(t *testing.T) {
 	if c.Topology == "count" {
 		topo = countTopology(t, c.Name, c.Input)
 	}
-	p, err := processors.New(topo, processors.Config{Brokers: c.Brokers, StoragePath: c.Storage,
+	p, err := processors.New(topo, processors.Config{Brokers: c.Brokers, StoragePath: c.Storage, Replication: c.Replication,
 		// No idle advance: a partition waiting to be moved must not be judged idle (the oracle
 		// knows nothing of wall-clock time); windows close through closing events.
 		IdleTimeout: 10 * time.Minute, TickInterval: 500 * time.Millisecond, FinalRetention: 2 * time.Second,

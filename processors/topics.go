@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -65,6 +66,28 @@ func Topics(topo *topology.Topology, cfg Config, partitions int32) []TopicSpec {
 			"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(cfg.LoopRetention.Milliseconds(), 10)}),
 		spec(string(goka.GroupTable(group)), RoleTable, map[string]string{"cleanup.policy": "compact"}))
 	return out
+}
+
+// ensureTopicsRetrying is ensureTopics, tried again for up to two minutes while it fails for a
+// broker outage: a processor (re)started while a broker of the cluster is down must wait for the
+// leader elections rather than fail (TestClusterScenarioBrokerKills restarts one then). A stop
+// asked for meanwhile returns 0 and no error.
+func (p *Processor) ensureTopicsRetrying(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	backoff := 250 * time.Millisecond
+	for {
+		n, err := p.ensureTopics()
+		if err == nil || !transientText(err) || time.Now().After(deadline) {
+			return n, err
+		}
+		p.log.Warn("checking the group's topics failed; trying again", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
 }
 
 // ensureTopics checks that the sources exist with one partition count, creates the group's other
