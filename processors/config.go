@@ -126,6 +126,17 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
+// producerRetries and producerBackoff let a producer's retries outlast a leader election: 100,
+// 200, 400, 800 ms, then a second each, about a minute in all.
+const producerRetries = 60
+
+func producerBackoff(retries, _ int) time.Duration {
+	if retries >= 4 {
+		return time.Second
+	}
+	return 100 * time.Millisecond << retries
+}
+
 // saramaConfig returns a fresh sarama config for one client: goka's defaults, our protocol
 // version, the oldest offset for new groups (nothing produced before the group first joined is
 // skipped: DESIGN invariant 9) and acknowledgement by every in-sync replica, then the user's hook.
@@ -134,6 +145,12 @@ func (c *Config) saramaConfig(clientID string) *sarama.Config {
 	sc.Version = c.KafkaVersion
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	sc.Producer.RequiredAcks = sarama.WaitForAll
+	// A killed broker's partitions have no leader until the controller fences it
+	// (broker.session.timeout.ms, 9 s by default). goka's 10 retries 100 ms apart are spent in
+	// about a second; then the producer fails the messages and goka stops the processor
+	// (TestClusterScenarioBrokerKills found it). These last about a minute.
+	sc.Producer.Retry.Max = producerRetries
+	sc.Producer.Retry.BackoffFunc = producerBackoff
 	if clientID != "" {
 		sc.ClientID = clientID
 	}

@@ -73,9 +73,11 @@ func (d *durability) Acknowledged() uint64 {
 	return 0
 }
 
+// consumerGroupBuilder builds the group's consumer group: sarama's, retrying what a broker outage
+// makes fail (see consumerGroup).
 func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 	return func(brokers []string, group, clientID string) (sarama.ConsumerGroup, error) {
-		return sarama.NewConsumerGroup(brokers, group, p.cfg.saramaConfig(clientID))
+		return newConsumerGroup(brokers, group, p.cfg.saramaConfig(clientID), p.log, p.moves.released)
 	}
 }
 
@@ -87,7 +89,8 @@ func (p *Processor) consumerBuilder() goka.SaramaConsumerBuilder {
 
 // storageBuilder opens the local tables under StoragePath (LevelDB, written in batches: see
 // package localtable) and hands each partition's table to the engine, which rebuilds its close
-// schedule from it after an assignment.
+// schedule from it after an assignment; goka gets it through a counter of the records it
+// restores (handover).
 func (p *Processor) storageBuilder() storage.Builder {
 	inner := localtable.Builder(p.cfg.StoragePath, 0)
 	return func(topic string, part int32) (storage.Storage, error) {
@@ -97,14 +100,25 @@ func (p *Processor) storageBuilder() storage.Builder {
 		}
 		if topic == p.table {
 			p.eng.SetStorage(part, st)
+			return p.moves.storage(part, st), nil
 		}
 		return st, nil
 	}
 }
 
-// graph is the group graph: the engine's inputs, loop and table, and its output topics.
+// graph is the group graph: the engine's inputs, loop and table, and its output topics. The
+// sources' callbacks are the engine's, wrapped to time the first event after a takeover.
 func (p *Processor) graph() *goka.GroupGraph {
-	edges := p.eng.Edges()
+	var edges []goka.Edge
+	for _, e := range p.eng.Edges() {
+		for i, s := range p.plan.Sources {
+			if e.Topic() == s.Topic {
+				e = goka.Input(goka.Stream(s.Topic), e.Codec(), p.moves.observe(p.eng.SourceCallback(i)))
+				break
+			}
+		}
+		edges = append(edges, e)
+	}
 	for _, t := range p.eng.OutputTopics() {
 		edges = append(edges, goka.Output(goka.Stream(t), new(codec.Bytes)))
 	}

@@ -159,11 +159,16 @@ type oracle struct {
 	future     int
 	bad        int
 	applied    int
+	// lateRecords are the late records expected in the late topic, as "partition@offset set"
+	// (source offsets counted as the records are fed, in each partition's order); next is the
+	// offset of the next record of each source partition.
+	lateRecords map[string]bool
+	next        map[int32]int64
 }
 
 func newOracle(nparts int) *oracle {
 	o := &oracle{nparts: nparts, streamTime: map[int32]int64{}, open: map[int32]map[winKey]*oWin{},
-		final: map[winKey]*oWin{}, late: map[string]int{}}
+		final: map[winKey]*oWin{}, late: map[string]int{}, lateRecords: map[string]bool{}, next: map[int32]int64{}}
 	for p := range int32(nparts) {
 		o.streamTime[p] = math.MinInt64
 		o.open[p] = map[winKey]*oWin{}
@@ -182,6 +187,10 @@ func graceOf(set string) int64 {
 }
 
 func (o *oracle) feed(in input) {
+	// Where the record lands: the partition of its key (what the test producers do).
+	srcPart := partitionOf(in.key, o.nparts)
+	at := fmt.Sprintf("%d@%d", srcPart, o.next[srcPart])
+	o.next[srcPart]++
 	if in.bad {
 		o.bad++
 		return
@@ -224,6 +233,7 @@ func (o *oracle) feed(in input) {
 		}
 		if late {
 			o.late[fs.name]++
+			o.lateRecords[at+" "+fs.name] = true
 		}
 		anyApplied = anyApplied || applied
 	}
@@ -245,6 +255,7 @@ func (o *oracle) feed(in input) {
 	}
 	if me+sessGrace <= st {
 		o.late[setSession]++
+		o.lateRecords[at+" "+setSession] = true
 	} else {
 		nw := &oWin{end: me}
 		// Merged accumulators: absorbed sessions in any order, then the event (sums of

@@ -1,7 +1,13 @@
 package processors
 
 import (
+	"errors"
+	"fmt"
 	"hash/fnv"
+	"io"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,5 +58,57 @@ func TestProducersAreIdempotent(t *testing.T) {
 	}
 	if p.durability.p.Load() != prod {
 		t.Fatal("the engine does not follow the processor's producer")
+	}
+}
+
+// TestProducerRetriesOutlastLeaderElection: a producer keeps retrying a message for longer than a
+// dead broker's partitions go without a leader (9 s until the controller fences it, by Kafka's
+// default), so that a broker's death does not fail messages and stop the processor; a user's
+// Sarama hook may still change it.
+func TestProducerRetriesOutlastLeaderElection(t *testing.T) {
+	var c Config
+	c.EnsureDefaults(tinyTopology(t))
+	sc := c.saramaConfig("test")
+	var total time.Duration
+	for i := range sc.Producer.Retry.Max {
+		total += sc.Producer.Retry.BackoffFunc(i, sc.Producer.Retry.Max)
+	}
+	if total < 30*time.Second {
+		t.Fatalf("a message is retried %d times over %v: not enough to outlast a leader election", sc.Producer.Retry.Max, total)
+	}
+	c.Sarama = func(sc *sarama.Config) { sc.Producer.Retry.Max = 3 }
+	if got := c.saramaConfig("test").Producer.Retry.Max; got != 3 {
+		t.Fatalf("the user's hook set 3 retries, the config has %d", got)
+	}
+}
+
+// TestConsumerGroupRetriesOnlyTransientErrors: the consumer group retries joining after errors
+// a broker outage causes, and passes on the others, which stop the processor.
+func TestConsumerGroupRetriesOnlyTransientErrors(t *testing.T) {
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{refused, true},
+		{fmt.Errorf("join: %w", refused), true},
+		{io.EOF, true},
+		{sarama.ErrOutOfBrokers, true},
+		{sarama.ErrConsumerCoordinatorNotAvailable, true},
+		{sarama.ErrNotCoordinatorForConsumer, true},
+		{sarama.ErrRebalanceInProgress, true},
+		{sarama.ErrClosedConsumerGroup, false},
+		{sarama.ErrGroupAuthorizationFailed, false},
+		{sarama.ErrSASLAuthenticationFailed, false},
+		{sarama.ErrFencedInstancedId, false},
+		{errors.New("something else"), false},
+	} {
+		if got := transient(c.err); got != c.want {
+			t.Errorf("transient(%v) = %v, want %v", c.err, got, c.want)
+		}
+		// goka's topic manager passes errors on as text.
+		if got := transientText(fmt.Errorf("Error getting config for topic x: %v", c.err)); got != c.want {
+			t.Errorf("transientText(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

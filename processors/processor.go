@@ -44,6 +44,8 @@ type Processor struct {
 	log   *slog.Logger
 	// durability follows the producer goka builds at Run, for the engine.
 	durability *durability
+	// moves times partitions taken over and given up.
+	moves *handover
 }
 
 // New checks the configuration and prepares a processor; Run starts it.
@@ -63,15 +65,21 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("processors.New: %w", err)
 	}
+	table := string(goka.GroupTable(goka.Group(cfg.Group)))
+	moves, err := newHandover(log, cfg.Registerer, p.Name, table)
+	if err != nil {
+		return nil, fmt.Errorf("processors.New: register metrics: %w", err)
+	}
 	return &Processor{
 		topo:       topo,
 		plan:       p,
 		cfg:        cfg,
 		group:      goka.Group(cfg.Group),
-		table:      string(goka.GroupTable(goka.Group(cfg.Group))),
+		table:      table,
 		eng:        eng,
 		log:        log,
 		durability: d,
+		moves:      moves,
 	}, nil
 }
 
@@ -86,9 +94,12 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	npar, err := p.ensureTopics()
+	npar, err := p.ensureTopicsRetrying(ctx)
 	if err != nil {
 		return err
+	}
+	if npar == 0 {
+		return nil // stopped while waiting for the brokers
 	}
 	if err := p.checkCleanShutdown(); err != nil {
 		return err
@@ -100,7 +111,10 @@ func (p *Processor) Run(ctx context.Context) error {
 		goka.WithConsumerGroupBuilder(p.consumerGroupBuilder()),
 		goka.WithConsumerSaramaBuilder(p.consumerBuilder()),
 		goka.WithStorageBuilder(p.storageBuilder()),
-		goka.WithRebalanceCallback(p.eng.Rebalanced),
+		goka.WithRebalanceCallback(func(a goka.Assignment) {
+			p.moves.rebalanced(a)
+			p.eng.Rebalanced(a)
+		}),
 		goka.WithLogger(gokaLogger{p.log}),
 	}
 	opts = append(opts, p.cfg.GokaOptions...)

@@ -1,9 +1,13 @@
 package processors
 
 import (
+	"context"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/lovoo/goka"
 
 	"github.com/abacus-stream/abacus/internal/plan"
@@ -64,6 +68,28 @@ func Topics(topo *topology.Topology, cfg Config, partitions int32) []TopicSpec {
 	return out
 }
 
+// ensureTopicsRetrying is ensureTopics, tried again for up to two minutes while it fails for a
+// broker outage: a processor (re)started while a broker of the cluster is down must wait for the
+// leader elections rather than fail (TestClusterScenarioBrokerKills restarts one then). A stop
+// asked for meanwhile returns 0 and no error.
+func (p *Processor) ensureTopicsRetrying(ctx context.Context) (int, error) {
+	deadline := time.Now().Add(2 * time.Minute)
+	backoff := 250 * time.Millisecond
+	for {
+		n, err := p.ensureTopics()
+		if err == nil || !transientText(err) || time.Now().After(deadline) {
+			return n, err
+		}
+		p.log.Warn("checking the group's topics failed; trying again", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return 0, nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
 // ensureTopics checks that the sources exist with one partition count, creates the group's other
 // topics that are missing (Topics), and returns the partition count.
 func (p *Processor) ensureTopics() (int, error) {
@@ -88,7 +114,15 @@ func (p *Processor) ensureTopics() (int, error) {
 		if t.Role == RoleSource {
 			continue
 		}
-		if err := tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config); err != nil {
+		err := tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config)
+		// Instances of a group that start together race to create its topics; the losers are
+		// told the topic exists, and check it again (goka's error keeps only the message).
+		// TestInstancesJoinAndDieMidStream starts three at once.
+		for try := 0; err != nil && strings.Contains(err.Error(), sarama.ErrTopicAlreadyExists.Error()) && try < 10; try++ {
+			time.Sleep(100 * time.Millisecond << min(try, 4))
+			err = tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config)
+		}
+		if err != nil {
 			return 0, fmt.Errorf("processor %s: create %s topic %s: %w", p.group, t.Role, t.Name, err)
 		}
 	}

@@ -46,14 +46,20 @@ type e2e struct {
 
 func newE2E(t *testing.T) *e2e {
 	t.Helper()
+	return newE2EOn(t, testenv.Kafka(t), 1)
+}
+
+// newE2EOn is newE2E on the given brokers, with topics of the given replication factor.
+func newE2EOn(t *testing.T, brokers []string, replication int16) *e2e {
+	t.Helper()
 	n := time.Now().UnixNano()
 	e := &e2e{
-		Brokers: testenv.Kafka(t), Quorum: testenv.HBaseZooKeeper(t), HBase: testenv.HBaseConfig(t),
+		Brokers: brokers, Quorum: testenv.HBaseZooKeeper(t), HBase: testenv.HBaseConfig(t),
 		Events: fmt.Sprintf("e2e-events-%d", n), Totals: fmt.Sprintf("e2e-totals-%d", n), DeadLetter: fmt.Sprintf("e2e-dlq-%d", n),
 		FactsTable: fmt.Sprintf("sinktest_facts_%d", n), AggTable: fmt.Sprintf("sinktest_agg_%d", n), Buckets: 8,
 		FactsGroup: fmt.Sprintf("e2e-facts-%d", n), AggGroup: fmt.Sprintf("e2e-agg-%d", n), MaxBatch: 300,
 	}
-	createTopics(t, e.Brokers, 4, e.Events, e.Totals, e.DeadLetter)
+	createReplicatedTopics(t, e.Brokers, 4, replication, e.Events, e.Totals, e.DeadLetter)
 	c := testenv.HBaseClient(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -119,6 +125,7 @@ func (e *e2e) sink(ctx context.Context, kind string, tune func(*Config)) (*Flush
 // several revisions of its total, ending with the final one.
 func (e *e2e) produceWorkload(t *testing.T, devices, perDevice int) (goodEvents int, finals map[string]*totals.Record) {
 	t.Helper()
+	recs, goodEvents, finals := e.workload(devices, perDevice)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(e.Brokers...), kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -126,9 +133,16 @@ func (e *e2e) produceWorkload(t *testing.T, devices, perDevice int) (goodEvents 
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return goodEvents, finals
+}
+
+// workload returns the records of produceWorkload, in the order to produce them.
+func (e *e2e) workload(devices, perDevice int) (recs []*kgo.Record, goodEvents int, finals map[string]*totals.Record) {
 	base := time.Now().Add(-time.Hour).Truncate(time.Minute).UnixMilli()
 	finals = map[string]*totals.Record{}
-	var recs []*kgo.Record
 	for d := range devices {
 		dev := fmt.Sprintf("dev-%d", d)
 		if d == 1 {
@@ -164,10 +178,7 @@ func (e *e2e) produceWorkload(t *testing.T, devices, perDevice int) (goodEvents 
 		recs = append(recs, &kgo.Record{Topic: e.Totals, Key: []byte(dev), Value: win.Encode()})
 	}
 	recs = append(recs, &kgo.Record{Topic: e.Totals, Key: []byte("junk"), Value: []byte{9, 9, 9}})
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-	return goodEvents, finals
+	return recs, goodEvents, finals
 }
 
 // tableCells reads every version of every cell of a table.

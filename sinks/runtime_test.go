@@ -170,6 +170,11 @@ func uniq(s string) string { return fmt.Sprintf("%s-%d", s, time.Now().UnixNano(
 
 func createTopics(t *testing.T, brokers []string, parts int32, topics ...string) {
 	t.Helper()
+	createReplicatedTopics(t, brokers, parts, 1, topics...)
+}
+
+func createReplicatedTopics(t *testing.T, brokers []string, parts int32, replication int16, topics ...string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +182,7 @@ func createTopics(t *testing.T, brokers []string, parts int32, topics ...string)
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := kadm.NewClient(cl).CreateTopics(ctx, parts, 1, nil, topics...)
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, parts, replication, nil, topics...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,28 +42,34 @@ if ! "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then
   "$venv/bin/pip" install -q -r testenv/python-requirements.txt
 fi
 
-started=0 cluster_started=0 secure_started=0 chaos_failed=0
+started=0 cluster_started=0 secure_started=0 hbase_started=0 chaos_failed=0
 cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
 cleanup() {
   if [ "$cluster_started" = 1 ]; then cluster stop || true; fi
   if [ "$secure_started" = 1 ]; then SERVICES="kdc secure-hbase" "$services" stop || true; fi
   if [ "$started" = 1 ]; then "$services" stop || true; fi
+  if [ "$hbase_started" = 1 ] && [ "$started" = 0 ]; then SERVICES=hbase "$services" stop || true; fi
 }
 trap cleanup EXIT INT TERM
 
 # Cluster stage: a real three-broker KRaft cluster (its own ports from 19192 and its own folder,
-# testenv/.data/kafka-cluster) for the TestCluster* tests, which SIGKILL and restart its brokers.
-# It runs first and alone, before the single broker and HBase start, so that the two never share
-# the two cores. ABACUS_CLUSTER_STAGE=0 leaves it out.
+# testenv/.data/kafka-cluster) for the TestCluster* tests, which SIGKILL and restart its brokers,
+# and the HBase the later stages use (the sinks' cluster test writes to it). It runs first, before
+# the single broker starts, so that the two never share the two cores; the cluster tests take
+# the cluster one at a time (a lock in its folder), whichever package they are in.
+# ABACUS_CLUSTER_STAGE=0 leaves it out.
 if [ "${ABACUS_CLUSTER_STAGE:-1}" != 0 ]; then
   t0=$SECONDS
   if [[ $(cluster status) == *stopped* ]]; then cluster_started=1; fi
   cluster start
+  if [[ $(SERVICES=hbase "$services" status) == *stopped* ]]; then hbase_started=1; fi
+  SERVICES=hbase "$services" start
   echo "[run-tests] go test -run '^TestCluster' ./... (three-broker cluster: brokers are killed and restarted)"
   (
     eval "$(cluster env)"
-    export ABACUS_REQUIRE_CLUSTER=1
-    go test -count=1 -timeout 15m "$@" -run '^TestCluster' ./...
+    eval "$(SERVICES=hbase "$services" env)"
+    export ABACUS_REQUIRE_CLUSTER=1 ABACUS_REQUIRE_SERVICES=1
+    go test -count=1 -timeout 20m "$@" -run '^TestCluster' ./...
   )
   cluster status # the RSS of each broker after the tests
   if [ "$cluster_started" = 1 ]; then cluster stop; cluster_started=0; fi

@@ -3,12 +3,15 @@ package testenv
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +44,10 @@ type Cluster struct {
 // KafkaCluster returns the running cluster, or skips the test when none is configured (fails it
 // when ABACUS_REQUIRE_CLUSTER=1). The ordinary single broker never counts as a cluster: tests that
 // need several brokers ask for this one by its own variable.
+//
+// The test holds the cluster alone until it ends: `go test ./...` runs packages in parallel, and
+// two tests killing brokers at once would take two of three down, below min.insync.replicas, and
+// each would see the other's outage as its own.
 func KafkaCluster(t testing.TB) *Cluster {
 	t.Helper()
 	fail := t.Skip
@@ -69,6 +76,7 @@ func KafkaCluster(t testing.TB) *Cluster {
 		}
 		conn.Close()
 	}
+	c.lock(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.MetadataMinAge(100*time.Millisecond),
 		kgo.RetryTimeout(10*time.Second))
 	if err != nil {
@@ -77,6 +85,32 @@ func KafkaCluster(t testing.TB) *Cluster {
 	t.Cleanup(cl.Close)
 	c.cl, c.adm = cl, kadm.NewClient(cl)
 	return c
+}
+
+// lock takes the cluster's test lock (a file lock in its data folder, so it holds across the test
+// processes of several packages) until the test ends.
+func (c *Cluster) lock(t testing.TB) {
+	t.Helper()
+	dir := filepath.Join(c.dir, "kafka-cluster")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatalf("cluster test lock: %v", err)
+	}
+	start := time.Now()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		t.Fatalf("cluster test lock %s: %v", f.Name(), err)
+	}
+	if waited := time.Since(start); waited > time.Second {
+		t.Logf("waited %v for the cluster (another test had it)", waited.Round(time.Millisecond))
+	}
+	t.Cleanup(func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	})
 }
 
 // Admin returns an admin client on the cluster (closed when the test ends).
@@ -96,21 +130,71 @@ func (c *Cluster) Partition(t testing.TB, topic string, partition int32) (leader
 // partition is Partition, with an error for a partition the metadata does not list (yet: a topic
 // just created reaches each broker's metadata a moment later).
 func (c *Cluster) partition(topic string, partition int32) (leader int32, isr []int32, err error) {
+	leader, isr, _, err = c.replicas(topic, partition)
+	return leader, isr, err
+}
+
+// replicas is partition with the replica list, in preference order.
+func (c *Cluster) replicas(topic string, partition int32) (leader int32, isr, replicas []int32, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	md, err := c.adm.Metadata(ctx, topic)
 	if err != nil {
-		return -1, nil, fmt.Errorf("metadata of %s: %w", topic, err)
+		return -1, nil, nil, fmt.Errorf("metadata of %s: %w", topic, err)
 	}
 	p, ok := md.Topics[topic].Partitions[partition]
 	if !ok || md.Topics[topic].Err != nil {
-		return -1, nil, fmt.Errorf("metadata of %s: no partition %d (%v)", topic, partition, md.Topics[topic].Err)
+		return -1, nil, nil, fmt.Errorf("metadata of %s: no partition %d (%v)", topic, partition, md.Topics[topic].Err)
 	}
 	if p.Err != nil {
 		// LEADER_NOT_AVAILABLE while an election runs: report no leader rather than fail.
-		return -1, p.ISR, nil
+		return -1, p.ISR, p.Replicas, nil
 	}
-	return p.Leader, slices.Sorted(slices.Values(p.ISR)), nil
+	return p.Leader, slices.Sorted(slices.Values(p.ISR)), p.Replicas, nil
+}
+
+// MakeLeader makes broker id the leader of a partition, so that a test can kill the leader of
+// exactly the partitions it means to: id becomes the first (preferred) replica, with the same
+// replica set (no data moves), and a preferred-leader election follows. id must be in the
+// partition's ISR. It returns once the metadata shows id leading.
+func (c *Cluster) MakeLeader(t testing.TB, topic string, partition, id int32) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for attempt := 0; ; attempt++ {
+		leader, isr, replicas, err := c.replicas(topic, partition)
+		if err == nil && leader == id {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s/%d: broker %d not leader after a minute (leader %d, ISR %v, replicas %v, %v)", topic, partition, id, leader, isr, replicas, err)
+		}
+		if attempt > 0 {
+			time.Sleep(250 * time.Millisecond)
+		}
+		if err != nil || !slices.Contains(isr, id) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		if replicas[0] != id {
+			order := append([]int32{id}, slices.DeleteFunc(slices.Clone(replicas), func(r int32) bool { return r == id })...)
+			var req kadm.AlterPartitionAssignmentsReq
+			req.Assign(topic, partition, order)
+			if rs, err := c.adm.AlterPartitionAssignments(ctx, req); err != nil {
+				t.Logf("%s/%d: reorder replicas to %v: %v", topic, partition, order, err)
+			} else {
+				for _, r := range rs.Sorted() {
+					if r.Err != nil {
+						t.Logf("%s/%d: reorder replicas to %v: %v %s", topic, partition, order, r.Err, r.ErrMessage)
+					}
+				}
+			}
+		} else {
+			// ELECTION_NOT_NEEDED and "preferred leader not available" while the metadata
+			// catches up are answered by trying again.
+			_, _ = c.adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {partition: {}}})
+		}
+		cancel()
+	}
 }
 
 // Leader returns the broker that leads a partition (-1 while none does).
@@ -120,9 +204,59 @@ func (c *Cluster) Leader(t testing.TB, topic string, partition int32) int32 {
 	return l
 }
 
+// MakeCoordinator makes broker id the group coordinator of group: it leads the partition of
+// __consumer_offsets the group's commits go to (Kafka picks it by the Java hash code of the group
+// id). It returns once the cluster names id as the coordinator.
+func (c *Cluster) MakeCoordinator(t testing.TB, group string, id int32) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	md, err := c.adm.Metadata(ctx, "__consumer_offsets")
+	if err != nil || len(md.Topics["__consumer_offsets"].Partitions) == 0 {
+		t.Fatalf("metadata of __consumer_offsets: %v", err)
+	}
+	// String.hashCode: s[0]*31^(n-1) + ... + s[n-1] in int32 arithmetic, over UTF-16 units (one
+	// per rune for the ASCII group ids of tests).
+	var h int32
+	for _, r := range group {
+		h = 31*h + r
+	}
+	if h == math.MinInt32 {
+		h = 0 // Kafka's Utils.abs
+	} else if h < 0 {
+		h = -h
+	}
+	part := h % int32(len(md.Topics["__consumer_offsets"].Partitions))
+	c.MakeLeader(t, "__consumer_offsets", part, id)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		fc := c.adm.FindGroupCoordinators(fctx, group)[group]
+		fcancel()
+		if fc.Err == nil && fc.NodeID == id {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s: coordinator %d (%v) after broker %d took __consumer_offsets/%d, want %d", group, fc.NodeID, fc.Err, id, part, id)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
 // KillBroker SIGKILLs broker id, as a crash would, through `testenv/services.sh kill-broker`; it
-// returns once the process is gone.
-func (c *Cluster) KillBroker(t testing.TB, id int32) { t.Helper(); c.script(t, "kill-broker", id) }
+// returns once the process is gone. If the test ends with the broker still down (it failed
+// before starting it again), the broker is started then, so that the next test finds three.
+func (c *Cluster) KillBroker(t testing.TB, id int32) {
+	t.Helper()
+	c.script(t, "kill-broker", id)
+	t.Cleanup(func() {
+		if conn, err := net.DialTimeout("tcp", c.Brokers[id-1], 2*time.Second); err == nil {
+			conn.Close()
+			return
+		}
+		c.script(t, "start-broker", id)
+	})
+}
 
 // StartBroker starts broker id again through `testenv/services.sh start-broker` and returns once
 // it answers with every broker of the cluster in its metadata. It may still be catching up: see

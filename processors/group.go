@@ -1,0 +1,164 @@
+package processors
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// consumerGroup is sarama's consumer group, made to ride out a broker outage. goka stops the
+// processor on any error that Consume returns ("no way to recover"), and sarama returns one when
+// joining the group fails on the network: when the broker that coordinates the group is killed,
+// its cached coordinator refuses the connection and the whole processor stopped
+// (TestClusterScenarioBrokerKills found it). Here such errors are retried, with the coordinator
+// looked up again, until the cluster names a live one; errors that a retry cannot cure (a
+// refused login, a closed group) still stop the processor.
+//
+// It also reports each session's end (the revoke of its partitions) to released, with how long
+// giving them up took.
+type consumerGroup struct {
+	sarama.ConsumerGroup
+	client   sarama.Client // the group's own client, to refresh its coordinator
+	group    string
+	log      *slog.Logger
+	released func(parts []int32, generation int32, took time.Duration)
+}
+
+// newConsumerGroup builds a consumer group on a client of its own.
+func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *slog.Logger,
+	released func([]int32, int32, time.Duration)) (*consumerGroup, error) {
+	cl, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consumer group %s: %w", group, err)
+	}
+	cg, err := sarama.NewConsumerGroupFromClient(group, cl)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("consumer group %s: %w", group, err)
+	}
+	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, log: log, released: released}, nil
+}
+
+// Consume implements sarama.ConsumerGroup: it runs sessions, like sarama's, until ctx is done or
+// one fails. A session that ends for a rebalance is followed by the next one at once: goka waits
+// 5 s before joining again, which holds up the whole group's rebalance (every partition of every
+// instance waits) and was most of a partition move's time (TestInstancesJoinAndDieMidStream:
+// 6 s per move, now 1). A failure to join the group that a retry can cure is retried. An error
+// of a session that started (the handler's, such as a write Kafka refused) is returned as it is:
+// goka stops on it, and must.
+func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.ConsumerGroupHandler) error {
+	backoff := 250 * time.Millisecond
+	for {
+		sh := &sessionHandler{ConsumerGroupHandler: h, g: g}
+		err := g.ConsumerGroup.Consume(ctx, topics, sh)
+		switch {
+		case err == nil && sh.started && ctx.Err() == nil:
+			backoff = 250 * time.Millisecond
+			continue // a rebalance: join the next generation
+		case err == nil, sh.started, !transient(err):
+			return err
+		}
+		g.log.Warn("joining the consumer group failed; trying again", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		// sarama keeps the coordinator it found until told to look again.
+		if err := g.client.RefreshCoordinator(g.group); err != nil {
+			g.log.Debug("looking up the group coordinator", "err", err)
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// sessionHandler is goka's handler, seen from the consumer group: whether a session started, and
+// when it ended.
+type sessionHandler struct {
+	sarama.ConsumerGroupHandler
+	g       *consumerGroup
+	started bool
+}
+
+// Setup implements sarama.ConsumerGroupHandler.
+func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
+	s.started = true
+	return s.ConsumerGroupHandler.Setup(sess)
+}
+
+// Cleanup implements sarama.ConsumerGroupHandler.
+func (s *sessionHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	start := time.Now()
+	err := s.ConsumerGroupHandler.Cleanup(sess)
+	if s.g.released != nil {
+		s.g.released(partitionsOf(sess.Claims()), sess.GenerationID(), time.Since(start))
+	}
+	return err
+}
+
+// Close implements sarama.ConsumerGroup: it leaves the group and closes the client. Leaving fails
+// when the coordinator is unreachable; the group then drops the member after its session
+// timeout, as after a crash, so that is logged rather than made the stop's error.
+func (g *consumerGroup) Close() error {
+	err := g.ConsumerGroup.Close()
+	if err != nil && transient(err) {
+		g.log.Warn("could not leave the consumer group (its coordinator is unreachable); it drops this member after the session timeout", "err", err)
+		err = nil
+	}
+	if cerr := g.client.Close(); cerr != nil && !errors.Is(cerr, sarama.ErrClosedClient) && err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// transientKErrors are the broker answers that a broker outage or a leadership move causes.
+var transientKErrors = []sarama.KError{sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable,
+	sarama.ErrRebalanceInProgress, sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable,
+	sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition, sarama.ErrNetworkException, sarama.ErrUnknownMemberId,
+	sarama.ErrIllegalGeneration, sarama.ErrNotController}
+
+// transientText is transient for errors that reach us as text only (goka's topic manager formats
+// the errors it wraps with %v): it looks for the messages of the errors transient accepts.
+func transientText(err error) bool {
+	if transient(err) {
+		return true
+	}
+	msg := err.Error()
+	for _, m := range []string{syscall.ECONNREFUSED.Error(), syscall.ECONNRESET.Error(), syscall.EPIPE.Error(), "i/o timeout",
+		": EOF", sarama.ErrOutOfBrokers.Error(), sarama.ErrNotConnected.Error()} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	for _, ke := range transientKErrors {
+		if strings.Contains(msg, ke.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
+// transient reports whether err is one that a broker outage or a leadership move causes, which
+// trying again later cures.
+func transient(err error) bool {
+	var ne net.Error
+	var ke sarama.KError
+	switch {
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, sarama.ErrOutOfBrokers), errors.Is(err, sarama.ErrNotConnected):
+		return true
+	case errors.As(err, &ke):
+		return slices.Contains(transientKErrors, ke)
+	}
+	return false
+}
