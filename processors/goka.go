@@ -73,9 +73,15 @@ func (d *durability) Acknowledged() uint64 {
 	return 0
 }
 
+// consumerGroupBuilder builds the group's member: static when Config.InstanceID is set, with the
+// session timeout and heartbeat of the config (see memberGroup).
 func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 	return func(brokers []string, group, clientID string) (sarama.ConsumerGroup, error) {
-		return sarama.NewConsumerGroup(brokers, group, p.cfg.saramaConfig(clientID))
+		sc := p.cfg.saramaConfig(clientID)
+		if err := p.cfg.applyMembership(sc); err != nil {
+			return nil, err
+		}
+		return newMemberGroup(brokers, group, sc, p.log)
 	}
 }
 
