@@ -76,10 +76,12 @@ Usage:
   abacus admin    create|verify -config FILE   create or check topics and tables
   abacus query    -config FILE -set S -entity E   print aggregates as a table or JSON
   abacus offsets  show|lag|rewind -config FILE -sink aggregates|facts
+  abacus status   -config FILE [-ops HOST:PORT,...]   lag, members and open windows of every group
   abacus version
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
-ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX.
+ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX,
+ABACUS_INSTANCE_ID, ABACUS_OPS_LISTEN.
 Kafka TLS and SASL (kafka.tls, kafka.sasl in the file) also from ABACUS_KAFKA_TLS=true,
 ABACUS_KAFKA_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME, ABACUS_KAFKA_SASL_MECHANISM,
 _USERNAME, _PASSWORD or _PASSWORD_FILE (the demo against real brokers reads only these).
@@ -99,6 +101,7 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		"admin":   p.admin,
 		"query":   p.query,
 		"offsets": p.offsets,
+		"status":  p.status,
 		"version": func(_ context.Context, _ []string, out, _ io.Writer) error {
 			fmt.Fprintf(out, "abacus %s %s\n", Version, buildInfo())
 			return nil
