@@ -164,6 +164,14 @@ func (c *Config) applyMembership(sc *sarama.Config) error {
 	if c.HeartbeatInterval > 0 {
 		sc.Consumer.Group.Heartbeat.Interval = c.HeartbeatInterval
 	}
+	// The coordinator answers a JoinGroup only when every member has rejoined (or the rebalance
+	// timeout passed), and one that crashed is waited for until its session times out; sarama
+	// reads that answer within Net.ReadTimeout (30 s) and fails the whole group consumer (goka
+	// then stops the processor) when it takes longer. So the group's client waits for the
+	// rebalance timeout and a margin, as the Java client does.
+	if least := sc.Consumer.Group.Rebalance.Timeout + 5*time.Second; sc.Net.ReadTimeout < least {
+		sc.Net.ReadTimeout = least
+	}
 	return nil
 }
 
