@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/membership"
 	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/schema"
@@ -35,8 +36,50 @@ type Config struct {
 	Sinks     SinksConfig     `yaml:"sinks"`
 	Query     QueryConfig     `yaml:"query"`
 
+	// Membership is how this process's roles join their consumer groups: its instance id (static
+	// membership) and session timeout.
+	Membership MembershipConfig `yaml:"membership"`
+	// Ops is where this process serves /metrics, /healthz and /readyz.
+	Ops OpsConfig `yaml:"ops"`
+
 	// envErrs are the environment variables ApplyEnv could not read; Validate reports them.
 	envErrs []error
+	// hostErr is why the host name could not give the default instance id; Validate reports it.
+	hostErr error
+}
+
+// MembershipConfig gives the process a stable identity in its consumer groups (Kafka's static
+// membership, KIP-345): each role joins its group as member <instance_id>-<role>
+// (group.instance.id), so that a restarted process takes its partitions back at once, without a
+// rebalance of the other members and without waiting for its crashed session to time out; a clean
+// stop leaves the groups at once. Two processes that run a role of one deployment must have
+// different instance ids.
+type MembershipConfig struct {
+	// InstanceID names this process among the instances of its roles (env ABACUS_INSTANCE_ID, flag
+	// -instance-id; default: the host name). Letters, digits, '.', '_' and '-'.
+	InstanceID string `yaml:"instance_id"`
+	// Mode is static (default: members named by InstanceID) or dynamic (a new member id at every
+	// start: a crashed member's partitions wait for its session to time out).
+	Mode string `yaml:"mode"`
+	// SessionTimeout is how long a group waits for a member that stopped heartbeating (default
+	// 45s): a static member that crashes and comes back within it takes its partitions back at
+	// once; one that does not come back has its partitions moved to the others after it. The
+	// brokers bound it (group.min.session.timeout.ms, group.max.session.timeout.ms: 6s..30m by
+	// default).
+	SessionTimeout Duration `yaml:"session_timeout"`
+}
+
+// Static reports whether members are named by the instance id.
+func (m MembershipConfig) Static() bool { return m.Mode != "dynamic" }
+
+// OpsConfig says where the process serves its operations endpoints.
+type OpsConfig struct {
+	// Listen is the address of /metrics, /healthz and /readyz (env ABACUS_OPS_LISTEN, flag
+	// -ops-listen). Default: with the query role in the process, the query server's listener;
+	// otherwise 127.0.0.1:9361 for a process running the processor, 127.0.0.1:9362 for the
+	// aggregates sink, 127.0.0.1:9363 for the facts sink (the first of its roles in that order).
+	// "off" serves nothing.
+	Listen string `yaml:"listen"`
 }
 
 // TopicsConfig names the topology's topics in this environment, so that one compiled topology runs
@@ -380,6 +423,12 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	if v := getenv("ABACUS_TOPIC_PREFIX"); v != "" {
 		c.Topics.Prefix = v
 	}
+	if v := getenv("ABACUS_INSTANCE_ID"); v != "" {
+		c.Membership.InstanceID = v
+	}
+	if v := getenv("ABACUS_OPS_LISTEN"); v != "" {
+		c.Ops.Listen = v
+	}
 	c.applyKafkaSecurityEnv(getenv)
 }
 
@@ -474,7 +523,25 @@ func (c *Config) EnsureDefaults() {
 	if c.Query.ReloadInterval == 0 {
 		c.Query.ReloadInterval = Duration(10 * time.Second)
 	}
+	if c.Membership.Mode == "" {
+		c.Membership.Mode = "static"
+	}
+	if c.Membership.InstanceID == "" && c.Membership.Static() {
+		c.Membership.InstanceID, c.hostErr = membership.HostID()
+	}
+	if c.Membership.SessionTimeout == 0 {
+		c.Membership.SessionTimeout = Duration(DefaultSessionTimeout)
+	}
 }
+
+// DefaultSessionTimeout is membership.session_timeout's default: franz-go's and the Java
+// client's, long enough for a crashed process to be restarted and find its partitions waiting.
+const DefaultSessionTimeout = 45 * time.Second
+
+// heartbeatInterval is how often every member heartbeats its group. A rebalance (a member left or
+// joined) reaches the others with their next heartbeat, so this bounds how long a clean stop's
+// partitions wait for their new owner; the clients' default is 3 s.
+const heartbeatInterval = time.Second
 
 // Validate checks the configuration; each error names the field at fault, as the YAML spells it.
 func (c *Config) Validate(known []string) error {
@@ -557,6 +624,33 @@ func (c *Config) Validate(known []string) error {
 	}
 	if _, _, err := splitHostPort(c.Query.Listen); err != nil {
 		bad("query.listen", "%v", err)
+	}
+	m := c.Membership
+	switch m.Mode {
+	case "static", "dynamic":
+	default:
+		bad("membership.mode", "%q is not static or dynamic", m.Mode)
+	}
+	if m.Static() {
+		switch {
+		case c.hostErr != nil:
+			bad("membership.instance_id", "required (or set ABACUS_INSTANCE_ID): the host name cannot be the default: %v", c.hostErr)
+		case m.InstanceID == "":
+			bad("membership.instance_id", "required (or set ABACUS_INSTANCE_ID)")
+		default:
+			// The member id of the longest role must still be an id Kafka takes.
+			if err := membership.ValidID(membership.MemberID(m.InstanceID, RoleAggregates)); err != nil {
+				bad("membership.instance_id", "%q does not make a valid group.instance.id: %v", m.InstanceID, err)
+			}
+		}
+	}
+	if st := time.Duration(m.SessionTimeout); st < 3*heartbeatInterval || st > 30*time.Minute {
+		bad("membership.session_timeout", "%v is outside %v..30m", st, 3*heartbeatInterval)
+	}
+	if l := c.Ops.Listen; l != "" && l != "off" {
+		if _, _, err := splitHostPort(l); err != nil {
+			bad("ops.listen", "%v (or off)", err)
+		}
 	}
 	errs = append(errs, c.Query.validate()...)
 	return errors.Join(errs...)

@@ -87,6 +87,8 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	// Short idle timeout and flushes: the demo's streams are small and people watch them.
 	cfg.Processor.IdleTimeout = Duration(15 * time.Second)
 	cfg.Sinks.FlushInterval = Duration(500 * time.Millisecond)
+	// One process, fresh groups: no instance to come back to, so no static membership.
+	cfg.Membership.Mode = "dynamic"
 	if len(splitList(*kafka)) > 0 {
 		// Against real servers, keep the demo's groups apart from earlier runs'.
 		suffix := fmt.Sprintf("-demo-%d", time.Now().Unix())
@@ -103,6 +105,8 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	defer d.shutdown()
+	// The query server's /readyz and /healthz speak for every role of the demo.
+	d.ops, d.opsOnQuery = newOps(d.reg), true
 	if err := d.ensureTables(ctx); err != nil {
 		return err
 	}

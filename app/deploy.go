@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/membership"
 	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
@@ -46,6 +48,10 @@ type deployment struct {
 	// sec is the Kafka TLS and SASL of every client of the process, loaded once: the processor's
 	// sarama clients, the sinks', the live view's, the admin client and the demo's producer.
 	sec *kafkasec.Settings
+	// ops follows the roles the process runs, for its /healthz and /readyz; opsOnQuery says that
+	// the query server's listener serves them.
+	ops        *ops
+	opsOnQuery bool
 }
 
 func parseDurability(s string) (hbase.Durability, error) {
@@ -82,8 +88,20 @@ type needs struct {
 // wrong password or an untrusted certificate fails here, within seconds, with an error naming the
 // setting, rather than as clients retrying in the background.
 func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger, n needs) (*deployment, error) {
-	d := &deployment{cfg: cfg, topo: topo, log: log, reg: prometheus.NewRegistry()}
-	d.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return openWith(ctx, cfg, topo, log, n, newRegistry())
+}
+
+// newRegistry is the registry of a process's metrics, with the Go runtime's and the process's.
+func newRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// openWith is open with the process's registry, made before (the ops endpoints serve it while
+// open connects).
+func openWith(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.Logger, n needs, reg *prometheus.Registry) (*deployment, error) {
+	d := &deployment{cfg: cfg, topo: topo, log: log, reg: reg}
 	sec, err := cfg.Kafka.Security().Load()
 	if err != nil {
 		return nil, err
@@ -218,6 +236,10 @@ func (d *deployment) processorConfig(clientOpts func(*processors.Config)) proces
 		Registerer:  d.reg,
 		Logger:      d.log.With("part", "processor"),
 		Sarama:      d.saramaHook(),
+
+		InstanceID:        d.memberID(RoleProcessor),
+		SessionTimeout:    time.Duration(d.cfg.Membership.SessionTimeout),
+		HeartbeatInterval: heartbeatInterval,
 	}
 	if clientOpts != nil {
 		clientOpts(&pc)
@@ -242,6 +264,10 @@ func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sink
 		Metrics:         sinks.NewMetrics(d.reg, name),
 		TTL:             time.Duration(t.TTL),
 		ClientOptions:   d.sec.KgoOpts(),
+
+		InstanceID:        d.memberID(roleOfSink[name]),
+		SessionTimeout:    time.Duration(d.cfg.Membership.SessionTimeout),
+		HeartbeatInterval: heartbeatInterval,
 	}
 	if d.cfg.Sinks.Offsets == "hbase" {
 		cfg.Offsets = sinks.NewHBaseOffsets(d.hb, d.cfg.Sinks.OffsetsTable)
@@ -286,15 +312,57 @@ func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 }
 
 func (d *deployment) queryServer(r *query.Reader) *query.Server {
-	return &query.Server{
+	srv := &query.Server{
 		Topologies: []query.Topology{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
 		Registry:   d.reg,
 		Logger:     d.log.With("part", "query"),
 		Limits:     d.cfg.Query.Limits.Limits(),
-		Ready: func(ctx context.Context) error {
-			return d.st.Scan(ctx, store.ScanSpec{Table: r.Table(), Limit: 1}, func([]byte, []store.Cell) bool { return false })
-		},
+		Ready:      func(ctx context.Context) error { return d.tableReachable(ctx, r.Table()) },
 	}
+	if d.ops != nil && d.opsOnQuery {
+		// The process's ops endpoints ride on this listener: /readyz and /healthz speak for every
+		// role of the process.
+		srv.Ready, srv.Healthy = d.ops.readyErr, d.ops.healthErr
+	}
+	return srv
+}
+
+// tableReachable reads one row of a table: the store answers.
+func (d *deployment) tableReachable(ctx context.Context, table string) error {
+	err := d.st.Scan(ctx, store.ScanSpec{Table: table, Limit: 1}, func([]byte, []store.Cell) bool { return false })
+	if err != nil {
+		return fmt.Errorf("table %s not reachable: %w", table, err)
+	}
+	return nil
+}
+
+// roleOfSink names the role of each sink.
+var roleOfSink = map[string]string{"aggregates": RoleAggregates, "facts": RoleFacts}
+
+// memberID is the group.instance.id of a role of this process, or "" for a dynamic member.
+func (d *deployment) memberID(role string) string { return d.cfg.memberID(role) }
+
+// memberID is the group.instance.id of a role of a process with this config, or "" for a dynamic
+// member (and for the query server, which joins no group).
+func (c *Config) memberID(role string) string {
+	m := c.Membership
+	if !m.Static() || m.InstanceID == "" || role == RoleQuery {
+		return ""
+	}
+	return membership.MemberID(m.InstanceID, role)
+}
+
+// groupOf is the consumer group of a role ("" for the query server).
+func (c *Config) groupOf(role string) string {
+	switch role {
+	case RoleProcessor:
+		return c.Processor.Group
+	case RoleAggregates:
+		return c.Sinks.Aggregates.Group
+	case RoleFacts:
+		return c.Sinks.Facts.Group
+	}
+	return ""
 }
 
 // serve runs the HTTP API (and dashboard) on the configured address until ctx ends; ready is
@@ -409,9 +477,48 @@ const (
 // AllRoles is every role, for a single-process deployment.
 var AllRoles = []string{RoleProcessor, RoleAggregates, RoleFacts, RoleQuery}
 
-// run runs the given roles until ctx ends or one fails.
+// run runs the given roles until ctx ends or one fails. Each role reports to the process's ops
+// endpoints (d.ops; made here when the caller made none); a static member first takes this host's
+// lock on its instance id (membership.Lock), so that a second process of the host under the same
+// id fails at once instead of fencing the first.
 func (d *deployment) run(ctx context.Context, roles []string, procOpts func(*processors.Config), ready func(url string)) error {
+	if d.ops == nil {
+		d.ops = newOps(d.reg)
+	}
+	for _, role := range roles {
+		if !contains(AllRoles, role) {
+			return fmt.Errorf("unknown role %q: want %s", role, strings.Join(AllRoles, ", "))
+		}
+	}
+	var releases []func()
+	defer func() {
+		for _, r := range releases {
+			r()
+		}
+	}()
+	lock := func(group, member string) error {
+		if member == "" {
+			return nil
+		}
+		release, err := membership.Lock(group, member)
+		if err != nil {
+			return err
+		}
+		releases = append(releases, release)
+		return nil
+	}
 	g, ctx := errgroup.WithContext(ctx)
+	// goRole runs a role, and reports its end to the ops endpoints.
+	goRole := func(rs *roleState, run func() error) {
+		g.Go(func() error {
+			err := run()
+			if ctx.Err() != nil && err != nil && errors.Is(err, context.Canceled) {
+				err = nil
+			}
+			rs.ended(err)
+			return err
+		})
+	}
 	for _, role := range roles {
 		switch role {
 		case RoleProcessor:
@@ -419,27 +526,68 @@ func (d *deployment) run(ctx context.Context, roles []string, procOpts func(*pro
 			if err != nil {
 				return err
 			}
-			g.Go(func() error { return p.Run(ctx) })
-		case RoleAggregates, RoleFacts:
-			if (role == RoleAggregates && d.cfg.Sinks.Aggregates.Disabled) || (role == RoleFacts && d.cfg.Sinks.Facts.Disabled) {
-				continue
+			member := d.memberID(role)
+			rs := d.roleState(role, d.cfg.Processor.Group, member)
+			if err := lock(d.cfg.Processor.Group, member); err != nil {
+				rs.ended(err)
+				return fmt.Errorf("processor: %w", err)
 			}
-			mk := d.aggregatesSink
+			rs.running(func(context.Context) (string, error) {
+				if err := p.Ready(); err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("%d partitions, restored and running", p.Status().Partitions), nil
+			})
+			goRole(rs, func() error { return p.Run(ctx) })
+		case RoleAggregates, RoleFacts:
+			t, mk := d.cfg.Sinks.Aggregates, d.aggregatesSink
 			if role == RoleFacts {
-				mk = d.factsSink
+				t, mk = d.cfg.Sinks.Facts, d.factsSink
+			}
+			if t.Disabled {
+				continue
 			}
 			s, err := mk()
 			if err != nil {
 				return err
 			}
-			g.Go(func() error { return s.Run(ctx) })
+			member := d.memberID(role)
+			rs := d.roleState(role, t.Group, member)
+			if err := lock(t.Group, member); err != nil {
+				rs.ended(err)
+				return fmt.Errorf("%s: %w", role, err)
+			}
+			rs.running(func(ctx context.Context) (string, error) {
+				if err := s.Ready(); err != nil {
+					return "", err
+				}
+				if err := d.tableReachable(ctx, t.Table); err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("%d partitions; table %s reachable", s.Status().Partitions, t.Table), nil
+			})
+			goRole(rs, func() error { return s.Run(ctx) })
 		case RoleQuery:
-			g.Go(func() error { return d.serve(ctx, ready) })
-		default:
-			return fmt.Errorf("unknown role %q: want %s", role, strings.Join(AllRoles, ", "))
+			rs := d.roleState(role, "", "")
+			rs.running(func(ctx context.Context) (string, error) {
+				if err := d.tableReachable(ctx, d.cfg.Sinks.Aggregates.Table); err != nil {
+					return "", err
+				}
+				return "table " + d.cfg.Sinks.Aggregates.Table + " reachable", nil
+			})
+			goRole(rs, func() error { return d.serve(ctx, ready) })
 		}
 	}
 	return g.Wait()
+}
+
+// roleState is the ops endpoints' state of a role: the one the caller added while connecting, or
+// a new one.
+func (d *deployment) roleState(role, group, member string) *roleState {
+	if rs := d.ops.lookup(role); rs != nil {
+		return rs
+	}
+	return d.ops.role(role, group, member)
 }
 
 func describeWindow(s windows.Spec) string {

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -75,10 +76,12 @@ Usage:
   abacus admin    create|verify -config FILE   create or check topics and tables
   abacus query    -config FILE -set S -entity E   print aggregates as a table or JSON
   abacus offsets  show|lag|rewind -config FILE -sink aggregates|facts
+  abacus status   -config FILE [-ops HOST:PORT,...]   lag, members and open windows of every group
   abacus version
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
-ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX.
+ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX,
+ABACUS_INSTANCE_ID, ABACUS_OPS_LISTEN.
 Kafka TLS and SASL (kafka.tls, kafka.sasl in the file) also from ABACUS_KAFKA_TLS=true,
 ABACUS_KAFKA_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME, ABACUS_KAFKA_SASL_MECHANISM,
 _USERNAME, _PASSWORD or _PASSWORD_FILE (the demo against real brokers reads only these).
@@ -98,6 +101,7 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		"admin":   p.admin,
 		"query":   p.query,
 		"offsets": p.offsets,
+		"status":  p.status,
 		"version": func(_ context.Context, _ []string, out, _ io.Writer) error {
 			fmt.Fprintf(out, "abacus %s %s\n", Version, buildInfo())
 			return nil
@@ -170,6 +174,15 @@ type common struct {
 	listen   string
 	topology string
 	logLevel string
+	// Flags of the long-running commands (run, serve): registerProcess adds them.
+	instanceID string
+	opsListen  string
+}
+
+// registerProcess adds the flags of a process that runs roles.
+func (c *common) registerProcess(fs *flag.FlagSet) {
+	fs.StringVar(&c.instanceID, "instance-id", "", "this process's instance id in its consumer groups (overrides membership.instance_id)")
+	fs.StringVar(&c.opsListen, "ops-listen", "", "address of /metrics, /healthz and /readyz, or off (overrides ops.listen)")
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -217,6 +230,12 @@ func (p Program) load(c *common) (*Config, *topology.Topology, error) {
 	if c.topology != "" {
 		cfg.Topology = c.topology
 	}
+	if c.instanceID != "" {
+		cfg.Membership.InstanceID = c.instanceID
+	}
+	if c.opsListen != "" {
+		cfg.Ops.Listen = c.opsListen
+	}
 	topos, names, err := p.topologies()
 	if err != nil {
 		return nil, nil, err
@@ -256,6 +275,7 @@ func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var c common
 	c.register(fs)
+	c.registerProcess(fs)
 	roles := fs.String("roles", "all", "comma-separated roles to run: "+strings.Join(AllRoles, ", ")+", or all")
 	runFor := fs.Duration("for", 0, "stop cleanly after this long (default: until SIGINT or SIGTERM)")
 	if err := parse(fs, args, stderr); err != nil {
@@ -290,6 +310,7 @@ func (p Program) serve(ctx context.Context, args []string, stdout, stderr io.Wri
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var c common
 	c.register(fs)
+	c.registerProcess(fs)
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -322,12 +343,41 @@ func rolesNeed(roles []string, cfg *Config) needs {
 		brokers: contains(roles, RoleProcessor) || live, waitForBrokers: true}
 }
 
+// runRoles runs roles in this process until ctx ends. Its ops endpoints answer from the start,
+// while it connects (/readyz: not ready, starting).
 func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
-	d, err := p.connect(ctx, c, stderr, func(cfg *Config) needs { return rolesNeed(roles, cfg) })
+	cfg, topo, err := p.load(c)
+	if err != nil {
+		return err
+	}
+	log, err := logger(c.logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	reg := newRegistry()
+	o := newOps(reg)
+	for _, r := range roles {
+		o.role(r, cfg.groupOf(r), cfg.memberID(r))
+	}
+	opsCtx, stopOps := context.WithCancel(ctx)
+	defer stopOps()
+	addr, separate := opsListen(cfg, roles)
+	if separate {
+		url, err := o.serve(opsCtx, addr, log)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "ops endpoints: %s (metrics, healthz, readyz)\n", url)
+	}
+	if cfg.Membership.Static() {
+		log.Info("static group membership", "instance_id", cfg.Membership.InstanceID, "session_timeout", time.Duration(cfg.Membership.SessionTimeout))
+	}
+	d, err := openWith(ctx, cfg, topo, log, rolesNeed(roles, cfg), reg)
 	if err != nil {
 		return err
 	}
 	defer d.shutdown()
+	d.ops, d.opsOnQuery = o, !separate && addr == "" && cfg.Ops.Listen != "off" && contains(roles, RoleQuery)
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) || contains(roles, RoleQuery) {
 		if err := d.ensureTables(ctx); err != nil {
 			return err

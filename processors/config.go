@@ -12,6 +12,7 @@ import (
 	"github.com/lovoo/goka"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/abacus-stream/abacus/internal/membership"
 	"github.com/abacus-stream/abacus/topology"
 )
 
@@ -42,6 +43,20 @@ type Config struct {
 	// LoopRetention is the retention of the loop topic, which carries re-keyed events and close
 	// messages: it must exceed any outage (default 7 days).
 	LoopRetention time.Duration
+	// InstanceID, when set, makes this instance a static member of the group (Kafka's
+	// group.instance.id, KIP-345): restarted with the same id, it takes its partitions back at once,
+	// without a rebalance of the other instances and without waiting for its old session to time
+	// out. A clean stop leaves the group explicitly, so its partitions move to the others at once.
+	// Two live instances must never share an id: the broker fences the older one, whose Run then
+	// fails with a membership.FencedError. Empty (the default): a dynamic member.
+	InstanceID string
+	// SessionTimeout is how long the group waits for a member that stopped heartbeating before it
+	// gives its partitions to the others (default sarama's 10 s). With InstanceID it is also how
+	// long a crashed instance may take to come back and find its partitions waiting for it.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often the member heartbeats; a rebalance reaches it with the next
+	// heartbeat (default sarama's 3 s; below SessionTimeout).
+	HeartbeatInterval time.Duration
 	// KafkaVersion is the protocol version sarama speaks (default V2_8_0_0).
 	KafkaVersion sarama.KafkaVersion
 	// Registerer receives the processor's metrics (default: a private registry, so nothing is
@@ -119,6 +134,16 @@ func (c *Config) Validate() error {
 	}
 	if c.FinalRetention < 0 {
 		bad("FinalRetention", "must not be negative, got %v", c.FinalRetention)
+	}
+	if c.InstanceID != "" {
+		if err := membership.ValidID(c.InstanceID); err != nil {
+			bad("InstanceID", "%v", err)
+		}
+	}
+	if c.SessionTimeout < 0 || c.HeartbeatInterval < 0 {
+		bad("SessionTimeout", "SessionTimeout and HeartbeatInterval must not be negative")
+	} else if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
+		bad("HeartbeatInterval", "%v is not shorter than SessionTimeout %v", c.HeartbeatInterval, c.SessionTimeout)
 	}
 	if c.LoopRetention < time.Hour {
 		bad("LoopRetention", "%v is under an hour: re-keyed events and close messages would expire during an outage", c.LoopRetention)

@@ -73,11 +73,16 @@ func (d *durability) Acknowledged() uint64 {
 	return 0
 }
 
-// consumerGroupBuilder builds the group's consumer group: sarama's, retrying what a broker outage
-// makes fail (see consumerGroup).
+// consumerGroupBuilder builds the group's member: sarama's consumer group, retrying what a broker
+// outage makes fail, static when Config.InstanceID is set, with the session timeout and heartbeat
+// of the config (see consumerGroup).
 func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 	return func(brokers []string, group, clientID string) (sarama.ConsumerGroup, error) {
-		return newConsumerGroup(brokers, group, p.cfg.saramaConfig(clientID), p.log, p.moves.released)
+		sc := p.cfg.saramaConfig(clientID)
+		if err := p.cfg.applyMembership(sc); err != nil {
+			return nil, err
+		}
+		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released)
 	}
 }
 

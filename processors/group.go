@@ -9,28 +9,47 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/abacus-stream/abacus/internal/membership"
 )
 
-// consumerGroup is sarama's consumer group, made to ride out a broker outage. goka stops the
-// processor on any error that Consume returns ("no way to recover"), and sarama returns one when
-// joining the group fails on the network: when the broker that coordinates the group is killed,
-// its cached coordinator refuses the connection and the whole processor stopped
-// (TestClusterScenarioBrokerKills found it). Here such errors are retried, with the coordinator
-// looked up again, until the cluster names a live one; errors that a retry cannot cure (a
-// refused login, a closed group) still stop the processor.
+// consumerGroup is sarama's consumer group as goka drives it, made to ride out a broker outage and
+// to hand partitions over quickly:
+//
+//   - goka stops the processor on any error that Consume returns ("no way to recover"), and sarama
+//     returns one when joining the group fails on the network: when the broker that coordinates
+//     the group is killed, its cached coordinator refuses the connection and the whole processor
+//     stopped (TestClusterScenarioBrokerKills found it). Such errors are retried, with the
+//     coordinator looked up again, until the cluster names a live one; errors that a retry cannot
+//     cure (a refused login, a closed group) still stop the processor.
+//   - A session that a rebalance ended is followed by the next one at once. goka waits 5 s before
+//     joining again, which holds up the whole group's rebalance (every partition of every
+//     instance waits) and was most of a partition move's time (TestInstancesJoinAndDieMidStream:
+//     6 s per move, now 1).
+//   - A static member (Config.InstanceID) leaves its group explicitly when it closes. sarama, as
+//     KIP-345 says, only forgets its member id, and the coordinator then keeps the member's
+//     partitions for it until the session timeout: a clean stop would hand nothing over.
+//   - A member that the broker fenced (another process joined under its instance id) fails with a
+//     membership.FencedError instead of goka's generic consumer error, and never rejoins.
 //
 // It also reports each session's end (the revoke of its partitions) to released, with how long
 // giving them up took.
 type consumerGroup struct {
 	sarama.ConsumerGroup
-	client   sarama.Client // the group's own client, to refresh its coordinator
-	group    string
-	log      *slog.Logger
-	released func(parts []int32, generation int32, took time.Duration)
+	client     sarama.Client // the group's own client: refreshes its coordinator, outlives the group for the leave
+	group      string
+	instanceID string // empty: a dynamic member
+	log        *slog.Logger
+	released   func(parts []int32, generation int32, took time.Duration)
+	// memberID is the member id of the last session, for the leave: the coordinator removes a
+	// static member only when both its instance id and its member id match, so a process that was
+	// fenced cannot remove the one that took its place.
+	memberID atomic.Pointer[string]
 }
 
 // newConsumerGroup builds a consumer group on a client of its own.
@@ -45,25 +64,39 @@ func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *s
 		cl.Close()
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
 	}
-	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, log: log, released: released}, nil
+	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, instanceID: cfg.Consumer.Group.InstanceId,
+		log: log, released: released}, nil
 }
 
 // Consume implements sarama.ConsumerGroup: it runs sessions, like sarama's, until ctx is done or
-// one fails. A session that ends for a rebalance is followed by the next one at once: goka waits
-// 5 s before joining again, which holds up the whole group's rebalance (every partition of every
-// instance waits) and was most of a partition move's time (TestInstancesJoinAndDieMidStream:
-// 6 s per move, now 1). A failure to join the group that a retry can cure is retried. An error
-// of a session that started (the handler's, such as a write Kafka refused) is returned as it is:
-// goka stops on it, and must.
+// one fails (see consumerGroup). An error of a session that started (the handler's, such as a
+// write Kafka refused) is returned as it is: goka stops on it, and must.
 func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.ConsumerGroupHandler) error {
 	backoff := 250 * time.Millisecond
+	spacing := time.Duration(0)
 	for {
 		sh := &sessionHandler{ConsumerGroupHandler: h, g: g}
+		t0 := time.Now()
 		err := g.ConsumerGroup.Consume(ctx, topics, sh)
+		if err != nil && g.instanceID != "" && errors.Is(err, sarama.ErrFencedInstancedId) {
+			return &membership.FencedError{Group: g.group, InstanceID: g.instanceID, Err: err}
+		}
 		switch {
-		case err == nil && sh.started && ctx.Err() == nil:
+		case err == nil && ctx.Err() == nil:
+			// A rebalance: join the next generation. Sessions that end as soon as they start (a
+			// group rebalancing again and again) are spaced out, up to goka's own 5 s.
 			backoff = 250 * time.Millisecond
-			continue // a rebalance: join the next generation
+			if time.Since(t0) < time.Second {
+				spacing = min(max(2*spacing, 100*time.Millisecond), 5*time.Second)
+			} else {
+				spacing = 0
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(spacing):
+			}
+			continue
 		case err == nil, sh.started, !transient(err):
 			return err
 		}
@@ -81,8 +114,8 @@ func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.C
 	}
 }
 
-// sessionHandler is goka's handler, seen from the consumer group: whether a session started, and
-// when it ended.
+// sessionHandler is goka's handler, seen from the consumer group: whether a session started, its
+// member id (for the leave), and when it ended.
 type sessionHandler struct {
 	sarama.ConsumerGroupHandler
 	g       *consumerGroup
@@ -92,6 +125,8 @@ type sessionHandler struct {
 // Setup implements sarama.ConsumerGroupHandler.
 func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	s.started = true
+	id := sess.MemberID()
+	s.g.memberID.Store(&id)
 	return s.ConsumerGroupHandler.Setup(sess)
 }
 
@@ -105,14 +140,18 @@ func (s *sessionHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	return err
 }
 
-// Close implements sarama.ConsumerGroup: it leaves the group and closes the client. Leaving fails
-// when the coordinator is unreachable; the group then drops the member after its session
-// timeout, as after a crash, so that is logged rather than made the stop's error.
+// Close implements sarama.ConsumerGroup: it closes the group, leaves it when a static member (see
+// consumerGroup), and closes the client. Leaving fails when the coordinator is unreachable; the
+// group then drops the member after its session timeout, as after a crash, so that is logged
+// rather than made the stop's error.
 func (g *consumerGroup) Close() error {
 	err := g.ConsumerGroup.Close()
 	if err != nil && transient(err) {
 		g.log.Warn("could not leave the consumer group (its coordinator is unreachable); it drops this member after the session timeout", "err", err)
 		err = nil
+	}
+	if g.instanceID != "" {
+		g.leave()
 	}
 	if cerr := g.client.Close(); cerr != nil && !errors.Is(cerr, sarama.ErrClosedClient) && err == nil {
 		err = cerr

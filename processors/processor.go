@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"github.com/lovoo/goka/codec"
 
 	"github.com/abacus-stream/abacus/internal/engine"
+	"github.com/abacus-stream/abacus/internal/membership"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/topology"
 )
@@ -46,6 +48,12 @@ type Processor struct {
 	durability *durability
 	// moves times partitions taken over and given up.
 	moves *handover
+
+	// gp is goka's processor while Run runs; joined and partitions follow its assignments (Status).
+	gp         atomic.Pointer[goka.Processor]
+	joined     atomic.Bool
+	partitions atomic.Int64
+	m          *processorMetrics
 }
 
 // New checks the configuration and prepares a processor; Run starts it.
@@ -70,7 +78,7 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("processors.New: register metrics: %w", err)
 	}
-	return &Processor{
+	proc := &Processor{
 		topo:       topo,
 		plan:       p,
 		cfg:        cfg,
@@ -80,7 +88,11 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 		log:        log,
 		durability: d,
 		moves:      moves,
-	}, nil
+	}
+	if proc.m, err = newProcessorMetrics(proc, cfg.Registerer, p.Name); err != nil {
+		return nil, fmt.Errorf("processors.New: metrics: %w", err)
+	}
+	return proc, nil
 }
 
 // LoopTopic is the name of the group's loop topic (goka names it <group>-loop).
@@ -111,10 +123,7 @@ func (p *Processor) Run(ctx context.Context) error {
 		goka.WithConsumerGroupBuilder(p.consumerGroupBuilder()),
 		goka.WithConsumerSaramaBuilder(p.consumerBuilder()),
 		goka.WithStorageBuilder(p.storageBuilder()),
-		goka.WithRebalanceCallback(func(a goka.Assignment) {
-			p.moves.rebalanced(a)
-			p.eng.Rebalanced(a)
-		}),
+		goka.WithRebalanceCallback(p.rebalanced),
 		goka.WithLogger(gokaLogger{p.log}),
 	}
 	opts = append(opts, p.cfg.GokaOptions...)
@@ -134,12 +143,20 @@ func (p *Processor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { p.tick(tctx, emitter, engine.TickKeys(npar)) })
 
-	p.log.Info("processor starting", "partitions", npar, "sources", len(p.plan.Sources), "sets", len(p.plan.Sets))
+	p.log.Info("processor starting", "partitions", npar, "sources", len(p.plan.Sources), "sets", len(p.plan.Sets),
+		"instance_id", p.cfg.InstanceID)
+	p.gp.Store(proc)
 	err = proc.Run(ctx)
+	p.gp.Store(nil)
+	p.joined.Store(false)
 	stopTicks()
 	wg.Wait()
 	if ferr := emitter.Finish(); ferr != nil && err == nil {
 		err = fmt.Errorf("processor %s: finish tick emitter: %w", p.group, ferr)
+	}
+	if fenced := (*membership.FencedError)(nil); errors.As(err, &fenced) {
+		// goka's wrapping (a list of one error) would bury the one thing the operator must read.
+		return fmt.Errorf("processor: %w", fenced)
 	}
 	if err != nil {
 		return fmt.Errorf("processor %s: %w", p.group, err)

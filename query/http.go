@@ -39,9 +39,12 @@ type Server struct {
 	Topologies []Topology
 	// Registry is served on /metrics; the query metrics are registered on it by Handler.
 	Registry *prometheus.Registry
-	// Ready reports whether the server can answer queries; nil checks nothing.
-	Ready  func(ctx context.Context) error
-	Logger *slog.Logger
+	// Ready reports whether the server can answer queries; nil checks nothing. A process that
+	// serves its other roles' readiness here too (abacus run) checks them all.
+	Ready func(ctx context.Context) error
+	// Healthy reports whether the process is alive and not failed, for /healthz; nil: always.
+	Healthy func() error
+	Logger  *slog.Logger
 	// Now is the clock for relative times ("-1h"); time.Now when nil.
 	Now func() time.Time
 	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
@@ -106,6 +109,17 @@ func (s *Server) Handler() *http.ServeMux {
 	handle(APIPrefix+"/entities", "entities", s.entities)
 	s.mountOpenTSDB(mux, requests, latency)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.Healthy != nil {
+			if err := s.Healthy(); err != nil {
+				body := map[string]string{"status": "failed", "error": err.Error()}
+				if s.Auth != nil { // open to anyone: no internals to strangers
+					s.logger().Warn("not healthy", "err", err)
+					body["error"] = "see the server's log"
+				}
+				writeJSON(w, http.StatusServiceUnavailable, body)
+				return
+			}
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {

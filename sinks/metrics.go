@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,7 @@ type Metrics struct {
 	lastCommit   prometheus.Gauge
 	rebalances   *prometheus.CounterVec
 	expired      prometheus.Counter
+	lag          *prometheus.GaugeVec
 }
 
 // NewMetrics registers a sink's metrics on reg, labelled with the sink's name.
@@ -65,8 +67,11 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 			Name: "partition_changes_total", Help: "Partitions assigned, revoked or lost in rebalances.", ConstLabels: l}, []string{"kind"}),
 		expired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "expired_on_arrival_total", Help: "Cells written with a timestamp older than the table's TTL: HBase expires them at once.", ConstLabels: l}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "lag_records", Help: "Records of an owned partition after the committed offset, as of the partition's last fetch.", ConstLabels: l},
+			[]string{"topic", "partition"}),
 	}
-	reg.MustRegister(m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.skipped, m.held, m.heldOld,
+	reg.MustRegister(m.lag, m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.skipped, m.held, m.heldOld,
 		m.commits, m.commitFails, m.commitLat, m.lastCommit)
 	return m
 }
@@ -133,5 +138,17 @@ func (m *Metrics) partitionsChanged(kind string, parts map[string][]int32) {
 func (m *Metrics) expiredOnArrival() {
 	if m != nil {
 		m.expired.Inc()
+	}
+}
+
+func (m *Metrics) setLag(topic string, partition int32, lag int64) {
+	if m != nil {
+		m.lag.WithLabelValues(topic, strconv.Itoa(int(partition))).Set(float64(max(lag, 0)))
+	}
+}
+
+func (m *Metrics) dropLag(topic string, partition int32) {
+	if m != nil {
+		m.lag.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
 	}
 }

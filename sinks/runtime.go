@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/membership"
 	"github.com/abacus-stream/abacus/store"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -63,6 +66,21 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when set, records the sink's metrics (see NewMetrics).
 	Metrics *Metrics
+
+	// InstanceID, when set, makes the sink a static member of its group (Kafka's
+	// group.instance.id, KIP-345): restarted with the same id, it takes its partitions back at once,
+	// without a rebalance of the other members and without waiting for its old session to time out.
+	// A clean stop leaves the group explicitly, so its partitions move to the others at once. Two
+	// live members must never share an id: the broker fences the older one, whose Run then fails
+	// with a membership.FencedError. Empty (the default): a dynamic member.
+	InstanceID string
+	// SessionTimeout is how long the group waits for a member that stopped heartbeating before it
+	// gives its partitions to the others (default franz-go's 45 s). With InstanceID it is also how
+	// long a crashed member may take to come back and find its partitions waiting for it.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often the member heartbeats; a rebalance reaches it with the next
+	// heartbeat (default franz-go's 3 s; below SessionTimeout).
+	HeartbeatInterval time.Duration
 
 	// ClientOptions are appended to the Kafka client's options (TLS, SASL, tests' tuning).
 	ClientOptions []kgo.Opt
@@ -126,6 +144,16 @@ func (c *Config) Validate() error {
 	if c.TTL < 0 {
 		bad("TTL", "must not be negative")
 	}
+	if c.InstanceID != "" {
+		if err := membership.ValidID(c.InstanceID); err != nil {
+			bad("InstanceID", "%v", err)
+		}
+	}
+	if c.SessionTimeout < 0 || c.HeartbeatInterval < 0 {
+		bad("SessionTimeout", "SessionTimeout and HeartbeatInterval must not be negative")
+	} else if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
+		bad("HeartbeatInterval", "%v is not shorter than SessionTimeout %v", c.HeartbeatInterval, c.SessionTimeout)
+	}
 	return errors.Join(errs...)
 }
 
@@ -173,6 +201,17 @@ type FlushThenCommit struct {
 	// once instead of at the end of its poll timeout.
 	wakeMu     sync.Mutex
 	pollCancel context.CancelFunc
+
+	// joined is set by an assignment and cleared when the partitions are lost; nparts counts the
+	// partitions owned. Both are read without mu, by readiness checks (Status).
+	joined atomic.Bool
+	nparts atomic.Int64
+	// fenced is set when the broker fenced this static member (another process took its instance
+	// id): Run stops with it.
+	fenced atomic.Pointer[membership.FencedError]
+	// hwm is each partition's high watermark at its last fetch, and commits its last committed
+	// offset, for the lag metric. Guarded by mu.
+	hwm, commits map[string]map[int32]int64
 }
 
 type writeResult struct {
@@ -203,6 +242,8 @@ func NewFlushThenCommit(cfg Config, enc Encoder, store store.Writer) (*FlushThen
 		log:      cfg.Logger.With("group", cfg.Group),
 		m:        cfg.Metrics,
 		assigned: map[string]map[int32]bool{},
+		hwm:      map[string]map[int32]int64{},
+		commits:  map[string]map[int32]int64{},
 	}
 	s.done = make(chan writeResult, cfg.MaxWritesInFlight)
 	s.wake = make(chan struct{}, 1)
@@ -223,6 +264,16 @@ func NewFlushThenCommit(cfg Config, enc Encoder, store store.Writer) (*FlushThen
 		kgo.OnPartitionsLost(s.onLost),
 		kgo.ProducerLinger(0),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.WithHooks(fenceHook{s}),
+	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
+	if cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
+	}
+	if cfg.HeartbeatInterval > 0 {
+		opts = append(opts, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
 	}
 	if cfg.Offsets != nil {
 		s.offsets = cfg.Offsets
@@ -255,7 +306,7 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 			// callbacks may run meanwhile: AllowRebalance was called after the last poll.
 			select {
 			case <-ctx.Done():
-				return s.shutdown()
+				return s.stop()
 			case <-s.wake:
 			case <-time.After(s.pollWait()):
 			}
@@ -279,7 +330,7 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 		cancel()
 		if ctx.Err() != nil {
 			s.cl.AllowRebalance()
-			return s.shutdown()
+			return s.stop()
 		}
 		var fatal error
 		fetches.EachError(func(topic string, p int32, err error) {
@@ -290,12 +341,22 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 				fatal = err
 				return
 			}
+			if s.cfg.InstanceID != "" && errors.Is(err, kerr.FencedInstanceID) {
+				s.fenced.CompareAndSwap(nil, &membership.FencedError{Group: s.cfg.Group, InstanceID: s.cfg.InstanceID, Err: err})
+				return
+			}
 			s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		if fatal != nil {
 			return fmt.Errorf("sinks: poll: %w", fatal)
 		}
+		if f := s.fenced.Load(); f != nil {
+			// Another process owns the partitions now; whatever is held is its to replay.
+			s.cl.AllowRebalance()
+			return s.fail(f)
+		}
 		s.mu.Lock()
+		fetches.EachPartition(s.noteHighWatermark)
 		fetches.EachRecord(s.add)
 		s.step()
 		fatal = s.fatal
@@ -316,6 +377,10 @@ func (s *FlushThenCommit) fail(err error) error {
 		s.finish(<-s.done)
 	}
 	s.mu.Unlock()
+	var fenced *membership.FencedError
+	if errors.As(err, &fenced) {
+		return fmt.Errorf("sinks: %w", err) // it names the group
+	}
 	return fmt.Errorf("sinks: group %s: %w", s.cfg.Group, err)
 }
 
@@ -510,6 +575,33 @@ func (s *FlushThenCommit) finish(r writeResult) {
 		return
 	}
 	s.m.committed(records, time.Since(t0))
+	for t, ps := range offsets {
+		for p, eo := range ps {
+			setOffset(s.commits, t, p, eo.Offset)
+			if hwm, ok := s.hwm[t][p]; ok {
+				s.m.setLag(t, p, hwm-eo.Offset)
+			}
+		}
+	}
+}
+
+func setOffset(m map[string]map[int32]int64, t string, p int32, o int64) {
+	if m[t] == nil {
+		m[t] = map[int32]int64{}
+	}
+	m[t][p] = o
+}
+
+// noteHighWatermark keeps a fetched partition's high watermark for the lag metric. Called with
+// mu held.
+func (s *FlushThenCommit) noteHighWatermark(p kgo.FetchTopicPartition) {
+	if p.HighWatermark <= 0 {
+		return
+	}
+	setOffset(s.hwm, p.Topic, p.Partition, p.HighWatermark)
+	if c, ok := s.commits[p.Topic][p.Partition]; ok {
+		s.m.setLag(p.Topic, p.Partition, p.HighWatermark-c)
+	}
 }
 
 // holdPoll stops the loop polling (see Run) until a write lands, and records the partitions of the
@@ -667,6 +759,8 @@ func (s *FlushThenCommit) onAssigned(_ context.Context, _ *kgo.Client, parts map
 		}
 	}
 	s.m.partitionsChanged("assigned", parts)
+	s.nparts.Store(int64(s.countAssigned()))
+	s.joined.Store(true)
 	s.log.Info("partitions assigned", "partitions", parts)
 }
 
@@ -693,6 +787,7 @@ func (s *FlushThenCommit) onLost(_ context.Context, _ *kgo.Client, parts map[str
 		s.building = s.building.without(parts)
 	}
 	s.m.partitionsChanged("lost", parts)
+	s.joined.Store(false)
 	s.log.Warn("partitions lost; their buffered records are dropped uncommitted", "partitions", parts)
 }
 
@@ -700,8 +795,12 @@ func (s *FlushThenCommit) unassign(parts map[string][]int32) {
 	for t, ps := range parts {
 		for _, p := range ps {
 			delete(s.assigned[t], p)
+			delete(s.hwm[t], p)
+			delete(s.commits[t], p)
+			s.m.dropLag(t, p)
 		}
 	}
+	s.nparts.Store(int64(s.countAssigned()))
 	if s.held != nil {
 		for t, ps := range parts {
 			var keep []int32
@@ -761,6 +860,15 @@ func (s *FlushThenCommit) shutdown() error {
 	}
 	s.building = nil
 	return nil
+}
+
+// countAssigned counts the partitions owned. Called with mu held.
+func (s *FlushThenCommit) countAssigned() int {
+	n := 0
+	for _, ps := range s.assigned {
+		n += len(ps)
+	}
+	return n
 }
 
 func countParts(m map[string][]int32) int {
