@@ -594,3 +594,53 @@ func TestLayoutDescribedByOneEntity(t *testing.T) {
 	send(r, in, ev{Entity: "k1", TS: ms(2 * time.Minute), V: 1}) // closes the first minute
 	oneFinal(t, r, "a", "k1", base).Expect(t, map[string]float64{"n": 2, "s": 5})
 }
+
+// TestMissingSourceTopic: a processor whose source topic does not exist waits a moment for it (a
+// topic just created reaches every broker's metadata a little later), starts when it appears,
+// and otherwise fails naming the topic and how to create it.
+func TestMissingSourceTopic(t *testing.T) {
+	brokers := kfakeBrokers(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	newProc := func(name string) *processors.Processor {
+		b := topology.New(name)
+		source(b, name+"-in").Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+		p, err := processors.New(build(t, b), processors.Config{Brokers: brokers, StoragePath: t.TempDir(), Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+
+	name := uniqueTopology(t, "nosource")
+	start := time.Now()
+	err := newProc(name).Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "source topic "+name+"-in does not exist") || !strings.Contains(err.Error(), "abacus admin create") {
+		t.Fatalf("Run with a missing source returned %v, want an error naming the topic and abacus admin create", err)
+	}
+	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
+
+	// Created while the processor waits: it starts.
+	name = uniqueTopology(t, "latesource")
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	p := newProc(name)
+	go func() { done <- p.Run(runCtx) }()
+	time.Sleep(2 * time.Second)
+	createTopic(ctx, t, brokers, name+"-in", 2)
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Status().Partitions == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("processor stopped although its source appeared within the grace: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("processor never took the partitions of its late source")
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+}

@@ -2,6 +2,7 @@ package processors
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -68,16 +69,38 @@ func Topics(topo *topology.Topology, cfg Config, partitions int32) []TopicSpec {
 	return out
 }
 
+// missingSourceError says that a source topic is not in the cluster's metadata.
+type missingSourceError struct{ group, topic string }
+
+func (e *missingSourceError) Error() string {
+	return fmt.Sprintf("processor %s: source topic %s does not exist: create it (abacus admin create) before starting the processor",
+		e.group, e.topic)
+}
+
+// sourceGrace is how long a processor waits for a missing source topic to appear: a topic just
+// created reaches every broker's metadata a moment later, so a processor started right after
+// `abacus admin create` (or a test's CreateTopic) may ask a broker that does not know it yet.
+const sourceGrace = 15 * time.Second
+
 // ensureTopicsRetrying is ensureTopics, tried again for up to two minutes while it fails for a
 // broker outage: a processor (re)started while a broker of the cluster is down must wait for the
-// leader elections rather than fail (TestClusterScenarioBrokerKills restarts one then). A stop
-// asked for meanwhile returns 0 and no error.
+// leader elections rather than fail (TestClusterScenarioBrokerKills restarts one then); and for
+// sourceGrace while a source topic is missing. A stop asked for meanwhile returns 0 and no error.
 func (p *Processor) ensureTopicsRetrying(ctx context.Context) (int, error) {
-	deadline := time.Now().Add(2 * time.Minute)
+	start := time.Now()
+	deadline := start.Add(2 * time.Minute)
 	backoff := 250 * time.Millisecond
 	for {
 		n, err := p.ensureTopics()
-		if err == nil || !transientText(err) || time.Now().After(deadline) {
+		var missing *missingSourceError
+		switch {
+		case err == nil:
+			return n, nil
+		case errors.As(err, &missing):
+			if time.Since(start) > sourceGrace {
+				return n, err
+			}
+		case !transientText(err) || time.Now().After(deadline):
 			return n, err
 		}
 		p.log.Warn("checking the group's topics failed; trying again", "err", err, "retry_in", backoff)
@@ -102,6 +125,10 @@ func (p *Processor) ensureTopics() (int, error) {
 	for _, s := range p.plan.Sources {
 		parts, err := tm.Partitions(s.Topic)
 		if err != nil {
+			// goka's error for a topic missing from the metadata keeps only its message.
+			if strings.Contains(err.Error(), "requested topic was not found") {
+				return 0, &missingSourceError{group: string(p.group), topic: s.Topic}
+			}
 			return 0, fmt.Errorf("processor %s: partitions of source %s: %w", p.group, s.Topic, err)
 		}
 		if npar != 0 && len(parts) != npar {
