@@ -17,13 +17,19 @@ import (
 // The builders give goka clients made from Config.saramaConfig, so that every client of the group
 // gets the same protocol version, acknowledgements, timeouts and the user's Sarama hook.
 
+// topicManagerBuilder builds goka's topic manager, its lookups retried through a broker outage
+// (retryingTopicManager).
 func (p *Processor) topicManagerBuilder() goka.TopicManagerBuilder {
 	return func(brokers []string) (goka.TopicManager, error) {
 		tmc := goka.NewTopicManagerConfig()
 		tmc.Table.Replication = p.cfg.Replication
 		tmc.Stream.Replication = p.cfg.Replication
 		tmc.Stream.Retention = p.cfg.LoopRetention
-		return goka.NewTopicManager(brokers, p.cfg.saramaConfig("abacus-topic-manager"), tmc)
+		tm, err := goka.NewTopicManager(brokers, p.cfg.saramaConfig("abacus-topic-manager"), tmc)
+		if err != nil {
+			return nil, err
+		}
+		return &retryingTopicManager{TopicManager: tm, log: p.log}, nil
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"syscall"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/lovoo/goka"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/abacus-stream/abacus/topology"
@@ -110,5 +112,39 @@ func TestConsumerGroupRetriesOnlyTransientErrors(t *testing.T) {
 		if got := transientText(fmt.Errorf("Error getting config for topic x: %v", c.err)); got != c.want {
 			t.Errorf("transientText(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// flakyTopicManager fails its first lookups the way a dead leader does.
+type flakyTopicManager struct {
+	goka.TopicManager
+	failures int
+	err      error
+	calls    int
+}
+
+func (f *flakyTopicManager) GetOffset(string, int32, int64) (int64, error) {
+	f.calls++
+	if f.calls <= f.failures {
+		return 0, f.err
+	}
+	return 42, nil
+}
+
+func (f *flakyTopicManager) Close() error { return nil }
+
+// TestTopicManagerRetriesOutages: goka's offset lookups at partition setup are retried while a
+// broker outage makes them fail (goka stops the processor on the first error), and not otherwise.
+func TestTopicManagerRetriesOutages(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	eof := fmt.Errorf("Error getting oldest offset for topic/partition x-table/0: %w", io.EOF)
+	m := &retryingTopicManager{TopicManager: &flakyTopicManager{failures: 3, err: eof}, log: log}
+	if off, err := m.GetOffset("x-table", 0, sarama.OffsetOldest); err != nil || off != 42 {
+		t.Fatalf("GetOffset after three EOFs = %d, %v; want 42 and no error", off, err)
+	}
+	bad := &flakyTopicManager{failures: 3, err: sarama.ErrTopicAuthorizationFailed}
+	m = &retryingTopicManager{TopicManager: bad, log: log}
+	if _, err := m.GetOffset("x-table", 0, sarama.OffsetOldest); !errors.Is(err, sarama.ErrTopicAuthorizationFailed) || bad.calls != 1 {
+		t.Fatalf("GetOffset refused for good: %v after %d calls; want the refusal after one", err, bad.calls)
 	}
 }
