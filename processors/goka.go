@@ -71,6 +71,14 @@ func (d *durability) Sent() uint64 {
 	return 0
 }
 
+// AwaitAcknowledged implements engine.Awaiter.
+func (d *durability) AwaitAcknowledged(n uint64) bool {
+	if p := d.p.Load(); p != nil {
+		return p.AwaitAcknowledged(n)
+	}
+	return true
+}
+
 // Acknowledged implements engine.Durability.
 func (d *durability) Acknowledged() uint64 {
 	if p := d.p.Load(); p != nil {

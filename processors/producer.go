@@ -33,11 +33,12 @@ type producer struct {
 
 	sent  atomic.Uint64 // messages handed to sarama, numbered from 1
 	acked atomic.Uint64 // every message up to this one is acknowledged
+	// failed is set once a message failed: nothing after it counts as acknowledged.
+	failed atomic.Bool
 
 	// Owned by the settling goroutine.
 	settled map[uint64]settlement
 	next    uint64
-	failed  bool
 }
 
 type settlement struct {
@@ -92,9 +93,9 @@ func (p *producer) settle() {
 			}
 			delete(p.settled, p.next)
 			if s.err != nil {
-				p.failed = true // nothing after a failed message counts as acknowledged
+				p.failed.Store(true)
 			}
-			if !p.failed {
+			if !p.failed.Load() {
 				p.acked.Store(p.next)
 			}
 			s.finish(s.msg, s.err)
@@ -108,6 +109,23 @@ func (p *producer) Sent() uint64 { return p.sent.Load() }
 
 // Acknowledged implements engine.Durability.
 func (p *producer) Acknowledged() uint64 { return p.acked.Load() }
+
+// ackWait bounds AwaitAcknowledged: longer than the producer's retries (about a minute), which end
+// in an error that fails the processor.
+const ackWait = 2 * time.Minute
+
+// AwaitAcknowledged implements engine.Awaiter. It polls: it is called for rare records (late for a
+// set, applied to another), and a round trip to Kafka dwarfs the polling.
+func (p *producer) AwaitAcknowledged(n uint64) bool {
+	deadline := time.Now().Add(ackWait)
+	for sleep := 50 * time.Microsecond; p.acked.Load() < n; sleep = min(2*sleep, 5*time.Millisecond) {
+		if p.failed.Load() || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(sleep)
+	}
+	return true
+}
 
 // Emit implements goka.Producer.
 func (p *producer) Emit(topic, key string, value []byte) *goka.Promise {

@@ -104,6 +104,15 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		// origin's watermark does not move, so the write is saved. A replay judges it the same.
 		return
 	}
+	if len(late) > 0 && e.plan.LateTopic != "" {
+		// The write below fences this record; its late records must be in Kafka first (Awaiter).
+		if a, ok := e.cfg.Durability.(Awaiter); ok && !a.AwaitAcknowledged(e.cfg.Durability.Sent()) {
+			// The producer failed: stop before the entity, changed above, is written; nothing is
+			// committed, and the record is processed again after the restart.
+			e.fail(ctx, fmt.Errorf("entity %q: the late records of offset %d were not acknowledged by Kafka", ctx.Key(), at.Offset))
+			return
+		}
+	}
 	if t > og.wm {
 		wasMin := og.wm <= pt.eventST
 		og.wm, og.lastAdvance = t, now
