@@ -68,6 +68,9 @@ func KafkaCluster(t testing.TB) *Cluster {
 		fail(EnvKafkaClusterDir + " is unset: tests could not kill and restart brokers; " + clusterHint)
 		return nil
 	}
+	// The lock first: a test of another package holding it may have a broker down right now,
+	// and starts it again before it lets go.
+	c.lock(t)
 	for _, b := range c.Brokers {
 		conn, err := net.DialTimeout("tcp", b, 2*time.Second)
 		if err != nil {
@@ -76,7 +79,6 @@ func KafkaCluster(t testing.TB) *Cluster {
 		}
 		conn.Close()
 	}
-	c.lock(t)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.MetadataMinAge(100*time.Millisecond),
 		kgo.RetryTimeout(10*time.Second))
 	if err != nil {
