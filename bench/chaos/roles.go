@@ -47,6 +47,10 @@ func (r *role) startLocked() error {
 	}
 	fmt.Fprintf(lf, "\n===== chaos suite: start %s at %s =====\n", r.name, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(r.bin, "run", "-config", r.config, "-roles", r.name)
+	// Ops endpoints on a port the system picks (each start prints it in the role's log): the
+	// defaults (127.0.0.1:9361..9363) belong to whatever else runs abacus on this machine, and
+	// a busy port would stop the role at start.
+	cmd.Env = append(os.Environ(), "ABACUS_OPS_LISTEN=127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// The roles die with the suite, whatever ends it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
