@@ -89,6 +89,7 @@ type Driver struct {
 	sent     uint64   // messages the processor sent (state writes, totals, loop messages)
 	sentLog  []uint64 // sent at each of the last deliveries, for AckLag
 	ackedNow uint64
+	durable  int // messages sent through SendDurable
 }
 
 // Sent and Acknowledged are the driver's engine.Durability: messages are acknowledged AckLag
@@ -111,11 +112,13 @@ func (d *Driver) delivered() {
 	}
 }
 
-// AwaitAcknowledged implements engine.Awaiter as the processor does, which waits for Kafka: here
-// every message up to n is acknowledged at once.
-func (d *Driver) AwaitAcknowledged(n uint64) bool {
-	d.ackedNow = max(d.ackedNow, n)
-	return true
+// SendDurable implements engine.DurableSender: the processor sends such a message through a
+// producer of its own and waits for Kafka's acknowledgement; here it is output at once, acknowledged,
+// and not counted among the messages AckLag delays.
+func (d *Driver) SendDurable(topic, key string, value []byte, headers goka.Headers) error {
+	d.durable++
+	d.record(topic, key, value, headers)
+	return nil
 }
 
 // record is one record of an in-memory topic.
@@ -406,6 +409,11 @@ func (f failure) Error() string { return f.err.Error() }
 // output takes every message the engine emits.
 func (d *Driver) output(_ goka.Context, topic, key string, value []byte, headers goka.Headers) {
 	d.sent++
+	d.record(topic, key, value, headers)
+}
+
+// record keeps a message the engine emitted.
+func (d *Driver) record(topic, key string, value []byte, headers goka.Headers) {
 	m := Message{Topic: topic, Key: key, Value: value}
 	for k, v := range headers {
 		m.Headers = append(m.Headers, deadletter.Header{Key: k, Value: v})

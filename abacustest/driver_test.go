@@ -161,27 +161,3 @@ func TestDeterministic(t *testing.T) {
 		}
 	}
 }
-
-// TestLateRecordsAcknowledgedBeforeTheirFence: an event late for one set and applied to another
-// is fenced by the entity's state write, so a replay after a crash skips it; its late records
-// must be in Kafka before that write. With acknowledgements lagging far behind, the engine waits
-// for them (the processor blocks on Kafka; the driver acknowledges at once when waited on).
-func TestLateRecordsAcknowledgedBeforeTheirFence(t *testing.T) {
-	d := abacustest.New(t, sensors(t, true), abacustest.Options{Start: at(t0), AckLag: 1000})
-	d.Pipe("readings", "a", reading{Device: "a", TS: t0 + 1000, Temp: 20})
-	d.Pipe("readings", "a", reading{Device: "a", TS: t0 + 65_000, Temp: 21})
-	sentBefore := d.Sent()
-	if got := d.Acknowledged(); got >= sentBefore {
-		t.Fatalf("acknowledged %d of %d sent with AckLag 1000: the test needs acknowledgements lagging", got, sentBefore)
-	}
-	// At stream time 65 s, 55 s is late for the hop window [-60 s, 60 s) (grace 0) and on time
-	// for the minute window (grace 10 s), the hop window [0, 120 s) and a session. Its late
-	// record is the first message it sends, then the state write.
-	d.Pipe("readings", "a", reading{Device: "a", TS: t0 + 55_000, Temp: 22})
-	if late := d.Messages("sensors-late"); len(late) != 1 {
-		t.Fatalf("late records: %d, want 1 (hop)", len(late))
-	}
-	if got := d.Acknowledged(); got < sentBefore+1 {
-		t.Fatalf("acknowledged %d after the mixed event; its late record is message %d: the state write did not wait for it", got, sentBefore+1)
-	}
-}

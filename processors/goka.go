@@ -1,6 +1,7 @@
 package processors
 
 import (
+	"errors"
 	"fmt"
 	"hash"
 	"log/slog"
@@ -58,8 +59,36 @@ func (p *Processor) producerBuilder(track bool) goka.ProducerBuilder {
 }
 
 // durability is the engine's view of the processor's producer, which goka builds when the group
-// runs.
-type durability struct{ p atomic.Pointer[producer] }
+// runs, and of the synchronous producer Run builds for the messages that must be in Kafka before
+// the engine goes on (engine.DurableSender).
+type durability struct {
+	p    atomic.Pointer[producer]
+	sync atomic.Pointer[sarama.SyncProducer]
+}
+
+// SendDurable implements engine.DurableSender: one message, sent at once (no linger: goka's
+// producers wait up to 100 ms to fill a batch) and acknowledged by every in-sync replica.
+func (d *durability) SendDurable(topic, key string, value []byte, headers goka.Headers) error {
+	sp := d.sync.Load()
+	if sp == nil {
+		return errors.New("no durable producer: the processor is not running")
+	}
+	msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(value),
+		Headers: recordHeaders(headers)}
+	_, _, err := (*sp).SendMessage(msg)
+	return err
+}
+
+// durableProducer builds the synchronous producer of SendDurable.
+func (p *Processor) durableProducer() (sarama.SyncProducer, error) {
+	c := p.cfg.saramaConfig("abacus-durable")
+	c.Producer.Idempotent = true
+	c.Producer.RequiredAcks = sarama.WaitForAll
+	c.Producer.Return.Successes = true
+	c.Producer.Flush.Frequency, c.Producer.Flush.Bytes, c.Producer.Flush.Messages = 0, 0, 0
+	c.Net.MaxOpenRequests = 1
+	return sarama.NewSyncProducer(p.cfg.Brokers, c)
+}
 
 func (d *durability) use(p *producer) { d.p.Store(p) }
 
@@ -69,14 +98,6 @@ func (d *durability) Sent() uint64 {
 		return p.Sent()
 	}
 	return 0
-}
-
-// AwaitAcknowledged implements engine.Awaiter.
-func (d *durability) AwaitAcknowledged(n uint64) bool {
-	if p := d.p.Load(); p != nil {
-		return p.AwaitAcknowledged(n)
-	}
-	return true
 }
 
 // Acknowledged implements engine.Durability.

@@ -116,6 +116,17 @@ func (p *Processor) Run(ctx context.Context) error {
 	if err := p.checkCleanShutdown(); err != nil {
 		return err
 	}
+	sp, err := p.durableProducer()
+	if err != nil {
+		return fmt.Errorf("processor %s: kafka producer: %w", p.group, err)
+	}
+	p.durability.sync.Store(&sp)
+	defer func() {
+		p.durability.sync.Store(nil)
+		if err := sp.Close(); err != nil {
+			p.log.Warn("closing the durable producer", "err", err)
+		}
+	}()
 	tmb := p.topicManagerBuilder()
 	opts := []goka.ProcessorOption{
 		goka.WithTopicManagerBuilder(tmb),

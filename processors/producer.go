@@ -110,23 +110,6 @@ func (p *producer) Sent() uint64 { return p.sent.Load() }
 // Acknowledged implements engine.Durability.
 func (p *producer) Acknowledged() uint64 { return p.acked.Load() }
 
-// ackWait bounds AwaitAcknowledged: longer than the producer's retries (about a minute), which end
-// in an error that fails the processor.
-const ackWait = 2 * time.Minute
-
-// AwaitAcknowledged implements engine.Awaiter. It polls: it is called for rare records (late for a
-// set, applied to another), and a round trip to Kafka dwarfs the polling.
-func (p *producer) AwaitAcknowledged(n uint64) bool {
-	deadline := time.Now().Add(ackWait)
-	for sleep := 50 * time.Microsecond; p.acked.Load() < n; sleep = min(2*sleep, 5*time.Millisecond) {
-		if p.failed.Load() || time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(sleep)
-	}
-	return true
-}
-
 // Emit implements goka.Producer.
 func (p *producer) Emit(topic, key string, value []byte) *goka.Promise {
 	return p.EmitWithHeaders(topic, key, value, nil)
@@ -139,17 +122,25 @@ func (p *producer) EmitWithHeaders(topic, key string, value []byte, headers goka
 	if value == nil {
 		msg.Value = nil // a tombstone (goka's Delete)
 	}
-	if len(headers) > 0 {
-		msg.Headers = make([]sarama.RecordHeader, 0, len(headers))
-		for k, v := range headers {
-			msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: []byte(k), Value: v})
-		}
-		slices.SortFunc(msg.Headers, func(a, b sarama.RecordHeader) int { return strings.Compare(string(a.Key), string(b.Key)) })
-	}
+	msg.Headers = recordHeaders(headers)
 	// The number orders settlement; within one partition's callbacks it follows the calls.
 	msg.Metadata = &msgMeta{seq: p.sent.Add(1), finish: finish}
 	p.p.Input() <- msg
 	return promise
+}
+
+// recordHeaders are goka's headers as sarama's, sorted by key so that a repeat of a record is
+// identical to the first (maps iterate in any order).
+func recordHeaders(headers goka.Headers) []sarama.RecordHeader {
+	if len(headers) == 0 {
+		return nil
+	}
+	out := make([]sarama.RecordHeader, 0, len(headers))
+	for k, v := range headers {
+		out = append(out, sarama.RecordHeader{Key: []byte(k), Value: v})
+	}
+	slices.SortFunc(out, func(a, b sarama.RecordHeader) int { return strings.Compare(string(a.Key), string(b.Key)) })
+	return out
 }
 
 // Close stops the producer, waiting (up to a minute, as goka's does) for the outstanding

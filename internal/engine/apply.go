@@ -95,23 +95,19 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 			late = append(late, set)
 		}
 	}
-	// Everything user code does is done: from here on, commit.
+	// Everything user code does is done: from here on, commit. When the event was applied too,
+	// the state write below fences it, so its late records must be in Kafka first
+	// (DurableSender).
 	for _, set := range late {
-		e.late(ctx, raw, set, at)
+		if err := e.late(ctx, raw, set, at, applied); err != nil {
+			e.fail(ctx, fmt.Errorf("entity %q offset %d: %w", ctx.Key(), at.Offset, err))
+			return
+		}
 	}
 	if !applied {
 		// Late for every window, or of a type no set takes: the state is unchanged and the
 		// origin's watermark does not move, so the write is saved. A replay judges it the same.
 		return
-	}
-	if len(late) > 0 && e.plan.LateTopic != "" {
-		// The write below fences this record; its late records must be in Kafka first (Awaiter).
-		if a, ok := e.cfg.Durability.(Awaiter); ok && !a.AwaitAcknowledged(e.cfg.Durability.Sent()) {
-			// The producer failed: stop before the entity, changed above, is written; nothing is
-			// committed, and the record is processed again after the restart.
-			e.fail(ctx, fmt.Errorf("entity %q: the late records of offset %d were not acknowledged by Kafka", ctx.Key(), at.Offset))
-			return
-		}
 	}
 	if t > og.wm {
 		wasMin := og.wm <= pt.eventST

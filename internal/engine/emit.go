@@ -39,14 +39,24 @@ func (e *Engine) values(set *plan.Set, ent *state.Entity, i int) (vs []totals.Va
 
 // late counts an event that came after its windows of set closed, and routes it to the late topic
 // if the topology has one.
-func (e *Engine) late(ctx goka.Context, raw []byte, set *plan.Set, src deadletter.Source) {
+// With durable set, the record is in Kafka when late returns (DurableSender), or late fails.
+func (e *Engine) late(ctx goka.Context, raw []byte, set *plan.Set, src deadletter.Source, durable bool) error {
 	if e.plan.LateTopic == "" {
 		e.m.lateDropped.WithLabelValues(set.Name).Inc()
-		return
+		return nil
 	}
-	e.setAside(ctx, e.plan.LateTopic, deadletter.Record{Source: src, Reason: deadletter.Late,
-		Detail: "the event came after its window of " + set.Name + " closed", Set: set.Name, Value: raw})
+	r := deadletter.Record{Source: src, Reason: deadletter.Late,
+		Detail: "the event came after its window of " + set.Name + " closed", Set: set.Name, Value: raw}
+	if ds, ok := e.cfg.Durability.(DurableSender); ok && durable {
+		key, value, headers := e.asideRecord(ctx, r)
+		if err := ds.SendDurable(e.plan.LateTopic, key, value, headers); err != nil {
+			return fmt.Errorf("late record of set %s: %w", set.Name, err)
+		}
+	} else {
+		e.setAside(ctx, e.plan.LateTopic, r)
+	}
 	e.m.lateRouted.WithLabelValues(set.Name).Inc()
+	return nil
 }
 
 // deadLetter sends a record the engine cannot process to the dead-letter topic with its reason.
@@ -59,6 +69,12 @@ func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reas
 // key, timestamp and headers as the original's when the record is the callback's own (not one
 // re-keyed through the loop topic, whose original key and headers stayed at the source).
 func (e *Engine) setAside(ctx goka.Context, topic string, r deadletter.Record) {
+	key, value, headers := e.asideRecord(ctx, r)
+	e.cfg.Output(ctx, topic, key, value, headers)
+}
+
+// asideRecord is the message of a dead-letter or late record (see setAside).
+func (e *Engine) asideRecord(ctx goka.Context, r deadletter.Record) (string, []byte, goka.Headers) {
 	if string(ctx.Topic()) == r.Source.Topic && ctx.Partition() == r.Source.Partition && ctx.Offset() == r.Source.Offset {
 		r.Key = []byte(ctx.Key())
 		r.Timestamp = ctx.Timestamp()
@@ -71,7 +87,7 @@ func (e *Engine) setAside(ctx goka.Context, topic string, r deadletter.Record) {
 	for _, h := range r.RecordHeaders() {
 		hs[h.Key] = h.Value
 	}
-	e.cfg.Output(ctx, topic, string(r.RecordKey()), r.Value, hs)
+	return string(r.RecordKey()), r.Value, hs
 }
 
 // sourceOf is the position of the callback's record.
