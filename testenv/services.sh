@@ -27,6 +27,7 @@
 #   KAFKA_CLUSTER_HEAP   -Xmx of each cluster node (default 384m)
 #   HBASE_ZK_PORT        embedded ZooKeeper client port (default 2181)
 #   HBASE_MASTER_PORT    master RPC port (default 16000); HBASE_RS_PORT region server RPC (default 16020)
+#   HBASE_HEAP           -Xmx of the HBase JVM (default 1g; the failure suite's long form uses 4g)
 #   SERVICES             which to run: "kafka hbase" (default), "kafka" or "hbase"; the secure mode is
 #                        "kdc secure-hbase" (see below)
 #   READY_TIMEOUT        seconds to wait for each service (default 240)
@@ -54,6 +55,7 @@ kafka_ctl_port=${KAFKA_CONTROLLER_PORT:-9093}
 zk_port=${HBASE_ZK_PORT:-2181}
 master_port=${HBASE_MASTER_PORT:-16000}
 rs_port=${HBASE_RS_PORT:-16020}
+hbase_heap=${HBASE_HEAP:-1g}
 services=${SERVICES:-kafka hbase}
 kdc_port=${KDC_PORT:-28088}
 shb_zk_port=${SECURE_HBASE_ZK_PORT:-22181}
@@ -460,8 +462,8 @@ logger.hadoop.level=WARN
 logger.hdfs.name=org.apache.hadoop.hdfs
 logger.hdfs.level=WARN
 EOF
-  log "starting hbase (zookeeper 127.0.0.1:$zk_port, master :$master_port, region server :$rs_port)"
-  nohup java -Xms512m -Xmx1g -XX:+UseG1GC -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true \
+  log "starting hbase (zookeeper 127.0.0.1:$zk_port, master :$master_port, region server :$rs_port, heap $hbase_heap)"
+  nohup java -Xms512m "-Xmx$hbase_heap" -XX:+UseG1GC -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true \
     "${hbase_java_opts[@]}" \
     -Dlog4j2.configurationFile="$dir/conf/log4j2.properties" \
     -Dhbase.log.dir="$dir" -Dhbase.home.dir="$dir" \

@@ -165,11 +165,14 @@ func (d *driver) logf(format string, args ...any) {
 }
 
 // env returns the services' settings: the caller's, or the suite's own ports and folder.
-func suiteEnv(root string) []string {
+func suiteEnv(root string, long bool) []string {
 	defaults := [][2]string{
 		{"KAFKA_PORT", "49092"}, {"KAFKA_CONTROLLER_PORT", "49093"}, {"KAFKA_SASL_PORT", "0"},
 		{"HBASE_ZK_PORT", "42181"}, {"HBASE_MASTER_PORT", "46000"}, {"HBASE_RS_PORT", "46020"},
 		{"ABACUS_TESTENV_DIR", filepath.Join(root, "testenv", ".data", "chaos")},
+		// The long form's comparison scans tens of millions of cells while memstores are full:
+		// the standalone HBase ran out of its 1 GiB heap there (2026-11-30).
+		{"HBASE_HEAP", map[bool]string{false: "1g", true: "4g"}[long]},
 	}
 	var env []string
 	for _, kv := range defaults {
@@ -221,7 +224,7 @@ func run(ctx context.Context, o *options) (bool, error) {
 		return false, err
 	}
 	defer timeline.Close()
-	env := suiteEnv(root)
+	env := suiteEnv(root, o.long)
 	d := &driver{o: o, root: root, dir: o.dir, id: id, t0: time.Now(), logw: io.MultiWriter(os.Stdout, timeline),
 		svc:     &services{script: filepath.Join(root, "testenv", "services.sh"), env: env},
 		brokers: []string{"127.0.0.1:" + envValue(env, "KAFKA_PORT")}, zk: "127.0.0.1:" + envValue(env, "HBASE_ZK_PORT")}
