@@ -25,10 +25,6 @@ func TestDisruptiveServerRestart(t *testing.T) {
 	if os.Getenv("ABACUS_DISRUPTIVE") != "1" {
 		t.Skip("stops the shared HBase: runs only with ABACUS_DISRUPTIVE=1, as testenv/run-tests.sh does after the other tests")
 	}
-	script, err := filepath.Abs(filepath.Join("..", "testenv", "services.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := testClient(t)
 	table := testTable(t, c, "restart", fam("f"), [][]byte{[]byte("m")})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -37,14 +33,7 @@ func TestDisruptiveServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	services := func(cmd string) {
-		t.Helper()
-		sh := exec.CommandContext(ctx, script, cmd)
-		sh.Env = append(os.Environ(), "SERVICES=hbase")
-		if out, err := sh.CombinedOutput(); err != nil {
-			t.Fatalf("services.sh %s: %v\n%s", cmd, err, out)
-		}
-	}
+	services := hbaseServices(ctx, t)
 	services("stop")
 	restarted := false
 	defer func() {
@@ -54,7 +43,7 @@ func TestDisruptiveServerRestart(t *testing.T) {
 	}()
 
 	down, cancelDown := context.WithTimeout(ctx, 3*time.Second)
-	err = c.Apply(down, []*Mutation{put1(table, "a", "q", 2, "while down")})
+	err := c.Apply(down, []*Mutation{put1(table, "a", "q", 2, "while down")})
 	cancelDown()
 	var be *BatchError
 	if !errors.As(err, &be) || !IsRetriable(be.Errs[0]) {
@@ -85,22 +74,11 @@ func TestDisruptiveServerKilled(t *testing.T) {
 	if os.Getenv("ABACUS_DISRUPTIVE") != "1" {
 		t.Skip("kills the shared HBase: runs only with ABACUS_DISRUPTIVE=1, as testenv/run-tests.sh does after the other tests")
 	}
-	script, err := filepath.Abs(filepath.Join("..", "testenv", "services.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	c := testClient(t)
 	table := testTable(t, c, "killed", fam("f"), [][]byte{[]byte("r5")})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	services := func(cmd string) {
-		t.Helper()
-		sh := exec.CommandContext(ctx, script, cmd)
-		sh.Env = append(os.Environ(), "SERVICES=hbase")
-		if out, err := sh.CombinedOutput(); err != nil {
-			t.Fatalf("services.sh %s: %v\n%s", cmd, err, out)
-		}
-	}
+	services := hbaseServices(ctx, t)
 	acked := 0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
 		var ms []*Mutation
@@ -147,5 +125,23 @@ func countRowsErr(ctx context.Context, c *Client, s Scan) (int, error) {
 			return n, err
 		}
 		n++
+	}
+}
+
+// hbaseServices returns a function that runs testenv/services.sh with a command (stop, start,
+// kill-hbase) for the shared HBase, failing the test if it fails.
+func hbaseServices(ctx context.Context, t *testing.T) func(cmd string) {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "testenv", "services.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(cmd string) {
+		t.Helper()
+		sh := exec.CommandContext(ctx, script, cmd)
+		sh.Env = append(os.Environ(), "SERVICES=hbase")
+		if out, err := sh.CombinedOutput(); err != nil {
+			t.Fatalf("services.sh %s: %v\n%s", cmd, err, out)
+		}
 	}
 }
