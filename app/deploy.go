@@ -77,10 +77,10 @@ type needs struct {
 	// brokers says that the command's roles reach Kafka with clients of their own (the processor,
 	// the live view): the security settings are checked at start as for kafka.
 	brokers bool
-	// waitForBrokers makes brokers that cannot be reached at start a warning rather than an error,
-	// for long-running roles whose clients keep retrying. A refused login or certificate is an
-	// error either way.
-	waitForBrokers bool
+	// wait, set for long-running roles, makes servers that cannot be reached at start something
+	// to wait for rather than an error (see waiter). A refused login or certificate is an error
+	// either way.
+	wait *waiter
 }
 
 // open connects to what the command needs: Kafka, and HBase or the embedded store. When the
@@ -114,7 +114,7 @@ func openWith(ctx context.Context, cfg *Config, topo *topology.Topology, log *sl
 		switch {
 		case err == nil:
 			log.Debug("kafka reached", "brokers", cfg.Kafka.Brokers, "security", sec)
-		case n.waitForBrokers && kafkasec.IsUnreachable(err) && ctx.Err() == nil:
+		case n.wait != nil && kafkasec.IsUnreachable(err) && ctx.Err() == nil:
 			log.Warn("kafka brokers not reachable at start; the clients keep trying", "brokers", cfg.Kafka.Brokers, "err", err)
 		default:
 			return nil, fmt.Errorf("kafka (%s): %w", sec, err)
@@ -141,9 +141,12 @@ func openWith(ctx context.Context, cfg *Config, topo *topology.Topology, log *sl
 		d.st, d.close = cs, func() { cs.Close() }
 		return d, nil
 	}
-	hctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	hc, err := hbase.NewClient(hctx, cfg.HBase.ClientConfig())
+	var hc *hbase.Client
+	err = n.wait.do(ctx, "HBase (zookeeper "+cfg.HBase.ZooKeeper+")", func(ctx context.Context) error {
+		var err error
+		hc, err = hbase.NewClient(ctx, cfg.HBase.ClientConfig())
+		return err
+	})
 	if err != nil {
 		d.shutdown()
 		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)

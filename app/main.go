@@ -336,11 +336,11 @@ func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needs
 // rolesNeed says what the roles connect to here: the sinks check their topics and tables, the
 // query server its table; the processor and the live view open their own Kafka clients, whose
 // security is checked at start all the same.
-func rolesNeed(roles []string, cfg *Config) needs {
+func rolesNeed(roles []string, cfg *Config, w *waiter) needs {
 	sink := contains(roles, RoleAggregates) || contains(roles, RoleFacts)
 	live := contains(roles, RoleQuery) && !cfg.Query.NoLive
 	return needs{kafka: sink, store: sink || contains(roles, RoleQuery),
-		brokers: contains(roles, RoleProcessor) || live, waitForBrokers: true}
+		brokers: contains(roles, RoleProcessor) || live, wait: w}
 }
 
 // runRoles runs roles in this process until ctx ends. Its ops endpoints answer from the start,
@@ -372,19 +372,29 @@ func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout
 	if cfg.Membership.Static() {
 		log.Info("static group membership", "instance_id", cfg.Membership.InstanceID, "session_timeout", time.Duration(cfg.Membership.SessionTimeout))
 	}
-	d, err := openWith(ctx, cfg, topo, log, rolesNeed(roles, cfg), reg)
+	w := &waiter{log: log, report: o.waiting}
+	d, err := openWith(ctx, cfg, topo, log, rolesNeed(roles, cfg, w), reg)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while waiting for a server
+		}
 		return err
 	}
 	defer d.shutdown()
 	d.ops, d.opsOnQuery = o, !separate && addr == "" && cfg.Ops.Listen != "off" && contains(roles, RoleQuery)
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) || contains(roles, RoleQuery) {
-		if err := d.ensureTables(ctx); err != nil {
+		if err := w.do(ctx, "HBase to check the tables", d.ensureTables); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 	}
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) {
-		if err := d.sinkTopics(ctx); err != nil {
+		if err := w.do(ctx, "Kafka "+strings.Join(cfg.Kafka.Brokers, ",")+" to check the topics", d.sinkTopics); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			return err
 		}
 	}

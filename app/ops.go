@@ -52,7 +52,9 @@ type ops struct {
 	mu  sync.Mutex
 	// roles are in the order they were added.
 	roles []*roleState
-	info  *prometheus.GaugeVec
+	// waitingFor says what the starting roles wait for, when a start step had to be retried.
+	waitingFor string
+	info       *prometheus.GaugeVec
 }
 
 // roleState is one role of the process, as the ops endpoints report it.
@@ -81,6 +83,13 @@ func (o *ops) role(name, group, member string) *roleState {
 	o.mu.Unlock()
 	o.info.WithLabelValues(name, group, member).Set(1)
 	return r
+}
+
+// waiting says what the process's start waits for ("" when it no longer waits): /readyz shows it.
+func (o *ops) waiting(what string) {
+	o.mu.Lock()
+	o.waitingFor = what
+	o.mu.Unlock()
 }
 
 // lookup finds a role added before, or nil.
@@ -158,6 +167,12 @@ func (o *ops) health() (opsReport, error) {
 // readiness checks every role (at once: a store check may take a while).
 func (o *ops) readiness(ctx context.Context) (opsReport, error) {
 	roles := o.snapshot()
+	o.mu.Lock()
+	starting := "starting: connecting to Kafka and HBase"
+	if o.waitingFor != "" {
+		starting = "starting: " + o.waitingFor
+	}
+	o.mu.Unlock()
 	rep := opsReport{Status: "ready", Roles: make([]roleReport, len(roles))}
 	errs := make([]error, len(roles))
 	var wg sync.WaitGroup
@@ -170,7 +185,7 @@ func (o *ops) readiness(ctx context.Context) (opsReport, error) {
 		case phase == "failed":
 			errs[i] = ferr
 		case phase == "starting":
-			errs[i] = errors.New("starting: connecting to Kafka and HBase")
+			errs[i] = errors.New(starting)
 		case phase != "running" || check == nil:
 			errs[i] = errors.New(phase)
 		default:

@@ -82,13 +82,14 @@ func (e *missingSourceError) Error() string {
 // `abacus admin create` (or a test's CreateTopic) may ask a broker that does not know it yet.
 const sourceGrace = 15 * time.Second
 
-// ensureTopicsRetrying is ensureTopics, tried again for up to two minutes while it fails for a
-// broker outage: a processor (re)started while a broker of the cluster is down must wait for the
-// leader elections rather than fail (TestClusterScenarioBrokerKills restarts one then); and for
-// sourceGrace while a source topic is missing. A stop asked for meanwhile returns 0 and no error.
+// ensureTopicsRetrying is ensureTopics, tried again while it fails for a broker outage, for as
+// long as the outage lasts: a processor (re)started while a broker of the cluster is down must
+// wait for the leader elections rather than fail (TestClusterScenarioBrokerKills restarts one
+// then), and one started before its brokers (an orchestrator starts everything at once) must wait
+// for them, as the sinks do; and for sourceGrace while a source topic is missing. A stop asked for
+// meanwhile returns 0 and no error.
 func (p *Processor) ensureTopicsRetrying(ctx context.Context) (int, error) {
 	start := time.Now()
-	deadline := start.Add(2 * time.Minute)
 	backoff := 250 * time.Millisecond
 	for {
 		n, err := p.ensureTopics()
@@ -100,7 +101,7 @@ func (p *Processor) ensureTopicsRetrying(ctx context.Context) (int, error) {
 			if time.Since(start) > sourceGrace {
 				return n, err
 			}
-		case !transientText(err) || time.Now().After(deadline):
+		case !transientText(err):
 			return n, err
 		}
 		p.log.Warn("checking the group's topics failed; trying again", "err", err, "retry_in", backoff)
