@@ -43,10 +43,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"os"
 	"strings"
+
+	"github.com/abacus-stream/abacus/internal/smallfile"
 )
 
 // SASL mechanisms this package configures; Kafka spells them this way.
@@ -269,22 +269,11 @@ const MaxFileBytes = 4 << 20
 
 // readFile reads at most limit bytes of path; a longer file is an error, never cut silently.
 func readFile(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+	b, err := smallfile.Read(path, limit)
+	if tl := (*smallfile.TooLargeError)(nil); errors.As(err, &tl) {
+		return nil, fmt.Errorf("%w (kafkasec.MaxFileBytes): not a PEM or password file", err)
 	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("%s is a folder, not a file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is over %d bytes (kafkasec.MaxFileBytes): not a PEM or password file", path, limit)
-	}
-	return b, nil
+	return b, err
 }
 
 // loadKeyPair is tls.LoadX509KeyPair with the files read through readFile.

@@ -10,7 +10,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"io"
 	"log"
 	"log/slog"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abacus-stream/abacus/internal/smallfile"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -165,24 +165,7 @@ func readLines(path string, fn func(n int, line string) error) error {
 }
 
 // readSmallFile reads a credentials or certificate file of at most maxAuthFileBytes.
-func readSmallFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("%s is a folder, not a file", path)
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxAuthFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxAuthFileBytes {
-		return nil, fmt.Errorf("%s is over %d bytes", path, maxAuthFileBytes)
-	}
-	return b, nil
-}
+func readSmallFile(path string) ([]byte, error) { return smallfile.Read(path, maxAuthFileBytes) }
 
 // admit reports whether the request's Authorization header carries known credentials, and if not
 // why (for the metric: "missing" or "invalid").
