@@ -135,16 +135,7 @@ func (c *Config) Validate() error {
 	if c.FinalRetention < 0 {
 		bad("FinalRetention", "must not be negative, got %v", c.FinalRetention)
 	}
-	if c.InstanceID != "" {
-		if err := membership.ValidID(c.InstanceID); err != nil {
-			bad("InstanceID", "%v", err)
-		}
-	}
-	if c.SessionTimeout < 0 || c.HeartbeatInterval < 0 {
-		bad("SessionTimeout", "SessionTimeout and HeartbeatInterval must not be negative")
-	} else if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
-		bad("HeartbeatInterval", "%v is not shorter than SessionTimeout %v", c.HeartbeatInterval, c.SessionTimeout)
-	}
+	membership.CheckSettings(c.InstanceID, c.SessionTimeout, c.HeartbeatInterval, bad)
 	if c.LoopRetention < time.Hour {
 		bad("LoopRetention", "%v is under an hour: re-keyed events and close messages would expire during an outage", c.LoopRetention)
 	}

@@ -144,16 +144,7 @@ func (c *Config) Validate() error {
 	if c.TTL < 0 {
 		bad("TTL", "must not be negative")
 	}
-	if c.InstanceID != "" {
-		if err := membership.ValidID(c.InstanceID); err != nil {
-			bad("InstanceID", "%v", err)
-		}
-	}
-	if c.SessionTimeout < 0 || c.HeartbeatInterval < 0 {
-		bad("SessionTimeout", "SessionTimeout and HeartbeatInterval must not be negative")
-	} else if c.HeartbeatInterval > 0 && c.SessionTimeout > 0 && c.HeartbeatInterval >= c.SessionTimeout {
-		bad("HeartbeatInterval", "%v is not shorter than SessionTimeout %v", c.HeartbeatInterval, c.SessionTimeout)
-	}
+	membership.CheckSettings(c.InstanceID, c.SessionTimeout, c.HeartbeatInterval, bad)
 	return errors.Join(errs...)
 }
 

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // MaxIDLength is the longest group.instance.id Kafka accepts.
@@ -42,6 +43,22 @@ func ValidID(id string) error {
 		return fmt.Errorf("%q has a character other than ASCII letters, digits, '.', '_' and '-'", id)
 	}
 	return nil
+}
+
+// CheckSettings reports what is wrong with a member's instance id (empty: a dynamic member),
+// session timeout and heartbeat interval (zero: the client's defaults), through bad, which
+// receives the name of the setting at fault and a message.
+func CheckSettings(instanceID string, sessionTimeout, heartbeat time.Duration, bad func(field, format string, args ...any)) {
+	if instanceID != "" {
+		if err := ValidID(instanceID); err != nil {
+			bad("InstanceID", "%v", err)
+		}
+	}
+	if sessionTimeout < 0 || heartbeat < 0 {
+		bad("SessionTimeout", "SessionTimeout and HeartbeatInterval must not be negative")
+	} else if heartbeat > 0 && sessionTimeout > 0 && heartbeat >= sessionTimeout {
+		bad("HeartbeatInterval", "%v is not shorter than SessionTimeout %v", heartbeat, sessionTimeout)
+	}
 }
 
 // HostID is the default instance id of a process: its host name, with every character Kafka does

@@ -2,8 +2,10 @@ package membership
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidID(t *testing.T) {
@@ -60,4 +62,31 @@ func TestLockRefusesASecondHolder(t *testing.T) {
 		t.Fatalf("after release: %v", err)
 	}
 	r()
+}
+
+func TestCheckSettings(t *testing.T) {
+	for _, c := range []struct {
+		id                 string
+		session, heartbeat time.Duration
+		want               string // "" when nothing is wrong; else field: message
+	}{
+		{"", 0, 0, ""},
+		{"host-1-processor", 45 * time.Second, 3 * time.Second, ""},
+		{"bad id!", 0, 0, "InstanceID: "},
+		{"", -time.Second, 0, "SessionTimeout: SessionTimeout and HeartbeatInterval must not be negative"},
+		{"", 0, -time.Second, "SessionTimeout: SessionTimeout and HeartbeatInterval must not be negative"},
+		{"", 6 * time.Second, 6 * time.Second, "HeartbeatInterval: 6s is not shorter than SessionTimeout 6s"},
+		{"", 0, 10 * time.Second, ""}, // the client's default session timeout: the broker judges
+	} {
+		var got []string
+		CheckSettings(c.id, c.session, c.heartbeat, func(field, format string, args ...any) {
+			got = append(got, field+": "+fmt.Sprintf(format, args...))
+		})
+		switch {
+		case c.want == "" && len(got) != 0:
+			t.Errorf("CheckSettings(%q, %v, %v) = %q, want nothing", c.id, c.session, c.heartbeat, got)
+		case c.want != "" && (len(got) != 1 || !strings.HasPrefix(got[0], c.want)):
+			t.Errorf("CheckSettings(%q, %v, %v) = %q, want one starting %q", c.id, c.session, c.heartbeat, got, c.want)
+		}
+	}
 }
