@@ -348,9 +348,7 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 		}
 	}
 	// Offsets kept in Kafka need no HBase connection.
-	d, err := p.connect(ctx, &c, stderr, func(cfg *Config) needs {
-		return needs{kafka: true, store: cfg.Sinks.Offsets == "hbase"}
-	})
+	d, err := p.connect(ctx, &c, stderr, offsetsNeeds)
 	if err != nil {
 		return err
 	}
@@ -360,10 +358,7 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 	if *sink == "facts" {
 		group, topics = cfg.Sinks.Facts.Group, topo.SourceTopics()
 	}
-	adm := sinks.OffsetsAdmin{Kafka: kadm.NewClient(d.kafka)}
-	if cfg.Sinks.Offsets == "hbase" {
-		adm.HBase = sinks.NewHBaseOffsets(d.hb, cfg.Sinks.OffsetsTable)
-	}
+	adm := d.sinkOffsetsAdmin(kadm.NewClient(d.kafka))
 	switch verb {
 	case "rewind":
 		if *toTime != "" {
@@ -412,4 +407,17 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 			}
 		}
 	}
+}
+
+// offsetsNeeds is what the commands that read or move the sinks' offsets connect to: Kafka, and
+// HBase when the offsets are kept there.
+func offsetsNeeds(cfg *Config) needs { return needs{kafka: true, store: cfg.Sinks.Offsets == "hbase"} }
+
+// sinkOffsetsAdmin reads and moves the sinks' committed offsets wherever the config keeps them.
+func (d *deployment) sinkOffsetsAdmin(adm *kadm.Client) sinks.OffsetsAdmin {
+	a := sinks.OffsetsAdmin{Kafka: adm}
+	if d.cfg.Sinks.Offsets == "hbase" {
+		a.HBase = sinks.NewHBaseOffsets(d.hb, d.cfg.Sinks.OffsetsTable)
+	}
+	return a
 }

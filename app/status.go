@@ -84,19 +84,14 @@ func (p Program) status(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	d, err := p.connect(ctx, &c, stderr, func(cfg *Config) needs {
-		return needs{kafka: true, store: cfg.Sinks.Offsets == "hbase"}
-	})
+	d, err := p.connect(ctx, &c, stderr, offsetsNeeds)
 	if err != nil {
 		return err
 	}
 	defer d.shutdown()
 	cfg, topo := d.cfg, d.topo
 	adm := kadm.NewClient(d.kafka)
-	sinkAdm := sinks.OffsetsAdmin{Kafka: adm}
-	if cfg.Sinks.Offsets == "hbase" {
-		sinkAdm.HBase = sinks.NewHBaseOffsets(d.hb, cfg.Sinks.OffsetsTable)
-	}
+	sinkAdm := d.sinkOffsetsAdmin(adm)
 	type spec struct {
 		role, group string
 		topics      []string
