@@ -15,6 +15,7 @@ import (
 
 	"github.com/abacus-stream/abacus/abacustest"
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
@@ -45,12 +46,10 @@ func endOffsets(ctx context.Context, t testing.TB, brokers []string, topic strin
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	n, err := kafkaread.EndSum(ctx, kadm.NewClient(cl), topic)
 	if err != nil {
-		t.Fatalf("end offsets of %s: %v", topic, err)
+		t.Fatal(err)
 	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
 	return n
 }
 

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
 )
 
@@ -148,12 +148,10 @@ func TestClusterSinksBrokerKills(t *testing.T) {
 	}
 	checkTables(t, e, hc, good, finals)
 	bad := 16 * (300 / 50)
-	ends, err := c.Admin().ListEndOffsets(ctx, e.DeadLetter)
+	n, err := kafkaread.EndSum(ctx, c.Admin(), e.DeadLetter)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
 	dead := consumeAll(t, e.Brokers, e.DeadLetter, int(n))
 	sources := map[string]bool{}
 	for _, r := range dead {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/abacus-stream/abacus/bench/chaos/stream"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/processors"
@@ -162,7 +163,7 @@ func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
 func (p *pipeline) lag(group, topic string) int64 {
 	c, cancel := context.WithTimeout(p.ctx, 20*time.Second)
 	defer cancel()
-	l, err := groupLagOf(c, p.adm, group, topic)
+	l, err := kafkaread.GroupLag(c, p.adm, group, topic)
 	if err != nil {
 		return -1
 	}
@@ -220,9 +221,11 @@ func (p *pipeline) stop() {
 func (p *pipeline) verify() {
 	t := p.t
 	o := stream.NewOracle(stream.Layout{AggregatesBuckets: pipelineBuckets, FactsBuckets: pipelineBuckets, Family: "d"})
-	readSource(t, p.brokers, p.source, func(r *kgo.Record) {
+	if err := kafkaread.All(setupCtx(t), p.brokers, p.source, func(r *kgo.Record) {
 		o.Feed(stream.SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if o.Open() != 0 {
 		t.Fatalf("%d windows open after the flush events", o.Open())
 	}
@@ -268,64 +271,5 @@ func waitForSlow(t *testing.T, what string, limit time.Duration, cond func() boo
 			t.Fatalf("timed out after %v waiting for %s", limit, what)
 		}
 		time.Sleep(2 * time.Second)
-	}
-}
-
-// groupLagOf is how many records of topic group has not committed.
-func groupLagOf(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	if err := ends.Error(); err != nil {
-		return 0, err
-	}
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		return 0, err
-	}
-	var lag int64
-	ends.Each(func(o kadm.ListedOffset) {
-		var c int64
-		if r, ok := committed.Lookup(topic, o.Partition); ok && r.Err == nil && r.At >= 0 {
-			c = r.At
-		}
-		lag += max(o.Offset-c, 0)
-	})
-	return lag, nil
-}
-
-// readSource reads every record of topic, each partition in offset order.
-func readSource(t *testing.T, brokers []string, topic string, fn func(*kgo.Record)) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx := setupCtx(t)
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: %v", topic, ctx.Err())
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset < end {
-				fn(r)
-				if r.Offset+1 >= end {
-					delete(left, r.Partition)
-				}
-			}
-		})
 	}
 }

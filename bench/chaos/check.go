@@ -9,100 +9,14 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/bench/chaos/stream"
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/schema"
 )
-
-// groupLag returns how many records of topic group has not committed yet.
-func groupLag(ctx context.Context, adm *kadm.Client, group, topic string) (int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	if err := ends.Error(); err != nil {
-		return 0, err
-	}
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err != nil {
-		return 0, err
-	}
-	var lag int64
-	ends.Each(func(o kadm.ListedOffset) {
-		c := int64(0)
-		if r, ok := committed.Lookup(topic, o.Partition); ok && r.Err == nil && r.At >= 0 {
-			c = r.At
-		}
-		lag += max(o.Offset-c, 0)
-	})
-	return lag, nil
-}
-
-// topicEnd returns the sum of a topic's end offsets.
-func topicEnd(ctx context.Context, adm *kadm.Client, topic string) (int64, error) {
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err != nil {
-		return 0, err
-	}
-	if err := ends.Error(); err != nil {
-		return 0, err
-	}
-	var n int64
-	ends.Each(func(o kadm.ListedOffset) { n += o.Offset })
-	return n, nil
-}
-
-// readTopic reads every record of topic, each partition in offset order, up to the end offsets
-// at the call.
-func readTopic(ctx context.Context, brokers []string, topic string, fn func(*kgo.Record)) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxBytes(32<<20))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		return err
-	}
-	if err := ends.Error(); err != nil {
-		return err
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("read %s: %w", topic, err)
-		}
-		var ferr error
-		fs.EachError(func(_ string, p int32, err error) {
-			if ferr == nil && !errors.Is(err, context.Canceled) {
-				ferr = fmt.Errorf("read %s/%d: %w", topic, p, err)
-			}
-		})
-		if ferr != nil {
-			return ferr
-		}
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset < end {
-				fn(r)
-				if r.Offset+1 >= end {
-					delete(left, r.Partition)
-				}
-			}
-		})
-	}
-	return nil
-}
 
 // scanTable feeds every version of every cell of table to the comparers, in the table's order.
 func scanTable(ctx context.Context, hb *hbase.Client, table string, fn func(c *hbase.Cell)) error {
@@ -178,10 +92,10 @@ type deadLetters struct {
 
 func readDeadLetters(ctx context.Context, brokers []string, topic string) (*deadLetters, error) {
 	d := &deadLetters{bySource: map[string][]*kgo.Record{}}
-	err := readTopic(ctx, brokers, topic, func(r *kgo.Record) {
+	err := kafkaread.All(ctx, brokers, topic, func(r *kgo.Record) {
 		d.records++
 		d.bySource[string(r.Key)] = append(d.bySource[string(r.Key)], r)
-	})
+	}, kgo.FetchMaxBytes(32<<20))
 	return d, err
 }
 

@@ -69,13 +69,26 @@ func (f *faults) note(kind string) {
 
 // hbaseOutage stops HBase for d.
 func (f *faults) hbaseOutage(ctx context.Context, d time.Duration) error {
+	return f.hbaseDown(ctx, "stop", d, faultHBaseOutage,
+		"HBase stopped; starting it again in "+d.Round(time.Second).String(), "HBase back after %v down")
+}
+
+// hbaseKill SIGKILLs HBase and starts it again: its acknowledged edits come back from the WAL.
+func (f *faults) hbaseKill(ctx context.Context) error {
+	return f.hbaseDown(ctx, "kill-hbase", 2*time.Second, faultHBaseKill,
+		"HBase SIGKILLed; starting it again", "HBase back after a SIGKILL, %v down (WAL recovered)")
+}
+
+// hbaseDown takes HBase down with a services.sh command, waits for d and starts it again,
+// counting the time it was down as outage; backMsg is a format of that time.
+func (f *faults) hbaseDown(ctx context.Context, command string, d time.Duration, kind, downMsg, backMsg string) error {
 	f.hbaseMu.Lock()
 	defer f.hbaseMu.Unlock()
 	t0 := time.Now()
-	if _, err := f.svc.run(ctx, "hbase", "stop"); err != nil {
+	if _, err := f.svc.run(ctx, "hbase", command); err != nil {
 		return err
 	}
-	f.logf("HBase stopped; starting it again in %v", d.Round(time.Second))
+	f.logf("%s", downMsg)
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
@@ -87,30 +100,8 @@ func (f *faults) hbaseOutage(ctx context.Context, d time.Duration) error {
 	f.mu.Lock()
 	f.outage += down
 	f.mu.Unlock()
-	f.note(faultHBaseOutage)
-	f.logf("HBase back after %v down", down.Round(time.Second))
-	return nil
-}
-
-// hbaseKill SIGKILLs HBase and starts it again: its acknowledged edits come back from the WAL.
-func (f *faults) hbaseKill(ctx context.Context) error {
-	f.hbaseMu.Lock()
-	defer f.hbaseMu.Unlock()
-	t0 := time.Now()
-	if _, err := f.svc.run(ctx, "hbase", "kill-hbase"); err != nil {
-		return err
-	}
-	f.logf("HBase SIGKILLed; starting it again")
-	time.Sleep(2 * time.Second)
-	if _, err := f.svc.run(context.WithoutCancel(ctx), "hbase", "start"); err != nil {
-		return err
-	}
-	down := time.Since(t0)
-	f.mu.Lock()
-	f.outage += down
-	f.mu.Unlock()
-	f.note(faultHBaseKill)
-	f.logf("HBase back after a SIGKILL, %v down (WAL recovered)", down.Round(time.Second))
+	f.note(kind)
+	f.logf(backMsg, down.Round(time.Second))
 	return nil
 }
 

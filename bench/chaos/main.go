@@ -43,6 +43,7 @@ import (
 
 	"github.com/abacus-stream/abacus/bench/chaos/stream"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/topology"
 )
@@ -595,10 +596,10 @@ func (d *driver) drain(ctx context.Context, rc *runCfg) error {
 		case <-time.After(2 * time.Second):
 		}
 		c, cancel := context.WithTimeout(ctx, 20*time.Second)
-		procLag, err1 := groupLag(c, d.adm, rc.procGroup, d.source)
-		factsLag, err2 := groupLag(c, d.adm, rc.factsGroup, d.source)
-		aggLag, err3 := groupLag(c, d.adm, rc.aggGroup, rc.topo.TotalsTopic())
-		totalsEnd, err4 := topicEnd(c, d.adm, rc.topo.TotalsTopic())
+		procLag, err1 := kafkaread.GroupLag(c, d.adm, rc.procGroup, d.source)
+		factsLag, err2 := kafkaread.GroupLag(c, d.adm, rc.factsGroup, d.source)
+		aggLag, err3 := kafkaread.GroupLag(c, d.adm, rc.aggGroup, rc.topo.TotalsTopic())
+		totalsEnd, err4 := kafkaread.EndSum(c, d.adm, rc.topo.TotalsTopic())
 		cancel()
 		if err := firstErr(err1, err2, err3, err4); err != nil {
 			continue // the broker may be restarting
@@ -659,9 +660,9 @@ func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *sum
 	t0 := time.Now()
 	layout := stream.Layout{AggregatesBuckets: 8, FactsBuckets: 8, Family: "d"}
 	o := stream.NewOracle(layout)
-	err := readTopic(ctx, d.brokers, d.source, func(r *kgo.Record) {
+	err := kafkaread.All(ctx, d.brokers, d.source, func(r *kgo.Record) {
 		o.Feed(stream.SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
-	})
+	}, kgo.FetchMaxBytes(32<<20))
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,6 @@ package stream
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/schema"
@@ -167,9 +167,11 @@ func TestOracleMatchesEngine(t *testing.T) {
 
 	// The oracle reads the source topic back, as the suite does.
 	o := NewOracle(layout)
-	readAll(ctx, t, brokers, source, func(r *kgo.Record) {
+	if err := kafkaread.All(ctx, brokers, source, func(r *kgo.Record) {
 		o.Feed(SourceRecord{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp})
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	if o.Open() != 0 || o.Flushes != parts {
 		t.Fatalf("oracle: %d windows open, %d flushes", o.Open(), o.Flushes)
 	}
@@ -228,44 +230,4 @@ func TestOracleMatchesEngine(t *testing.T) {
 		t.Fatalf("engine vs oracle: %d missing, %d extra, %d wrong of %d: %v", d.Missing, d.Extra, d.WrongValue, d.Compared, d.Examples)
 	}
 	t.Logf("%d records (%v), %d applied, late %v, %d bad: %d aggregate cells agree", o.Records, kinds, o.Applied, o.LateFor, len(o.Bad), d.Compared)
-}
-
-// readAll reads every record of topic, partition by partition in offset order, up to the end
-// offsets at the call.
-func readAll(ctx context.Context, t *testing.T, brokers []string, topic string, fn func(*kgo.Record)) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	left := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Offset > 0 {
-			left[o.Partition] = o.Offset
-		}
-	})
-	for len(left) > 0 {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			t.Fatalf("read %s: %v", topic, err)
-		}
-		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("read %s: %v", topic, err)
-			}
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := left[r.Partition]; ok && r.Offset < end {
-				fn(r)
-				if r.Offset+1 >= end {
-					delete(left, r.Partition)
-				}
-			}
-		})
-	}
 }
