@@ -41,8 +41,9 @@ type clusterPipe struct {
 	// SIGKILLs while a broker is down; its storage and log are under dir.
 	child bool
 	inst  *instance
-	dir   string
-	adm   *kadm.Client
+	dir     string
+	adm     *kadm.Client
+	brokers []string
 }
 
 // closingEvents returns one event per partition, an hour of event time after last, for entities
@@ -71,11 +72,18 @@ func closingEvents(parts int, last int64, repartition bool) []input {
 
 func newClusterPipe(ctx context.Context, t *testing.T, c *testenv.Cluster, label string, seed uint64, records, parts int, repartition, child bool) *clusterPipe {
 	t.Helper()
-	name := uniqueName("cl-" + label)
+	return newPipe(ctx, t, c.Brokers, c.Admin(), 3, "cl-"+label, seed, records, parts, repartition, child)
+}
+
+// newPipe is a clusterPipe on brokers, its topics replicated replication times.
+func newPipe(ctx context.Context, t *testing.T, brokers []string, adm *kadm.Client, replication int16, label string, seed uint64,
+	records, parts int, repartition, child bool) *clusterPipe {
+	t.Helper()
+	name := uniqueName(label)
 	p := &clusterPipe{name: name, parts: parts, input: name + "-in", reg: prometheus.NewRegistry(), o: newOracle(parts),
-		child: child, dir: t.TempDir(), adm: c.Admin()}
-	if _, err := c.Admin().CreateTopic(ctx, int32(parts), 3, nil, p.input); err != nil {
-		t.Fatalf("create %s with replication 3: %v", p.input, err)
+		child: child, dir: t.TempDir(), adm: adm, brokers: brokers}
+	if _, err := adm.CreateTopic(ctx, int32(parts), replication, nil, p.input); err != nil {
+		t.Fatalf("create %s with replication %d: %v", p.input, replication, err)
 	}
 	p.topo = scenarioTopology(t, name, p.input, repartition)
 	ins := genInputs(seed, records, 20, baseTime)
@@ -94,7 +102,7 @@ func newClusterPipe(ctx context.Context, t *testing.T, c *testenv.Cluster, label
 	}
 	p.chunks[4] = append(p.chunks[4], ins[n:]...)
 
-	p.cfg = processors.Config{Brokers: c.Brokers, StoragePath: filepath.Join(t.TempDir(), "storage"), Replication: 3,
+	p.cfg = processors.Config{Brokers: brokers, StoragePath: filepath.Join(t.TempDir(), "storage"), Replication: int(replication),
 		// No idle advance in this test: a partition whose fetches stall while its leader fails
 		// over must not be judged idle (the oracle knows nothing of wall-clock time). Windows
 		// close through the closing events.
@@ -103,7 +111,7 @@ func newClusterPipe(ctx context.Context, t *testing.T, c *testenv.Cluster, label
 		// the loop carries traffic while brokers die.
 		FinalRetention: time.Second,
 		Registerer:     p.reg, Logger: testLogger(t)}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.DefaultProduceTopic(p.input),
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(p.input),
 		kgo.RecordPartitioner(partitioner.Kgo()), kgo.MetadataMinAge(250*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +124,7 @@ func newClusterPipe(ctx context.Context, t *testing.T, c *testenv.Cluster, label
 func (p *clusterPipe) start(t *testing.T) {
 	t.Helper()
 	if p.child {
-		p.inst = startInstance(t, scaleChild{Brokers: p.cfg.Brokers, Name: p.name, Input: p.input, Topology: "scenario", Replication: 3},
+		p.inst = startInstance(t, scaleChild{Brokers: p.cfg.Brokers, Name: p.name, Input: p.input, Topology: "scenario", Replication: p.cfg.Replication},
 			"processor", p.dir)
 		p.stop = func() error { p.inst.stop(t); return nil }
 		return
@@ -337,48 +345,50 @@ func TestClusterScenarioBrokerKills(t *testing.T) {
 	kill(first%3+1, 3)
 
 	for _, p := range pipes {
-		p.alive(t, "at the end of the stream")
-		readTotals(ctx, t, c.Brokers, p.topo.TotalsTopic(), p.o.hasAllFinals)
-		if err := p.stop(); err != nil {
-			t.Fatalf("%s: processor run: %v", p.name, err)
-		}
-		end := endOffsets(ctx, t, c.Brokers, p.topo.TotalsTopic())
-		l := readTotals(ctx, t, c.Brokers, p.topo.TotalsTopic(), func(l *totalsLog) bool { return int64(l.count) >= end })
-		p.o.check(t, l)
-		repeats := 0
-		for k, fs := range l.finals {
-			repeats += len(fs) - 1
-			if len(fs) != 1 && !p.child {
-				t.Errorf("%s: %v has %d final records", p.name, k, len(fs))
-			}
-		}
-		// A crashed processor may repeat a dead letter (an identical record); one that did not
-		// crash writes each once.
-		dead := distinctRecords(ctx, t, c.Brokers, p.topo.DeadLetterTopic())
-		if dead.distinct != p.o.future+p.o.bad || (!p.child && dead.total != dead.distinct) {
-			t.Errorf("%s: dead-letter topic holds %d records (%d distinct), want %d", p.name, dead.total, dead.distinct, p.o.future+p.o.bad)
-		}
-		lateWant := 0
-		for _, n := range p.o.late {
-			lateWant += n
-		}
-		if lt := p.topo.LateTopic(); lt != "" {
-			late := distinctRecords(ctx, t, c.Brokers, lt)
-			if late.distinct != lateWant || (!p.child && late.total != late.distinct) {
-				n, some := late.missing(p.o.lateRecords)
-				t.Errorf("%s: late topic holds %d records (%d distinct), want %d; %d missing: %v", p.name, late.total, late.distinct, lateWant, n, some)
-			}
-		} else if got := counter(t, p.reg, "abacus_processor_late_dropped_total"); got < float64(lateWant) {
-			t.Errorf("%s: %v late events dropped, want %d", p.name, got, lateWant)
-		}
-		if p.child {
-			t.Logf("%s (processor SIGKILLed twice): %d records, %d applied, %d final windows equal to the oracle, %d identical repeats of a final, %d totals records",
-				p.name, p.sent, p.o.applied, len(p.o.final), repeats, l.count)
-		} else {
-			t.Logf("%s: %d records, %d applied, %d final windows equal to the oracle (one final record each), %d totals records, %v duplicates skipped",
-				p.name, p.sent, p.o.applied, len(p.o.final), l.count, counter(t, p.reg, "abacus_processor_duplicates_skipped_total"))
+		p.check(ctx, t, p.child)
+	}
+}
+
+// check waits for every final the oracle expects, stops the processor and compares everything it
+// wrote with the oracle: totals, dead letters and late records. With repeats, a final, dead
+// letter or late record may be written again, identical (a processor that crashed, or restarted
+// in process, replays); otherwise each must be written once.
+func (p *clusterPipe) check(ctx context.Context, t *testing.T, repeats bool) {
+	t.Helper()
+	p.alive(t, "at the end of the stream")
+	readTotals(ctx, t, p.brokers, p.topo.TotalsTopic(), p.o.hasAllFinals)
+	if err := p.stop(); err != nil {
+		t.Fatalf("%s: processor run: %v", p.name, err)
+	}
+	end := endOffsets(ctx, t, p.brokers, p.topo.TotalsTopic())
+	l := readTotals(ctx, t, p.brokers, p.topo.TotalsTopic(), func(l *totalsLog) bool { return int64(l.count) >= end })
+	p.o.check(t, l)
+	again := 0
+	for k, fs := range l.finals {
+		again += len(fs) - 1
+		if len(fs) != 1 && !repeats {
+			t.Errorf("%s: %v has %d final records", p.name, k, len(fs))
 		}
 	}
+	dead := distinctRecords(ctx, t, p.brokers, p.topo.DeadLetterTopic())
+	if dead.distinct != p.o.future+p.o.bad || (!repeats && dead.total != dead.distinct) {
+		t.Errorf("%s: dead-letter topic holds %d records (%d distinct), want %d", p.name, dead.total, dead.distinct, p.o.future+p.o.bad)
+	}
+	lateWant := 0
+	for _, n := range p.o.late {
+		lateWant += n
+	}
+	if lt := p.topo.LateTopic(); lt != "" {
+		late := distinctRecords(ctx, t, p.brokers, lt)
+		if late.distinct != lateWant || (!repeats && late.total != late.distinct) {
+			n, some := late.missing(p.o.lateRecords)
+			t.Errorf("%s: late topic holds %d records (%d distinct), want %d; %d missing: %v", p.name, late.total, late.distinct, lateWant, n, some)
+		}
+	} else if got := counter(t, p.reg, "abacus_processor_late_dropped_total"); got < float64(lateWant) {
+		t.Errorf("%s: %v late events dropped, want %d", p.name, got, lateWant)
+	}
+	t.Logf("%s: %d records, %d applied, %d final windows equal to the oracle, %d identical repeats of a final, %d totals records, %v duplicates skipped",
+		p.name, p.sent, p.o.applied, len(p.o.final), again, l.count, counter(t, p.reg, "abacus_processor_duplicates_skipped_total"))
 }
 
 func partitionList(n int32) []int32 {

@@ -98,7 +98,24 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 // LoopTopic is the name of the group's loop topic (goka names it <group>-loop).
 func (p *Processor) LoopTopic() string { return p.cfg.Group + "-loop" }
 
-// Run creates the output topics, then runs the processor group until ctx is done or it fails.
+// Restarts of the group in process after a broker outage stopped it: the first comes at once
+// (the brokers usually answer by the time goka has shut down), later ones are spaced.
+const (
+	restartBackoffFirst = time.Second
+	restartBackoffMax   = 30 * time.Second
+)
+
+// Run creates the output topics, then runs the processor group until ctx is done or it fails for
+// a reason other than a broker outage.
+//
+// goka stops the whole group on the first write or fetch that fails, and sarama gives up a write
+// at once when no broker can name the partition's leader: on a single broker that restarts, or a
+// cluster that loses every replica of a partition for a while, the group stops with EOF or
+// "connection refused". Such a stop is a crash as far as state goes (the local tables may hold
+// writes the changelog lacks), so Run does what a restarted process would: it drops the engine's
+// view of every partition, discards the local tables, waits for the brokers and runs the group
+// again, in process (abacus_processor_restarts_total counts it). Exactness through it is the
+// exactness through a SIGKILL and restart, which the crash tests prove.
 func (p *Processor) Run(ctx context.Context) error {
 	// The lock comes first: a second process on the folder is refused before it touches Kafka.
 	unlock, err := p.lockStorage()
@@ -106,6 +123,40 @@ func (p *Processor) Run(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
+	backoff := time.Duration(0)
+	for {
+		t0 := time.Now()
+		err := p.runGroup(ctx)
+		if err == nil || ctx.Err() != nil || !restartable(err) {
+			return err
+		}
+		if time.Since(t0) > 5*restartBackoffMax {
+			backoff = 0 // it ran for a while: this is a new outage
+		}
+		p.m.restarts.Inc()
+		p.log.Warn("the processor group stopped on a broker outage; running it again in this process, from the changelogs",
+			"err", err, "retry_in", backoff)
+		p.eng.Rebalanced(goka.Assignment{})
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(max(2*backoff, restartBackoffFirst), restartBackoffMax)
+	}
+}
+
+// restartable reports whether the group stopped for a broker outage (see Run), and not for
+// anything a restart cannot cure: a fenced member, a refused login, a bad topic, an engine error.
+func restartable(err error) bool {
+	if fenced := (*membership.FencedError)(nil); errors.As(err, &fenced) {
+		return false
+	}
+	return transientText(err)
+}
+
+// runGroup runs the processor group once: until ctx is done or goka stops.
+func (p *Processor) runGroup(ctx context.Context) error {
 	npar, err := p.ensureTopicsRetrying(ctx)
 	if err != nil {
 		return err

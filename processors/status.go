@@ -63,6 +63,7 @@ func (p *Processor) rebalanced(a goka.Assignment) {
 type processorMetrics struct {
 	assigned   prometheus.Gauge
 	rebalances prometheus.Counter
+	restarts   prometheus.Counter
 }
 
 func newProcessorMetrics(p *Processor, reg prometheus.Registerer, topology string) (*processorMetrics, error) {
@@ -74,8 +75,11 @@ func newProcessorMetrics(p *Processor, reg prometheus.Registerer, topology strin
 		rebalances: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "processor",
 			Name: "assignments_total", ConstLabels: cl,
 			Help: "Assignments this instance received: one at its start, then one per rebalance of its group."}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "processor",
+			Name: "restarts_total", ConstLabels: cl,
+			Help: "Times the processor group stopped on a broker outage and was run again in this process, from its changelogs."}),
 	}
-	for _, c := range []prometheus.Collector{m.assigned, m.rebalances, &statsCollector{p: p, labels: cl}} {
+	for _, c := range []prometheus.Collector{m.assigned, m.rebalances, m.restarts, &statsCollector{p: p, labels: cl}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

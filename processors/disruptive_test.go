@@ -1,0 +1,98 @@
+package processors_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/internal/testenv"
+)
+
+// TestDisruptiveBrokerRestart runs the oracle scenario on the single test broker while the broker
+// is SIGKILLed and started again, then stopped cleanly and started again, each time while records
+// are coming. With the only broker gone, sarama cannot name a partition's leader and gives up its
+// writes at once, and goka stops the group on the first failed write: before, the processor then
+// exited (the failure suite counted such exits). It must ride the outages out in process
+// (Processor.Run runs the group again from the changelogs) and every final must equal the
+// oracle's, dead letters and late records all present (repeats, identical, are allowed: a group
+// run again replays like a restarted process).
+//
+// Like every TestDisruptive*, it runs only with ABACUS_DISRUPTIVE=1 (testenv/run-tests.sh sets it
+// in a pass of its own). By hand:
+//
+//	ABACUS_DISRUPTIVE=1 go test -count=1 -run '^TestDisruptive' ./processors/
+func TestDisruptiveBrokerRestart(t *testing.T) {
+	if os.Getenv("ABACUS_DISRUPTIVE") != "1" {
+		t.Skip("restarts the shared Kafka broker: runs only with ABACUS_DISRUPTIVE=1, as testenv/run-tests.sh does after the other tests")
+	}
+	brokers := testenv.Kafka(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	p := newPipe(ctx, t, brokers, kadm.NewClient(cl), 1, "restart", 31, 3000, scenarioPartitions, false, false)
+	p.start(t)
+	kafka := kafkaServices(ctx, t)
+
+	wait := func(what string, ch <-chan error) {
+		t.Helper()
+		if err := <-ch; err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		p.waitIn(t, 3*time.Minute)
+	}
+	wait("first stretch", p.produce(ctx, t, 0, 0))
+	for i, how := range []string{"kill-broker", "stop"} {
+		stretch := 1 + 2*i
+		ch := p.produce(ctx, t, stretch, 15*time.Second)
+		time.Sleep(3 * time.Second)
+		t0 := time.Now()
+		if how == "kill-broker" {
+			kafka("kill-broker", "1")
+		} else {
+			kafka("stop")
+		}
+		time.Sleep(5 * time.Second)
+		kafka("start")
+		t.Logf("broker %s and started again: %v down", map[string]string{"kill-broker": "SIGKILLed", "stop": "stopped"}[how],
+			time.Since(t0).Round(time.Millisecond))
+		wait("records produced while the broker was down", ch)
+		p.alive(t, "after the broker came back")
+		wait("the next stretch", p.produce(ctx, t, stretch+1, 0))
+	}
+	t.Logf("the processor ran its group again %v times", counter(t, p.reg, "abacus_processor_restarts_total"))
+	p.check(ctx, t, true)
+}
+
+// kafkaServices returns a function that runs testenv/services.sh with a command for the shared
+// Kafka broker, failing the test if it fails.
+func kafkaServices(ctx context.Context, t *testing.T) func(args ...string) {
+	t.Helper()
+	script, err := filepath.Abs(filepath.Join("..", "testenv", "services.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever happened, the broker runs again for the tests that follow.
+		sh := exec.Command(script, "start")
+		sh.Env = append(os.Environ(), "SERVICES=kafka")
+		_ = sh.Run()
+	})
+	return func(args ...string) {
+		t.Helper()
+		sh := exec.CommandContext(ctx, script, args...)
+		sh.Env = append(os.Environ(), "SERVICES=kafka")
+		if out, err := sh.CombinedOutput(); err != nil {
+			t.Fatalf("services.sh %v: %v\n%s", args, err, out)
+		}
+	}
+}
