@@ -39,8 +39,8 @@ type clusterPipe struct {
 	stop   func() error
 	// With child set, the processor runs as a process of its own (inst), which the test
 	// SIGKILLs while a broker is down; its storage and log are under dir.
-	child bool
-	inst  *instance
+	child   bool
+	inst    *instance
 	dir     string
 	adm     *kadm.Client
 	brokers []string
