@@ -2,9 +2,6 @@ package processors_test
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -28,9 +25,7 @@ import (
 //
 //	ABACUS_DISRUPTIVE=1 go test -count=1 -run '^TestDisruptive' ./processors/
 func TestDisruptiveBrokerRestart(t *testing.T) {
-	if os.Getenv("ABACUS_DISRUPTIVE") != "1" {
-		t.Skip("restarts the shared Kafka broker: runs only with ABACUS_DISRUPTIVE=1, as testenv/run-tests.sh does after the other tests")
-	}
+	testenv.Disruptive(t)
 	brokers := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -41,7 +36,11 @@ func TestDisruptiveBrokerRestart(t *testing.T) {
 	defer cl.Close()
 	p := newPipe(ctx, t, brokers, kadm.NewClient(cl), 1, "restart", 31, 3000, scenarioPartitions, false, false)
 	p.start(t)
-	kafka := kafkaServices(ctx, t)
+	t.Cleanup(func() {
+		if t.Failed() { // whatever happened, the broker runs again for the tests that follow
+			testenv.StartService(t, "kafka")
+		}
+	})
 
 	wait := func(what string, ch <-chan error) {
 		t.Helper()
@@ -57,12 +56,12 @@ func TestDisruptiveBrokerRestart(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		t0 := time.Now()
 		if how == "kill-broker" {
-			kafka("kill-broker", "1")
+			testenv.ServiceCommand(t, "kafka", "kill-broker", "1")
 		} else {
-			kafka("stop")
+			testenv.StopService(t, "kafka")
 		}
 		time.Sleep(5 * time.Second)
-		kafka("start")
+		testenv.StartService(t, "kafka")
 		t.Logf("broker %s and started again: %v down", map[string]string{"kill-broker": "SIGKILLed", "stop": "stopped"}[how],
 			time.Since(t0).Round(time.Millisecond))
 		wait("records produced while the broker was down", ch)
@@ -71,28 +70,4 @@ func TestDisruptiveBrokerRestart(t *testing.T) {
 	}
 	t.Logf("the processor ran its group again %v times", counter(t, p.reg, "abacus_processor_restarts_total"))
 	p.check(ctx, t, true)
-}
-
-// kafkaServices returns a function that runs testenv/services.sh with a command for the shared
-// Kafka broker, failing the test if it fails.
-func kafkaServices(ctx context.Context, t *testing.T) func(args ...string) {
-	t.Helper()
-	script, err := filepath.Abs(filepath.Join("..", "testenv", "services.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		// Whatever happened, the broker runs again for the tests that follow.
-		sh := exec.Command(script, "start")
-		sh.Env = append(os.Environ(), "SERVICES=kafka")
-		_ = sh.Run()
-	})
-	return func(args ...string) {
-		t.Helper()
-		sh := exec.CommandContext(ctx, script, args...)
-		sh.Env = append(os.Environ(), "SERVICES=kafka")
-		if out, err := sh.CombinedOutput(); err != nil {
-			t.Fatalf("services.sh %v: %v\n%s", args, err, out)
-		}
-	}
 }

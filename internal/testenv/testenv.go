@@ -145,20 +145,22 @@ func Disruptive(t testing.TB) {
 }
 
 // StopService stops "kafka" or "hbase" through testenv/services.sh.
-func StopService(t testing.TB, name string) { t.Helper(); services(t, "stop", name) }
+func StopService(t testing.TB, name string) { t.Helper(); ServiceCommand(t, name, "stop") }
 
 // StartService starts "kafka" or "hbase" through testenv/services.sh and waits until it answers.
-func StartService(t testing.TB, name string) { t.Helper(); services(t, "start", name) }
+func StartService(t testing.TB, name string) { t.Helper(); ServiceCommand(t, name, "start") }
 
-func services(t testing.TB, verb, name string) {
+// ServiceCommand runs testenv/services.sh with args (such as "kill-broker 1" or "kill-hbase")
+// for the service name ("kafka" or "hbase"), failing the test if it fails.
+func ServiceCommand(t testing.TB, name string, args ...string) {
 	t.Helper()
-	cmd := exec.Command(servicesScript(t), verb)
+	cmd := exec.Command(servicesScript(t), args...)
 	cmd.Env = append(os.Environ(), "SERVICES="+name)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("testenv/services.sh %s %s: %v\n%s", verb, name, err, out)
+		t.Fatalf("testenv/services.sh %s (%s): %v\n%s", strings.Join(args, " "), name, err, out)
 	}
-	t.Logf("testenv/services.sh %s %s:\n%s", verb, name, out)
+	t.Logf("testenv/services.sh %s (%s):\n%s", strings.Join(args, " "), name, out)
 }
 
 // servicesScript returns the path of testenv/services.sh, found above the test's directory.
