@@ -798,6 +798,13 @@ func (d *driver) printSummary(s *summary) bool {
 				fmt.Fprintf(w, "          %s\n", r)
 			}
 		}
+		reruns, waits := 0, 0
+		for _, r := range s.roles {
+			reruns += r.logLines(msgGroupRunAgain)
+			waits += r.logLines(msgStartWaited)
+		}
+		fmt.Fprintf(w, "rode out: the processor ran its group again in process %d times (broker outages); roles retried a start step %d times waiting for a server\n",
+			reruns, waits)
 		fmt.Fprintf(w, "exits:    %d unplanned exits of a role (restarted after 2 s)\n", len(exits))
 		for _, e := range exits {
 			fmt.Fprintf(w, "          %s\n", e)

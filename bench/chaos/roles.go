@@ -145,6 +145,21 @@ func (r *role) counts() (kills, starts int, exits []string) {
 	return r.kills, r.starts, append([]string(nil), r.exits...)
 }
 
+// Log messages of a role that rode out an outage without exiting, counted in the summary.
+const (
+	msgGroupRunAgain = "the processor group stopped on a broker outage" // processors.Processor.Run
+	msgStartWaited   = "; waiting for it"                               // app's waiter, at start
+)
+
+// logLines counts the lines of the role's log (every run of it) that contain msg.
+func (r *role) logLines(msg string) int {
+	b, err := os.ReadFile(r.logPath)
+	if err != nil {
+		return 0
+	}
+	return bytes.Count(b, []byte(msg))
+}
+
 // lastLine returns the last non-empty line of a log file, shortened.
 func lastLine(path string) string {
 	b, err := os.ReadFile(path)
