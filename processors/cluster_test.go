@@ -495,3 +495,59 @@ func distinctRecords(ctx context.Context, t *testing.T, brokers []string, topic 
 	}
 	return recordCount{total: n, distinct: len(seen), seen: seen}
 }
+
+// TestClusterTwoBrokersDown runs the oracle scenario on the three-broker cluster while two of the
+// three brokers (a majority of the KRaft controllers, and of every partition's replicas) are
+// SIGKILLed at once, for longer than the producers retry, and then started again. With
+// min.insync.replicas=2 no write can succeed meanwhile, by design; the processor must wait (its
+// writes fail, goka stops the group, Run runs it again) rather than stop, and once the brokers are
+// back every final must equal the oracle's, with dead letters and late records all present
+// (identical repeats allowed: a group run again replays).
+func TestClusterTwoBrokersDown(t *testing.T) {
+	c := testenv.KafkaCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	p := newClusterPipe(ctx, t, c, "two-down", 41, 2000, scenarioPartitions, false, false)
+	p.start(t)
+	wait := func(what string, ch <-chan error) {
+		t.Helper()
+		if err := <-ch; err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		p.waitIn(t, 4*time.Minute)
+	}
+	wait("first stretch", p.produce(ctx, t, 0, 0))
+
+	ch := p.produce(ctx, t, 1, 20*time.Second)
+	time.Sleep(3 * time.Second)
+	survivor := c.Leader(t, p.input, 0)
+	if survivor < 1 {
+		survivor = 1
+	}
+	var down []int32
+	for id := int32(1); id <= 3; id++ {
+		if id != survivor {
+			down = append(down, id)
+		}
+	}
+	t0 := time.Now()
+	for _, id := range down {
+		c.KillBroker(t, id)
+	}
+	// Longer than the producers' retries (about a minute): the processor's writes fail for good.
+	time.Sleep(75 * time.Second)
+	p.alive(t, "while two brokers were down")
+	c.StartBrokers(t, down...)
+	for _, s := range p.topics() {
+		for _, id := range down {
+			c.WaitInSync(t, s.Name, partitionList(s.Partitions), id, 3*time.Minute)
+		}
+	}
+	t.Logf("brokers %v SIGKILLed and back in every ISR after %v", down, time.Since(t0).Round(time.Millisecond))
+	wait("records produced while two brokers were down", ch)
+	for i := 2; i < len(p.chunks); i++ {
+		wait(fmt.Sprintf("stretch %d", i), p.produce(ctx, t, i, 0))
+	}
+	t.Logf("the processor ran its group again %v times", counter(t, p.reg, "abacus_processor_restarts_total"))
+	p.check(ctx, t, true)
+}

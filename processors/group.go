@@ -163,7 +163,10 @@ func (g *consumerGroup) Close() error {
 var transientKErrors = []sarama.KError{sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable,
 	sarama.ErrRebalanceInProgress, sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable,
 	sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition, sarama.ErrNetworkException, sarama.ErrUnknownMemberId,
-	sarama.ErrIllegalGeneration, sarama.ErrNotController}
+	sarama.ErrIllegalGeneration, sarama.ErrNotController,
+	// Writes a partition refuses while fewer replicas than min.insync.replicas are in sync: a
+	// cluster that lost most of its brokers, until they come back.
+	sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend}
 
 // transientText is transient for errors that reach us as text only (goka's topic manager formats
 // the errors it wraps with %v): it looks for the messages of the errors transient accepts.

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -295,8 +297,33 @@ func (c *Cluster) WaitInSync(t testing.TB, topic string, partitions []int32, id 
 	return time.Since(start)
 }
 
+// StartBrokers starts several brokers again at once, as StartBroker does one. Brokers that are
+// also the cluster's KRaft controllers must start together when a majority of them is down: each
+// answers only once a quorum of controllers runs.
+func (c *Cluster) StartBrokers(t testing.TB, ids ...int32) {
+	t.Helper()
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		cmd := c.scriptCmd(t, "start-broker", id)
+		wg.Go(func() { errs[i] = runLogged(t, cmd) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // script runs testenv/services.sh VERB ID on this cluster's data folder and ports.
 func (c *Cluster) script(t testing.TB, verb string, id int32) {
+	t.Helper()
+	if err := runLogged(t, c.scriptCmd(t, verb, id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// scriptCmd is the command of script.
+func (c *Cluster) scriptCmd(t testing.TB, verb string, id int32) *exec.Cmd {
 	t.Helper()
 	if id < 1 || int(id) > len(c.Brokers) {
 		t.Fatalf("%s %d: the cluster has brokers 1..%d", verb, id, len(c.Brokers))
@@ -308,10 +335,18 @@ func (c *Cluster) script(t testing.TB, verb string, id int32) {
 	cmd := exec.Command(servicesScript(t), verb, strconv.Itoa(int(id)))
 	cmd.Env = append(os.Environ(), "SERVICES=kafka", "ABACUS_TESTENV_DIR="+c.dir,
 		"KAFKA_BROKERS="+strconv.Itoa(len(c.Brokers)), "KAFKA_CLUSTER_PORT="+port)
+	return cmd
+}
+
+// runLogged runs a services.sh command, logs its output and returns an error naming it if it
+// fails. It may run outside the test's goroutine.
+func runLogged(t testing.TB, cmd *exec.Cmd) error {
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
+	what := strings.Join(cmd.Args[1:], " ")
 	if err != nil {
-		t.Fatalf("testenv/services.sh %s %d: %v\n%s", verb, id, err, out)
+		return fmt.Errorf("testenv/services.sh %s: %w\n%s", what, err, out)
 	}
-	t.Logf("testenv/services.sh %s %d (%v): %s", verb, id, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	t.Logf("testenv/services.sh %s (%v): %s", what, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
+	return nil
 }
