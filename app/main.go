@@ -372,30 +372,29 @@ func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout
 	if cfg.Membership.Static() {
 		log.Info("static group membership", "instance_id", cfg.Membership.InstanceID, "session_timeout", time.Duration(cfg.Membership.SessionTimeout))
 	}
+	// A start step that fails because the process was stopped (a signal while it waited for a
+	// server) is a clean stop.
+	startErr := func(err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	w := &waiter{log: log, report: o.waiting}
 	d, err := openWith(ctx, cfg, topo, log, rolesNeed(roles, cfg, w), reg)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // stopped while waiting for a server
-		}
-		return err
+		return startErr(err)
 	}
 	defer d.shutdown()
 	d.ops, d.opsOnQuery = o, !separate && addr == "" && cfg.Ops.Listen != "off" && contains(roles, RoleQuery)
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) || contains(roles, RoleQuery) {
 		if err := w.do(ctx, "HBase to check the tables", d.ensureTables); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return startErr(err)
 		}
 	}
 	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) {
 		if err := w.do(ctx, "Kafka "+strings.Join(cfg.Kafka.Brokers, ",")+" to check the topics", d.sinkTopics); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return startErr(err)
 		}
 	}
 	err = d.run(ctx, roles, nil, func(url string) { fmt.Fprintf(stdout, "query API and dashboard: %s\n", url) })

@@ -197,6 +197,15 @@ func (p *clusterPipe) produce(ctx context.Context, t *testing.T, i int, d time.D
 	return done
 }
 
+// await waits until a produce of chunk what is acknowledged and the processor received it.
+func (p *clusterPipe) await(t *testing.T, what string, produced <-chan error, timeout time.Duration) {
+	t.Helper()
+	if err := <-produced; err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	p.waitIn(t, timeout)
+}
+
 // crash SIGKILLs the processor's process and starts it again on the same storage folder.
 func (p *clusterPipe) crash(t *testing.T) {
 	t.Helper()
@@ -509,14 +518,7 @@ func TestClusterTwoBrokersDown(t *testing.T) {
 	defer cancel()
 	p := newClusterPipe(ctx, t, c, "two-down", 41, 2000, scenarioPartitions, false, false)
 	p.start(t)
-	wait := func(what string, ch <-chan error) {
-		t.Helper()
-		if err := <-ch; err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		p.waitIn(t, 4*time.Minute)
-	}
-	wait("first stretch", p.produce(ctx, t, 0, 0))
+	p.await(t, "first stretch", p.produce(ctx, t, 0, 0), 4*time.Minute)
 
 	ch := p.produce(ctx, t, 1, 20*time.Second)
 	time.Sleep(3 * time.Second)
@@ -544,9 +546,9 @@ func TestClusterTwoBrokersDown(t *testing.T) {
 		}
 	}
 	t.Logf("brokers %v SIGKILLed and back in every ISR after %v", down, time.Since(t0).Round(time.Millisecond))
-	wait("records produced while two brokers were down", ch)
+	p.await(t, "records produced while two brokers were down", ch, 4*time.Minute)
 	for i := 2; i < len(p.chunks); i++ {
-		wait(fmt.Sprintf("stretch %d", i), p.produce(ctx, t, i, 0))
+		p.await(t, fmt.Sprintf("stretch %d", i), p.produce(ctx, t, i, 0), 4*time.Minute)
 	}
 	t.Logf("the processor ran its group again %v times", counter(t, p.reg, "abacus_processor_restarts_total"))
 	p.check(ctx, t, true)

@@ -42,14 +42,7 @@ func TestDisruptiveBrokerRestart(t *testing.T) {
 		}
 	})
 
-	wait := func(what string, ch <-chan error) {
-		t.Helper()
-		if err := <-ch; err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		p.waitIn(t, 3*time.Minute)
-	}
-	wait("first stretch", p.produce(ctx, t, 0, 0))
+	p.await(t, "first stretch", p.produce(ctx, t, 0, 0), 3*time.Minute)
 	for i, how := range []string{"kill-broker", "stop"} {
 		stretch := 1 + 2*i
 		ch := p.produce(ctx, t, stretch, 15*time.Second)
@@ -64,9 +57,9 @@ func TestDisruptiveBrokerRestart(t *testing.T) {
 		testenv.StartService(t, "kafka")
 		t.Logf("broker %s and started again: %v down", map[string]string{"kill-broker": "SIGKILLed", "stop": "stopped"}[how],
 			time.Since(t0).Round(time.Millisecond))
-		wait("records produced while the broker was down", ch)
+		p.await(t, "records produced while the broker was down", ch, 3*time.Minute)
 		p.alive(t, "after the broker came back")
-		wait("the next stretch", p.produce(ctx, t, stretch+1, 0))
+		p.await(t, "the next stretch", p.produce(ctx, t, stretch+1, 0), 3*time.Minute)
 	}
 	t.Logf("the processor ran its group again %v times", counter(t, p.reg, "abacus_processor_restarts_total"))
 	p.check(ctx, t, true)

@@ -146,8 +146,10 @@ func (p *Processor) Run(ctx context.Context) error {
 	}
 }
 
-// restartable reports whether the group stopped for a broker outage (see Run), and not for
-// anything a restart cannot cure: a fenced member, a refused login, a bad topic, an engine error.
+// restartable reports whether the group stopped for a broker outage (see Run): an error that
+// says a broker could not be reached or could not take a write yet, wherever it surfaced (a late
+// record the engine could not send fails its callback with it too). Anything else a restart
+// cannot cure stops Run: a fenced member, a refused login, a bad topic, a user's error.
 func restartable(err error) bool {
 	if fenced := (*membership.FencedError)(nil); errors.As(err, &fenced) {
 		return false
