@@ -43,3 +43,51 @@ func TestLateRecordsSentDurably(t *testing.T) {
 		t.Fatalf("after an event late for both sets: %d late records, %d sent durably; want 3 and still 1", n, d.durable)
 	}
 }
+
+// TestPendingLateResentAfterCrash (issue 22, item 1): an event late for every window writes no
+// state; the next applied event of its entity fences it. Kafka acknowledges messages to different
+// brokers in any order, so a crash can keep that state write and lose the late record: the replay
+// then finds the late event below the fence. The write lists it as pending, and the replay sends
+// its late record again. Acknowledgements lag here far behind, so nothing counts as done.
+func TestPendingLateResentAfterCrash(t *testing.T) {
+	type ev struct {
+		TS int64 `json:"ts"`
+	}
+	b := topology.New("pending")
+	b.LateTopic("pending-late")
+	topology.NewSource(b, "in", topology.JSON[ev](), func(ev) string { return "a" },
+		func(e ev) time.Time { return time.UnixMilli(e.TS) }).
+		Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const t0 = 1_767_225_600_000 // a minute boundary
+	for _, lose := range []bool{false, true} {
+		d := New(t, topo, Options{Start: time.UnixMilli(t0), Partitions: 1, AckLag: 1000})
+		d.Pipe("in", "a", ev{TS: t0 + 10_000})
+		d.Pipe("in", "a", ev{TS: t0 + 70_000}) // closes [0, 60 s)
+		d.Pipe("in", "a", ev{TS: t0 + 20_000}) // offset 2: late for every window
+		d.Pipe("in", "a", ev{TS: t0 + 80_000}) // offset 3: applied, its write fences offset 2
+		if n := len(d.Late()); n != 1 {
+			t.Fatalf("%d late records before the crash, want 1", n)
+		}
+		// The crash: Kafka kept the state write of offset 3 and lost the late record of offset 2.
+		kept := d.out[:0]
+		for _, m := range d.out {
+			if m.Topic != "pending-late" {
+				kept = append(kept, m)
+			}
+		}
+		d.out = kept
+		d.Restart(lose)
+		d.Redeliver("in", 0, 2)
+		late := d.Late()
+		if len(late) != 1 || late[0].Source.Offset != 2 {
+			t.Fatalf("lose storage %v: after the replay, late records %+v; want the one of offset 2", lose, late)
+		}
+		if f := d.Final("m", "a", time.UnixMilli(t0)); f.Float("n") != 1 {
+			t.Fatalf("final %s, want n 1", f)
+		}
+	}
+}

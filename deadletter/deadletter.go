@@ -26,6 +26,9 @@ const (
 	HeaderKey       = "abacus.key"       // the original record's key (the record's own key is the source)
 	HeaderTimestamp = "abacus.timestamp" // the original record's timestamp, ms since the epoch
 	HeaderSet       = "abacus.set"       // the aggregate set an event was late for (late records only)
+	// HeaderValueBytes is the original value's length, on a record whose value was cut to fit a
+	// Kafka message (Record.Fit); absent when the value is whole.
+	HeaderValueBytes = "abacus.value-bytes"
 )
 
 // Reason says why a record was set aside.
@@ -40,6 +43,7 @@ const (
 	ReservedKey  Reason = "reserved-key"   // the entity is a key the state store keeps for itself
 	TooLarge     Reason = "too-large"      // the record passes a size limit
 	Panic        Reason = "panic"          // user code (decoder, extractor, aggregation) panicked on it
+	UserError    Reason = "user-error"     // user code (an aggregation's Decode) returned an error on its state
 	Rejected     Reason = "rejected"       // the store refused its cells for good (no such family, too large)
 	Invalid      Reason = "invalid"        // a totals record that is not valid
 	Late         Reason = "late"           // the event came after its windows closed (late topic)
@@ -83,13 +87,67 @@ type Record struct {
 	Source Source
 	Reason Reason
 	Detail string
-	Set    string // Late only
+	Set    string // the aggregate set: a late record's, or a window's whose final total user code failed
 
 	// The original record.
 	Key       []byte
 	Value     []byte
 	Timestamp time.Time
 	Headers   []Header
+	// ValueBytes is the original value's length when Value was cut (Fit), else 0.
+	ValueBytes int
+}
+
+// DefaultMaxBytes is the size a set-aside record is cut to (Fit) unless its writer is told
+// otherwise: below Kafka's default limits (a producer's 1,000,000 bytes, a topic's 1,048,588),
+// with room for the record's framing.
+const DefaultMaxBytes = 900 << 10
+
+// recordOverhead is what a Kafka record adds to its key, value and headers, at most: its length,
+// attributes, timestamp and offset deltas, and the lengths of key, value, header count and each
+// header's key and value as varints; and its share of the batch header.
+const (
+	recordOverhead = 96
+	headerOverhead = 10
+)
+
+// Size is the most the record takes in a Kafka message, as produced (RecordKey, Value,
+// RecordHeaders).
+func (r *Record) Size() int {
+	n := recordOverhead + len(r.RecordKey()) + len(r.Value)
+	for _, h := range r.RecordHeaders() {
+		n += headerOverhead + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// Fit cuts the record down to at most limit bytes as a Kafka message (Size), so that setting a
+// record aside never fails for its size: first the detail to 1 KiB, then the value, whose
+// original length HeaderValueBytes then gives, then the original headers, last first. It reports
+// whether it cut anything. A limit too small for what is left (abacus's own headers and the
+// original key) leaves the record larger than limit.
+func (r *Record) Fit(limit int) bool {
+	over := r.Size() - limit
+	if over <= 0 {
+		return false
+	}
+	if len(r.Detail) > 1024 {
+		r.Detail = r.Detail[:1024]
+		over = r.Size() - limit
+	}
+	if over > 0 && len(r.Value) > 0 {
+		if r.ValueBytes == 0 {
+			r.ValueBytes = len(r.Value)
+			over = r.Size() - limit // the header that says so
+		}
+		r.Value = r.Value[:max(0, len(r.Value)-over)]
+		over = r.Size() - limit
+	}
+	for over > 0 && len(r.Headers) > 0 {
+		r.Headers = r.Headers[:len(r.Headers)-1]
+		over = r.Size() - limit
+	}
+	return true
 }
 
 // RecordKey is the key to produce the record with: its source.
@@ -107,6 +165,9 @@ func (r *Record) RecordHeaders() []Header {
 	)
 	if r.Set != "" {
 		h = append(h, Header{HeaderSet, []byte(r.Set)})
+	}
+	if r.ValueBytes > 0 {
+		h = append(h, Header{HeaderValueBytes, strconv.AppendInt(nil, int64(r.ValueBytes), 10)})
 	}
 	return append(h, r.Headers...)
 }
@@ -133,6 +194,12 @@ func Parse(value []byte, headers []Header) (Record, error) {
 			r.Timestamp = time.UnixMilli(ms)
 		case HeaderSet:
 			r.Set = string(h.Value)
+		case HeaderValueBytes:
+			n, err := strconv.Atoi(string(h.Value))
+			if err != nil || n < 0 {
+				return r, fmt.Errorf("deadletter: header %s %q is not a length", HeaderValueBytes, h.Value)
+			}
+			r.ValueBytes = n
 		default:
 			r.Headers = append(r.Headers, h)
 		}

@@ -3,6 +3,7 @@ package deadletter
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -36,5 +37,37 @@ func TestParseRejects(t *testing.T) {
 	}
 	if _, err := Parse(nil, []Header{{HeaderReason, []byte("late")}}); err == nil {
 		t.Error("record without a source accepted")
+	}
+}
+
+// TestFit: a record larger than the limit is cut to it: its detail first, then its value, whose
+// length a header then gives (Parse reads it back), then its original headers; a record within
+// the limit is left whole.
+func TestFit(t *testing.T) {
+	r := Record{Source: Source{Topic: "in", Partition: 1, Offset: 2}, Reason: Undecodable, Detail: strings.Repeat("d", 5000),
+		Key: []byte("k"), Value: bytes.Repeat([]byte("v"), 100_000), Headers: []Header{{"a", []byte("1")}, {"b", bytes.Repeat([]byte("h"), 50_000)}}}
+	whole := r
+	if whole.Fit(whole.Size()) {
+		t.Fatal("a record at the limit was cut")
+	}
+	for _, limit := range []int{120_000, 60_000, 20_000, 2_000} {
+		c := r
+		c.Headers = append([]Header(nil), r.Headers...)
+		if !c.Fit(limit) {
+			t.Fatalf("limit %d: not cut", limit)
+		}
+		if c.Size() > limit {
+			t.Fatalf("limit %d: %d bytes after Fit", limit, c.Size())
+		}
+		if len(c.Detail) > 1024 || !bytes.HasPrefix(r.Value, c.Value) {
+			t.Fatalf("limit %d: detail of %d bytes, or a value that is not the original's prefix", limit, len(c.Detail))
+		}
+		back, err := Parse(c.Value, c.RecordHeaders())
+		if err != nil || back.ValueBytes != 100_000 {
+			t.Fatalf("limit %d: read back with value length %d (%v), want 100000", limit, back.ValueBytes, err)
+		}
+		if limit == 120_000 && (len(c.Headers) != 2 || len(c.Value) == 0) {
+			t.Fatalf("limit %d: cut the headers (%d left) before the value (%d bytes left)", limit, len(c.Headers), len(c.Value))
+		}
 	}
 }

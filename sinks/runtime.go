@@ -713,11 +713,13 @@ func (s *FlushThenCommit) produceDead(ctx context.Context, dead []deadLetter) er
 		for _, h := range d.rec.Headers {
 			r.Headers = append(r.Headers, deadletter.Header{Key: h.Key, Value: h.Value})
 		}
+		// A dead letter Kafka refuses for its size would stop the sink on every restart.
+		r.Fit(deadletter.DefaultMaxBytes)
 		var hs []kgo.RecordHeader
 		for _, h := range r.RecordHeaders() {
 			hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 		}
-		recs[i] = &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: r.RecordKey(), Value: d.rec.Value, Headers: hs, Timestamp: d.rec.Timestamp}
+		recs[i] = &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: r.RecordKey(), Value: r.Value, Headers: hs, Timestamp: d.rec.Timestamp}
 	}
 	backoff := s.cfg.RetryBackoff
 	for {

@@ -27,6 +27,23 @@ type Partition struct {
 	// Layouts are the topology layouts the partition's entities were written with, so that a
 	// topology that adds, removes or reorders sets and aggregations still reads them.
 	Layouts []Layout
+	// Graces are the grace of each aggregate set when the record was written, and the windows
+	// that a grace raised since then keeps final (see SetGrace). Empty in version-1 records.
+	Graces []SetGrace
+}
+
+// SetGrace is what a partition keeps of an aggregate set's grace: the grace the set had when the
+// record was written, and the windows that were final under an earlier, smaller grace. A window
+// that had its final total keeps it: raising a set's grace must not reopen it, and with this
+// the processor knows which windows those are whatever became of their state.
+type SetGrace struct {
+	Set   string
+	Grace int64 // ms
+	// FinalThrough: windows of the set that end at or before it are final, whatever the grace
+	// says now (math.MinInt64: none). FinalAt is the stream time at which they were, which is
+	// when the processor treats them as closing.
+	FinalThrough int64
+	FinalAt      int64
 }
 
 // Origin is one input of a partition.
@@ -35,6 +52,11 @@ type Origin struct {
 	Partition   int32
 	Watermark   int64 // largest event time applied from it, ms
 	LastAdvance int64 // wall ms when an event from it last advanced its watermark
+	// Done is an offset of the origin such that every record up to it was processed and all it
+	// wrote (totals, late records, dead letters, state) was acknowledged by Kafka; -1 when none
+	// is known (version-1 records). A record at or below it that comes again is a replay, even
+	// when its entity has left the table.
+	Done int64
 }
 
 // Layout is the shape of a topology's state: its aggregate sets, in order, each with its window
@@ -49,6 +71,17 @@ type LayoutSet struct {
 	Name   string
 	Window string // the window spec, e.g. "tumbling 60000": a set whose window changes cannot keep its state
 	Aggs   []string
+	// Kinds are the aggregations' kinds (plan.Agg.Kind), beside Aggs; empty in layouts written
+	// before kinds were recorded, which can then not be checked.
+	Kinds []string
+}
+
+// Kind returns the kind of aggregation k, or "" when the layout does not say.
+func (s *LayoutSet) Kind(k int) string {
+	if k < len(s.Kinds) {
+		return s.Kinds[k]
+	}
+	return ""
 }
 
 // NewLayout returns the layout of sets with its hash.
@@ -63,7 +96,19 @@ func NewLayout(sets []LayoutSet) Layout {
 	return l
 }
 
+// appendSets appends the layout's sets, then, if any set has kinds, each set's kinds: readers of
+// the first form (a description in version-2 state without kinds) find no bytes after the sets.
 func (l *Layout) appendSets(b []byte) []byte {
+	b = l.appendSetList(b)
+	if !l.hasKinds() {
+		return b
+	}
+	return l.appendKinds(b)
+}
+
+// appendSetList appends uvarint #sets, each: string name, string window, uvarint #aggs, each
+// string.
+func (l *Layout) appendSetList(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(l.Sets)))
 	for _, s := range l.Sets {
 		b = wire.AppendString(b, s.Name)
@@ -74,6 +119,37 @@ func (l *Layout) appendSets(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+func (l *Layout) hasKinds() bool {
+	for _, s := range l.Sets {
+		if len(s.Kinds) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// appendKinds appends, per set, uvarint #kinds and each kind.
+func (l *Layout) appendKinds(b []byte) []byte {
+	for _, s := range l.Sets {
+		b = binary.AppendUvarint(b, uint64(len(s.Kinds)))
+		for _, k := range s.Kinds {
+			b = wire.AppendString(b, k)
+		}
+	}
+	return b
+}
+
+// readKinds reads what appendKinds wrote into sets.
+func readKinds(d *wire.Reader, sets []LayoutSet) error {
+	for i := range sets {
+		n := d.Count()
+		for k := 0; k < n && d.Err() == nil; k++ {
+			sets[i].Kinds = append(sets[i].Kinds, d.String())
+		}
+	}
+	return d.Err()
 }
 
 // Origin returns the partition's record of an origin, or nil.
@@ -96,14 +172,20 @@ func (p *Partition) Layout(hash uint32) *Layout {
 	return nil
 }
 
-// Append appends the encoding of p:
+// partitionVersion is the version of the partition record Append writes; DecodePartition also
+// reads version 1 (no offsets, kinds or graces).
+const partitionVersion = 2
+
+// Append appends the version-2 encoding of p:
 //
-//	byte 'P', byte 1 (version), varint stream time, varint idle stream time,
-//	uvarint #origins, each: 4 bytes topic ID, varint partition, varint watermark, varint last advance,
+//	byte 'P', byte 2 (version), varint stream time, varint idle stream time,
+//	uvarint #origins, each: 4 bytes topic ID, varint partition, varint watermark, varint last
+//	  advance, varint done offset,
 //	uvarint #layouts, each: 4 bytes hash, uvarint #sets, each: string name, string window,
-//	  uvarint #aggs, each string.
+//	  uvarint #aggs, each string; then per set uvarint #kinds, each string,
+//	uvarint #graces, each: string set, varint grace, varint final-through, varint final-at.
 func (p *Partition) Append(b []byte) []byte {
-	b = append(b, partitionTag, 1)
+	b = append(b, partitionTag, partitionVersion)
 	b = binary.AppendVarint(b, p.StreamTime)
 	b = binary.AppendVarint(b, p.IdleStreamTime)
 	b = binary.AppendUvarint(b, uint64(len(p.Origins)))
@@ -112,37 +194,67 @@ func (p *Partition) Append(b []byte) []byte {
 		b = binary.AppendVarint(b, int64(o.Partition))
 		b = binary.AppendVarint(b, o.Watermark)
 		b = binary.AppendVarint(b, o.LastAdvance)
+		b = binary.AppendVarint(b, o.Done)
 	}
 	b = binary.AppendUvarint(b, uint64(len(p.Layouts)))
 	for _, l := range p.Layouts {
 		b = binary.BigEndian.AppendUint32(b, l.Hash)
-		b = l.appendSets(b)
+		b = l.appendSetList(b)
+		b = l.appendKinds(b)
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Graces)))
+	for _, g := range p.Graces {
+		b = wire.AppendString(b, g.Set)
+		b = binary.AppendVarint(b, g.Grace)
+		b = binary.AppendVarint(b, g.FinalThrough)
+		b = binary.AppendVarint(b, g.FinalAt)
 	}
 	return b
 }
 
-// DecodePartition parses an encoding written by Partition.Append.
+// DecodePartition parses an encoding written by Partition.Append, of version 1 or 2.
 func DecodePartition(b []byte) (*Partition, error) {
 	d := wire.NewReader(b, ErrCorrupt)
-	if tag, v := d.Byte(), d.Byte(); d.Err() == nil && (tag != partitionTag || v != 1) {
+	tag, v := d.Byte(), d.Byte()
+	if d.Err() == nil && (tag != partitionTag || (v != 1 && v != partitionVersion)) {
 		return nil, fmt.Errorf("%w: not a partition record (%q version %d)", ErrCorrupt, tag, v)
 	}
 	p := &Partition{StreamTime: d.Varint(), IdleStreamTime: d.Varint()}
 	n := d.Count()
 	for i := 0; i < n && d.Err() == nil; i++ {
-		o := Origin{Topic: binary.BigEndian.Uint32(d.Next(4))}
+		if d.Len() < 4 {
+			return nil, fmt.Errorf("%w: truncated origin", ErrCorrupt)
+		}
+		o := Origin{Topic: binary.BigEndian.Uint32(d.Next(4)), Done: -1}
 		o.Partition, o.Watermark, o.LastAdvance = int32(d.Varint()), d.Varint(), d.Varint()
+		if v >= 2 {
+			o.Done = d.Varint()
+		}
 		p.Origins = append(p.Origins, o)
 	}
 	n = d.Count()
 	for i := 0; i < n && d.Err() == nil; i++ {
+		if d.Len() < 4 {
+			return nil, fmt.Errorf("%w: truncated layout", ErrCorrupt)
+		}
 		l := Layout{Hash: binary.BigEndian.Uint32(d.Next(4))}
 		sets, err := readSets(d)
 		if err != nil {
 			return nil, err
 		}
+		if v >= 2 {
+			if err := readKinds(d, sets); err != nil {
+				return nil, err
+			}
+		}
 		l.Sets = sets
 		p.Layouts = append(p.Layouts, l)
+	}
+	if v >= 2 {
+		n = d.Count()
+		for i := 0; i < n && d.Err() == nil; i++ {
+			p.Graces = append(p.Graces, SetGrace{Set: d.String(), Grace: d.Varint(), FinalThrough: d.Varint(), FinalAt: d.Varint()})
+		}
 	}
 	if err := d.Done(); err != nil {
 		return nil, err
@@ -150,7 +262,17 @@ func DecodePartition(b []byte) (*Partition, error) {
 	return p, nil
 }
 
-// readSets reads what Layout.appendSets wrote.
+// Grace returns the record's grace of the named set, or nil.
+func (p *Partition) Grace(set string) *SetGrace {
+	for i := range p.Graces {
+		if p.Graces[i].Set == set {
+			return &p.Graces[i]
+		}
+	}
+	return nil
+}
+
+// readSets reads what Layout.appendSetList wrote.
 func readSets(d *wire.Reader) ([]LayoutSet, error) {
 	var sets []LayoutSet
 	ns := d.Count()

@@ -19,8 +19,12 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// Version is the entity encoding version Append writes; Decode also reads version 1.
+// Version is the entity encoding version Append writes for an entity with no pending late
+// records; one with some is written as VersionPending. Decode reads both, and version 1.
 const Version = 2
+
+// VersionPending is the encoding version of an entity with pending late records (Entity.Pending).
+const VersionPending = 3
 
 // partitionTag opens the encoding of a Partition record (entity encodings open with their version).
 const partitionTag = 'P'
@@ -72,6 +76,29 @@ type Entity struct {
 	StreamTime int64 // partition stream time after this entity's last write, ms
 	Fences     []Fence
 	Windows    []Window
+	// Pending are records of the entity below its fences that were late for every window and
+	// whose late records Kafka had not acknowledged when the entity was written. The fence that
+	// covers such a record is written without waiting for its late record; a replay finds it here
+	// and sends the late record again, instead of skipping it as applied.
+	Pending []Pending
+}
+
+// Pending is a source record (an origin and an offset) whose late records a replay sends again.
+type Pending struct {
+	Topic     uint32 // TopicID
+	Partition int32
+	Offset    int64
+}
+
+// IsPending reports whether the record at (topic, partition, offset) is one of the entity's
+// pending late records.
+func (e *Entity) IsPending(topic uint32, partition int32, offset int64) bool {
+	for _, p := range e.Pending {
+		if p.Topic == topic && p.Partition == partition && p.Offset == offset {
+			return true
+		}
+	}
+	return false
 }
 
 // Described returns the layout the entity describes in itself (LayoutDesc, or the description
@@ -80,8 +107,17 @@ func (e *Entity) Described() (*Layout, error) {
 	if e.LayoutDesc != nil || e.layoutRaw == nil {
 		return e.LayoutDesc, nil
 	}
-	sets, err := readSets(wire.NewReader(e.layoutRaw, ErrCorrupt))
+	d := wire.NewReader(e.layoutRaw, ErrCorrupt)
+	sets, err := readSets(d)
 	if err != nil {
+		return nil, err
+	}
+	if d.Len() > 0 { // the kinds, in descriptions written since they are recorded
+		if err := readKinds(d, sets); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.Done(); err != nil {
 		return nil, err
 	}
 	return &Layout{Hash: e.Layout, Sets: sets}, nil
@@ -93,6 +129,7 @@ func (e *Entity) Clone() *Entity {
 	c := *e
 	c.Fences = append([]Fence(nil), e.Fences...)
 	c.Windows = append([]Window(nil), e.Windows...)
+	c.Pending = append([]Pending(nil), e.Pending...)
 	return &c
 }
 
@@ -149,8 +186,16 @@ func (e *Entity) Find(set uint16, start int64) int {
 //	uvarint #windows, each: uvarint set, varint start - stream time, uvarint end - start,
 //	  uvarint revision, varint last emit, uvarint flags (reserved, 0),
 //	  uvarint #aggs, each: uvarint len + bytes.
+//
+// An entity with pending late records is written as version 3: byte 3, then the same, then
+// uvarint #pending, each: 4 bytes topic ID, varint partition, varint offset. Entities without,
+// nearly all, keep the version-2 bytes.
 func (e *Entity) Append(b []byte) []byte {
-	b = append(b, Version)
+	if len(e.Pending) > 0 {
+		b = append(b, VersionPending)
+	} else {
+		b = append(b, Version)
+	}
 	b = binary.BigEndian.AppendUint32(b, e.Layout)
 	switch {
 	case e.LayoutDesc != nil:
@@ -185,6 +230,14 @@ func (e *Entity) Append(b []byte) []byte {
 			b = append(b, a...)
 		}
 	}
+	if len(e.Pending) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(e.Pending)))
+		for _, p := range e.Pending {
+			b = binary.BigEndian.AppendUint32(b, p.Topic)
+			b = binary.AppendVarint(b, int64(p.Partition))
+			b = binary.AppendVarint(b, p.Offset)
+		}
+	}
 	return b
 }
 
@@ -196,11 +249,11 @@ var ErrCorrupt = errors.New("corrupt state")
 func Decode(b []byte) (*Entity, error) {
 	d := wire.NewReader(b, ErrCorrupt)
 	v := d.Byte()
-	if d.Err() == nil && v != 1 && v != Version {
+	if d.Err() == nil && v != 1 && v != Version && v != VersionPending {
 		return nil, fmt.Errorf("%w: not an entity (version byte %d)", ErrCorrupt, v)
 	}
 	e := &Entity{}
-	if v == Version {
+	if v >= Version {
 		if d.Len() < 4 {
 			return nil, fmt.Errorf("%w: truncated layout", ErrCorrupt)
 		}
@@ -233,7 +286,7 @@ func Decode(b []byte) (*Entity, error) {
 	}
 	for i := 0; i < nw && d.Err() == nil; i++ {
 		w := Window{Set: uint16(d.Uvarint()), Start: d.Varint()}
-		if v == Version {
+		if v >= Version {
 			w.Start += e.StreamTime
 		}
 		w.End = w.Start + int64(d.Uvarint())
@@ -246,6 +299,17 @@ func Decode(b []byte) (*Entity, error) {
 			w.Aggs = append(w.Aggs, d.Bytes())
 		}
 		e.Windows = append(e.Windows, w)
+	}
+	if v == VersionPending {
+		np := d.Count()
+		for i := 0; i < np && d.Err() == nil; i++ {
+			if d.Len() < 4 {
+				return nil, fmt.Errorf("%w: truncated pending record", ErrCorrupt)
+			}
+			p := Pending{Topic: binary.BigEndian.Uint32(d.Next(4))}
+			p.Partition, p.Offset = int32(d.Varint()), d.Varint()
+			e.Pending = append(e.Pending, p)
+		}
 	}
 	if err := d.Done(); err != nil {
 		return nil, err

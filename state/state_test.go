@@ -84,10 +84,10 @@ func TestReadsVersion1(t *testing.T) {
 }
 
 func TestPartitionRoundTrip(t *testing.T) {
-	l := NewLayout([]LayoutSet{{Name: "minute", Window: "tumbling 60000", Aggs: []string{"count", "max"}}})
+	l := NewLayout([]LayoutSet{{Name: "minute", Window: "tumbling 60000", Aggs: []string{"count", "max"}, Kinds: []string{"count", "max"}}})
 	p := &Partition{StreamTime: 1_767_225_700_000, IdleStreamTime: 1_767_225_600_000,
-		Origins: []Origin{{Topic: TopicID("a"), Partition: 2, Watermark: 99, LastAdvance: 1_767_225_601_000}},
-		Layouts: []Layout{l}}
+		Origins: []Origin{{Topic: TopicID("a"), Partition: 2, Watermark: 99, LastAdvance: 1_767_225_601_000, Done: 41}},
+		Layouts: []Layout{l}, Graces: []SetGrace{{Set: "minute", Grace: 5000, FinalThrough: 1_767_225_000_000, FinalAt: 1_767_225_600_000}}}
 	b := p.Append(nil)
 	v, err := Codec{}.Decode(b)
 	if err != nil {
@@ -106,6 +106,84 @@ func TestPartitionRoundTrip(t *testing.T) {
 		if _, err := DecodePartition(b[:i]); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("truncated to %d bytes: error %v, want ErrCorrupt", i, err)
 		}
+	}
+}
+
+// TestReadsPartitionVersion1: a record written before offsets, kinds and graces were recorded is
+// read with no done offset (-1), no kinds and no graces.
+func TestReadsPartitionVersion1(t *testing.T) {
+	b := []byte{'P', 1}
+	b = binary.AppendVarint(b, 5000) // stream time
+	b = binary.AppendVarint(b, 4000) // idle stream time
+	b = binary.AppendUvarint(b, 1)   // one origin
+	b = binary.BigEndian.AppendUint32(b, TopicID("a"))
+	b = binary.AppendVarint(b, 2)
+	b = binary.AppendVarint(b, 4500)
+	b = binary.AppendVarint(b, 77)
+	b = binary.AppendUvarint(b, 1) // one layout
+	b = binary.BigEndian.AppendUint32(b, 9)
+	b = (&Layout{Sets: []LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"n"}}}}).appendSetList(b)
+	p, err := DecodePartition(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Partition{StreamTime: 5000, IdleStreamTime: 4000,
+		Origins: []Origin{{Topic: TopicID("a"), Partition: 2, Watermark: 4500, LastAdvance: 77, Done: -1}},
+		Layouts: []Layout{{Hash: 9, Sets: []LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"n"}}}}}}
+	if !reflect.DeepEqual(p, want) {
+		t.Fatalf("version 1 read as %+v", p)
+	}
+}
+
+// TestPendingRoundTrip: an entity with pending late records is written as version 3 and read
+// back with them; without, it keeps the version-2 bytes.
+func TestPendingRoundTrip(t *testing.T) {
+	e := sample()
+	if b := e.Append(nil); b[0] != Version {
+		t.Fatalf("entity without pending records written as version %d", b[0])
+	}
+	e.Pending = []Pending{{Topic: TopicID("readings"), Partition: 3, Offset: 40}, {Topic: TopicID("other"), Partition: 1, Offset: 7}}
+	b := e.Append(nil)
+	if b[0] != VersionPending {
+		t.Fatalf("entity with pending records written as version %d", b[0])
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Pending, e.Pending) || !got.IsPending(TopicID("other"), 1, 7) || got.IsPending(TopicID("other"), 1, 8) {
+		t.Fatalf("pending read back as %+v", got.Pending)
+	}
+	for i := range len(b) {
+		if _, err := Decode(b[:i]); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d bytes: error %v, want ErrCorrupt", i, err)
+		}
+	}
+}
+
+// TestLayoutKindsDescribed: an entity's description of its layout carries the aggregations'
+// kinds; a description written before kinds were recorded reads with none.
+func TestLayoutKindsDescribed(t *testing.T) {
+	l := NewLayout([]LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"n", "s"}, Kinds: []string{"count", "sum"}}})
+	e := &Entity{Layout: l.Hash, LayoutDesc: &l}
+	got, err := Decode(e.Append(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := got.Described()
+	if err != nil || !reflect.DeepEqual(desc, &l) || desc.Sets[0].Kind(1) != "sum" {
+		t.Fatalf("description read back as %+v (%v), want %+v", desc, err, l)
+	}
+	old := Layout{Hash: 5, Sets: []LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"n"}}}}
+	got, err = Decode((&Entity{Layout: 5, LayoutDesc: &old}).Append(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if desc, err := got.Described(); err != nil || desc.Sets[0].Kind(0) != "" {
+		t.Fatalf("a description without kinds read back as %+v (%v)", desc, err)
+	}
+	if NewLayout(old.Sets).Hash == NewLayout([]LayoutSet{{Name: "m", Window: "tumbling 60000", Aggs: []string{"n"}, Kinds: []string{"count"}}}).Hash {
+		t.Fatal("the kinds do not change the layout's hash")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/DataDog/sketches-go/ddsketch"
 	"github.com/axiomhq/hyperloglog"
@@ -21,6 +22,7 @@ type countAcc struct{ n uint64 }
 func countDef(name string) aggDef {
 	return aggDef{
 		Name: name,
+		Kind: "count",
 		New:  func() accumulator { return &countAcc{} },
 		Decode: func(b []byte) (accumulator, error) {
 			n, k := binary.Uvarint(b)
@@ -58,6 +60,24 @@ const (
 	lastOp // aux = event time of v
 )
 
+// String is the aggregation kind of the op (plan.Agg.Kind): the ops share an encoding but not a
+// meaning, so a sum read as a max would be garbage.
+func (op floatOp) String() string {
+	switch op {
+	case sumOp:
+		return "sum"
+	case minOp:
+		return "min"
+	case maxOp:
+		return "max"
+	case meanOp:
+		return "mean"
+	case lastOp:
+		return "last"
+	}
+	return "float " + strconv.Itoa(int(op))
+}
+
 type floatAcc struct {
 	op  floatOp
 	has bool
@@ -78,6 +98,7 @@ func floatDefOf[E any](name string, f func(E) float64, op floatOp) aggDef {
 	get := func(e event) float64 { return f(e.(E)) }
 	return aggDef{
 		Name: name,
+		Kind: op.String(),
 		New:  func() accumulator { return &floatAcc{op: op, get: get} },
 		Decode: func(b []byte) (accumulator, error) {
 			a := &floatAcc{op: op, get: get}
@@ -241,6 +262,7 @@ type distinctAcc struct {
 func distinctDef(name string, get func(event) []byte) aggDef {
 	return aggDef{
 		Name: name,
+		Kind: "distinct hll",
 		New:  func() accumulator { return &distinctAcc{sk: hyperloglog.New(), get: get} },
 		Decode: func(b []byte) (accumulator, error) {
 			sk := hyperloglog.New()
@@ -301,6 +323,8 @@ func quantilesDef(name string, get func(event) float64, qs []float64) (aggDef, e
 	}
 	return aggDef{
 		Name: name,
+		// The quantiles asked for change only what is read out, not the sketch.
+		Kind: "quantiles ddsketch " + strconv.FormatFloat(quantileAccuracy, 'g', -1, 64),
 		New:  func() accumulator { return &quantilesAcc{sk: newSketch(), qs: qs, get: get} },
 		Decode: func(b []byte) (accumulator, error) {
 			sk := newSketch()
@@ -349,6 +373,11 @@ type UserDefined[E, A any] struct {
 	Merge  func(a, b A) A
 	Encode func(A) []byte
 	Decode func([]byte) (A, error)
+	// Version names the encoding of A that Encode writes (optional). The aggregation's kind in
+	// the state is its accumulator's Go type and this version: a processor started over state
+	// written with another type or version refuses to start, naming the set and aggregation,
+	// instead of decoding one encoding as another. Change it when Encode's format changes.
+	Version string
 }
 
 func (u UserDefined[E, A]) def(name string) (aggDef, error) {
@@ -364,8 +393,13 @@ func (u UserDefined[E, A]) def(name string) (aggDef, error) {
 	case u.Decode == nil:
 		return aggDef{}, errors.New("UserDefined.Decode is nil")
 	}
+	kind := fmt.Sprintf("custom %T", *new(A))
+	if u.Version != "" {
+		kind += " " + u.Version
+	}
 	return aggDef{
 		Name: name,
+		Kind: kind,
 		New:  func() accumulator { return &userAcc[E, A]{u: u, a: u.Init()} },
 		Decode: func(b []byte) (accumulator, error) {
 			a, err := u.Decode(b)

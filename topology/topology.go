@@ -23,6 +23,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/windows"
 	"github.com/lovoo/goka"
@@ -36,7 +37,16 @@ const DefaultMaxFutureSkew = 5 * time.Minute
 const (
 	DefaultMaxRecordBytes = 1 << 20 // a record value
 	DefaultMaxEntityBytes = 1024    // an entity, which is a key of the state table and of HBase rows
+	// DefaultMaxMessageBytes bounds every message abacus writes to Kafka for a record: an
+	// entity's state (a changelog message), a dead letter, a late record. It stays below Kafka's
+	// default limits (a producer's 1,000,000 bytes, a topic's 1,048,588) with room for the
+	// record's framing.
+	DefaultMaxMessageBytes = deadletter.DefaultMaxBytes
 )
+
+// minMessageBytes is the smallest MaxMessageBytes: a set-aside record's headers (reason, detail,
+// source, key) must fit beside some of its value.
+const minMessageBytes = 16 << 10
 
 // ErrInvalid is wrapped by every error Build returns.
 var ErrInvalid = errors.New("invalid topology")
@@ -50,6 +60,7 @@ type Builder struct {
 	skew       time.Duration
 	maxRecord  int
 	maxEntity  int
+	maxMessage int
 	sources    []sourceDecl
 	sets       []setDecl
 }
@@ -69,7 +80,8 @@ type setDecl interface {
 // New starts a topology. The name is also the default goka group, and it prefixes the default
 // topic names: <name>-totals, <name>-dead-letter.
 func New(name string) *Builder {
-	return &Builder{name: name, skew: DefaultMaxFutureSkew, maxRecord: DefaultMaxRecordBytes, maxEntity: DefaultMaxEntityBytes}
+	return &Builder{name: name, skew: DefaultMaxFutureSkew, maxRecord: DefaultMaxRecordBytes, maxEntity: DefaultMaxEntityBytes,
+		maxMessage: DefaultMaxMessageBytes}
 }
 
 // TotalsTopic sets the topic the window totals go to (default <name>-totals).
@@ -97,6 +109,14 @@ func (b *Builder) Limits(maxRecordBytes, maxEntityBytes int) *Builder {
 	b.maxRecord, b.maxEntity = maxRecordBytes, maxEntityBytes
 	return b
 }
+
+// MaxMessageBytes bounds the messages abacus writes to Kafka for a record (default
+// DefaultMaxMessageBytes); keep it below the smallest of the producer's and the topics' limits
+// (max.message.bytes). A dead letter or late record that would pass it carries its original value
+// cut short, with the header abacus.value-bytes giving the value's length; an event whose applying
+// would make its entity's state pass it goes to the dead-letter topic as too large: a state the
+// changelog refuses would stop the processor.
+func (b *Builder) MaxMessageBytes(n int) *Builder { b.maxMessage = n; return b }
 
 // Topology is a checked, immutable topology, ready for processors.New. Its methods describe it.
 type Topology struct {
@@ -276,8 +296,11 @@ func (b *Builder) Build() (*Topology, error) {
 	if b.maxRecord <= 0 || b.maxEntity <= 0 {
 		errs = append(errs, fmt.Errorf("Limits must be positive, got %d record bytes and %d entity bytes", b.maxRecord, b.maxEntity))
 	}
+	if b.maxMessage < minMessageBytes {
+		errs = append(errs, fmt.Errorf("MaxMessageBytes must be at least %d, got %d", minMessageBytes, b.maxMessage))
+	}
 	t := &plan.Plan{Name: b.name, TotalsTopic: b.totals, DeadLetter: b.deadLetter, LateTopic: b.late, MaxFutureSkew: b.skew,
-		MaxRecordBytes: b.maxRecord, MaxEntityBytes: b.maxEntity}
+		MaxRecordBytes: b.maxRecord, MaxEntityBytes: b.maxEntity, MaxMessageBytes: b.maxMessage}
 	if t.TotalsTopic == "" {
 		t.TotalsTopic = b.name + "-totals"
 	}

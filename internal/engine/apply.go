@@ -22,8 +22,8 @@ type update struct {
 
 // apply applies one source event to its entity, exactly once. User code (accumulators) runs
 // first, on the entity read from the table; only when all of it has run are the partition's
-// watermarks moved, the state written and the totals emitted, so a panic in user code leaves
-// nothing half done.
+// watermarks moved, the state written and the totals emitted, so a panic or an error of user code
+// leaves nothing half done.
 func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, at deadletter.Source, recordTime time.Time, raw []byte, ev plan.Event) {
 	e := pt.e
 	now := e.cfg.Now()
@@ -43,31 +43,15 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	if isNew {
 		ent = &state.Entity{}
 	}
-	if ent.Applied(from.topic, from.partition, at.Offset) {
-		// A replay: the local table has this event, but what was sent to Kafka when it was
-		// applied (the changelog write, totals) may have died with the process, and this
-		// record's offset is about to be committed. Write the state again, so the changelog holds
-		// it before the commit, and re-send the current totals (absolute, so resending is safe).
-		pt.duplicates.Inc()
-		// A replay is the partition catching up, not a quiet input: it keeps the origin from being
-		// called idle (closing windows in the middle of a replay would change what it applies).
-		pt.originOf(from).lastAdvance = now
-		ups, err := pt.currentUpdates(ent, src, t)
-		if err != nil {
-			e.fail(ctx, err)
-			return
-		}
-		pt.set(ctx, ent)
-		for _, u := range ups {
-			e.emit(ctx, ctx.Key(), u.set, &u.window, u.values, false)
-		}
-		return
-	}
 	og := pt.originOf(from)
 	// Lateness follows the event's own origin (package comment); the partition's stream time is
 	// below it unless the origin joined late, and then what closed stays closed.
 	judge := max(og.wm, pt.st)
 	typ := src.Type(ev)
+	if ent.Applied(from.topic, from.partition, at.Offset) {
+		pt.replay(ctx, ent, src, from, at, raw, t, typ, now)
+		return
+	}
 	before := len(ent.Windows)
 	var (
 		ups     []update
@@ -82,17 +66,29 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		var ok, isLate bool
 		var err error
 		if set.Window.Kind() == windows.KindSession {
-			ok, isLate, err = addSession(ent, set, ev, t, judge, now, &ups)
+			ok, isLate, err = pt.addSession(ent, set, ev, t, judge, now, &ups)
 		} else {
-			ok, isLate, err = addFixed(ent, set, ev, t, judge, now, &ups)
+			ok, isLate, err = pt.addFixed(ent, set, ev, t, judge, now, &ups)
 		}
 		if err != nil {
-			e.fail(ctx, fmt.Errorf("entity %q set %q: %w", ctx.Key(), set.Name, err))
+			// User code (an aggregation's Decode) refused the window's state: the event cannot
+			// be applied, and nothing of it is (ent is the callback's own copy).
+			e.m.panics.WithLabelValues("record").Inc()
+			e.deadLetter(ctx, raw, deadletter.UserError, fmt.Sprintf("set %s, entity %q: %v", set.Name, ctx.Key(), err), at)
 			return
 		}
 		applied = applied || ok
 		if isLate {
 			late = append(late, set)
+		}
+	}
+	if applied {
+		// Checked before anything is sent: an entity the changelog would refuse stops the
+		// processor, and its event would be lost with every later one.
+		if n := pt.stateSize(ent); n > e.plan.MaxMessageBytes {
+			e.deadLetter(ctx, raw, deadletter.TooLarge, fmt.Sprintf("applying the event would make the state of entity %q %d bytes, more than the limit of %d (MaxMessageBytes: a changelog message)",
+				ctx.Key(), n, e.plan.MaxMessageBytes), at)
+			return
 		}
 	}
 	// Everything user code does is done: from here on, commit. When the event was applied too,
@@ -106,7 +102,12 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	}
 	if !applied {
 		// Late for every window, or of a type no set takes: the state is unchanged and the
-		// origin's watermark does not move, so the write is saved. A replay judges it the same.
+		// origin's watermark does not move, so the write is saved. A replay judges it the same,
+		// unless a later event's write fences it first: that write lists it as pending (set), so
+		// that a replay sends its late records again if Kafka lost them.
+		if len(late) > 0 && e.plan.LateTopic != "" {
+			pt.lates[ctx.Key()] = append(pt.lates[ctx.Key()], state.Pending{Topic: from.topic, Partition: from.partition, Offset: at.Offset})
+		}
 		return
 	}
 	if t > og.wm {
@@ -136,13 +137,66 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	pt.closeDue(ctx)
 }
 
+// replay handles an event the entity's fences say it applied already: the local table has it,
+// but what was sent to Kafka when it was applied (the changelog write, totals, late records) may
+// have died with the process, and its offset is about to be committed. The state is written
+// again, so the changelog holds it before the commit, the current totals are re-sent (absolute,
+// so resending is safe), and, for an event that was late for every window and is pending, its
+// late records too.
+func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Source, from originKey, at deadletter.Source, raw []byte, t int64, typ string, now time.Time) {
+	e := pt.e
+	pt.duplicates.Inc()
+	// A replay is the partition catching up, not a quiet input: it keeps the origin from being
+	// called idle (closing windows in the middle of a replay would change what it applies).
+	pt.originOf(from).lastAdvance = now
+	if ent.IsPending(from.topic, from.partition, at.Offset) {
+		// It was late for every set that takes its type (it applied to none), and stays so: what
+		// judged it then only moved on since.
+		for _, si := range src.Sets {
+			if set := e.plan.Sets[si]; set.Accepts(typ) {
+				if err := e.late(ctx, raw, set, at, false); err != nil {
+					e.fail(ctx, fmt.Errorf("entity %q offset %d: %w", ctx.Key(), at.Offset, err))
+					return
+				}
+			}
+		}
+	}
+	ups := pt.currentUpdates(ctx.Key(), ent, src, t)
+	pt.set(ctx, ent)
+	for _, u := range ups {
+		e.emit(ctx, ctx.Key(), u.set, &u.window, u.values, false)
+	}
+}
+
+// stateSize is at least the size of ent's encoding (state.Entity.Append), cheaply; it encodes
+// ent to tell exactly only when the bound is large.
+func (pt *partition) stateSize(ent *state.Entity) int {
+	n := 64 + 30*len(ent.Fences) + 20*len(ent.Pending)
+	for i := range ent.Windows {
+		n += 60
+		for _, a := range ent.Windows[i].Aggs {
+			n += 10 + len(a)
+		}
+	}
+	if n <= pt.e.plan.MaxMessageBytes/2 {
+		return n
+	}
+	desc := ent.LayoutDesc
+	if !pt.layoutHeld {
+		ent.LayoutDesc = &pt.e.layout // what describe may add
+	}
+	n = len(ent.Append(nil)) + pt.e.plan.MaxEntityBytes
+	ent.LayoutDesc = desc
+	return n
+}
+
 // addFixed applies ev to its tumbling or hopping windows that are still open by judge, and
 // reports whether it applied to any and whether it was late for any (a hopping event may be late
 // for some of its windows and on time for others).
-func addFixed(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, now time.Time, ups *[]update) (applied, late bool, err error) {
+func (pt *partition) addFixed(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, now time.Time, ups *[]update) (applied, late bool, err error) {
 	var buf [8]windows.Window
 	for _, w := range set.Window.Assign(t, buf[:0]) {
-		if w.Closed(set.Grace, judge) {
+		if pt.closed(set, w, judge) {
 			late = true
 			continue
 		}
@@ -169,18 +223,18 @@ func addFixed(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, n
 // addSession merges ev's session [t, t+gap) with the entity's overlapping sessions of the set that
 // are still open by judge: the old sessions are merged first, in order, then the event is added,
 // so that among events at one time the last applied wins, as in every other window kind.
-func addSession(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, now time.Time, ups *[]update) (applied, late bool, err error) {
+func (pt *partition) addSession(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, now time.Time, ups *[]update) (applied, late bool, err error) {
 	var idx []int
 	var open []windows.Window
 	for i := range ent.Windows {
 		w := &ent.Windows[i]
-		if w.Set == set.Index && !w.Span().Closed(set.Grace, judge) {
+		if w.Set == set.Index && !pt.closed(set, w.Span(), judge) {
 			idx = append(idx, i)
 			open = append(open, w.Span())
 		}
 	}
 	merged, absorbed := windows.MergeSession(open, set.Window.Assign(t, nil)[0])
-	if merged.Closed(set.Grace, judge) {
+	if pt.closed(set, merged, judge) {
 		return false, true, nil
 	}
 	nw := state.Window{Set: set.Index, Start: merged.Start, End: merged.End, Revision: 1}
@@ -283,8 +337,9 @@ func valuesOf(set *plan.Set, accs []plan.Accumulator) []totals.Value {
 }
 
 // currentUpdates are the current totals of the open windows a replayed event belongs to, for
-// sets that emit every update.
-func (pt *partition) currentUpdates(ent *state.Entity, src *plan.Source, t int64) ([]update, error) {
+// sets that emit every update. A window whose state user code cannot read is left out (its
+// events were dead-lettered when they came).
+func (pt *partition) currentUpdates(entity string, ent *state.Entity, src *plan.Source, t int64) []update {
 	var ups []update
 	for _, si := range src.Sets {
 		set := pt.e.plan.Sets[si]
@@ -293,17 +348,18 @@ func (pt *partition) currentUpdates(ent *state.Entity, src *plan.Source, t int64
 		}
 		for i := range ent.Windows {
 			w := &ent.Windows[i]
-			if w.Set != si || !w.Span().Contains(t) || pt.closesAt(w) <= pt.closeST() {
+			if w.Set != si || !w.Span().Contains(t) || pt.windowClosesAt(w) <= pt.closeST() {
 				continue
 			}
-			accs, err := accumulators(set, ent, i)
+			values, err := pt.e.values(set, ent, i)
 			if err != nil {
-				return nil, fmt.Errorf("entity set %q: %w", set.Name, err)
+				pt.e.log.Error("current total of a window cannot be computed for a replay", "set", set.Name, "entity", entity, "window_start", w.Start, "err", err)
+				continue
 			}
-			ups = append(ups, update{set: set, window: *w, values: valuesOf(set, accs)})
+			ups = append(ups, update{set: set, window: *w, values: values})
 		}
 	}
-	return ups, nil
+	return ups
 }
 
 // spentFences drops the fences no replay can need any more. A fence's events all have times up to

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/lovoo/goka"
 
@@ -59,6 +60,19 @@ func (e *Engine) late(ctx goka.Context, raw []byte, set *plan.Set, src deadlette
 	return nil
 }
 
+// deadLetterFinal sets aside the final total of a window that user code (an aggregation's Decode
+// or Value) cannot compute. It stands for the totals record that could not be made: its source
+// names the totals topic, set and entity, the processor's partition and, as offset, the window's
+// end, so that a repeat after a restart is the same record.
+func (e *Engine) deadLetterFinal(ctx goka.Context, partition int32, entity string, set *plan.Set, w *state.Window, err error) {
+	src := deadletter.Source{Topic: e.plan.TotalsTopic + "/" + set.Name + "/" + entity, Partition: partition, Offset: w.End}
+	r := deadletter.Record{Source: src, Reason: deadletter.UserError, Set: set.Name, Key: []byte(entity), Timestamp: time.UnixMilli(w.End),
+		Detail: fmt.Sprintf("the final total of window [%d, %d) of set %s, entity %q, cannot be computed: %v", w.Start, w.End, set.Name, entity, err)}
+	r.Fit(e.plan.MaxMessageBytes)
+	e.cfg.Output(ctx, e.plan.DeadLetter, string(r.RecordKey()), r.Value, goka.Headers(headerMap(r.RecordHeaders())))
+	e.m.deadLettered.WithLabelValues(string(r.Reason)).Inc()
+}
+
 // deadLetter sends a record the engine cannot process to the dead-letter topic with its reason.
 func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src deadletter.Source) {
 	e.setAside(ctx, e.plan.DeadLetter, deadletter.Record{Source: src, Reason: reason, Detail: detail, Value: raw})
@@ -83,11 +97,17 @@ func (e *Engine) asideRecord(ctx goka.Context, r deadletter.Record) (string, []b
 		}
 		slices.SortFunc(r.Headers, func(a, b deadletter.Header) int { return strings.Compare(a.Key, b.Key) })
 	}
-	hs := goka.Headers{}
-	for _, h := range r.RecordHeaders() {
+	r.Fit(e.plan.MaxMessageBytes)
+	return string(r.RecordKey()), r.Value, headerMap(r.RecordHeaders())
+}
+
+// headerMap is headers as goka takes them.
+func headerMap(headers []deadletter.Header) goka.Headers {
+	hs := make(goka.Headers, len(headers))
+	for _, h := range headers {
 		hs[h.Key] = h.Value
 	}
-	return string(r.RecordKey()), r.Value, hs
+	return hs
 }
 
 // sourceOf is the position of the callback's record.

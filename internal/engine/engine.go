@@ -306,6 +306,13 @@ func (e *Engine) onSource(idx int) goka.ProcessCallback {
 		pt.eventsIn[idx].Inc()
 		raw, _ := msg.([]byte)
 		at := sourceOf(ctx)
+		if !src.Repartition {
+			k := originKey{tid, ctx.Partition()}
+			if pt.replayed(k, at.Offset) {
+				return
+			}
+			defer pt.processed(k, at.Offset)
+		}
 		if len(raw) > e.plan.MaxRecordBytes {
 			e.deadLetter(ctx, raw, deadletter.TooLarge, fmt.Sprintf("record of %d bytes, more than the limit of %d", len(raw), e.plan.MaxRecordBytes), at)
 			return
@@ -376,6 +383,10 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 		}
 		src := e.plan.Sources[m.source]
 		at := m.origin()
+		k := originKey{state.TopicID(m.topic), m.partition}
+		if pt.replayed(k, at.Offset) {
+			return
+		}
 		recordTime := ctx.Timestamp() // messages of earlier versions carry no timestamp of their own
 		if m.timestamp != 0 {
 			recordTime = time.UnixMilli(m.timestamp)
@@ -386,7 +397,8 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 				e.deadLetter(ctx, m.value, deadletter.Undecodable, err.Error(), at)
 				return
 			}
-			pt.apply(ctx, src, originKey{state.TopicID(m.topic), m.partition}, at, recordTime, m.value, ev)
+			pt.apply(ctx, src, k, at, recordTime, m.value, ev)
 		})
+		pt.processed(k, at.Offset)
 	}
 }

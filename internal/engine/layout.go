@@ -20,12 +20,31 @@ type conversion struct {
 	aggs [][]int // old set index -> old aggregation index -> current index, -1 when gone
 }
 
-// checkLayout refuses an earlier layout in which a set of the current plan had another window.
+// checkLayout refuses an earlier layout in which a set of the current plan had another window,
+// or an aggregation of it another kind (a count read as a sum, a sum as a max: the encodings
+// agree or not, the values would be wrong). Layouts written before kinds were recorded say
+// nothing of them, and only their windows are checked.
 func checkLayout(p *plan.Plan, old *state.Layout) error {
 	for _, os := range old.Sets {
-		if s := p.SetByName(os.Name); s != nil && plan.WindowName(s.Window) != os.Window {
+		s := p.SetByName(os.Name)
+		if s == nil {
+			continue
+		}
+		if plan.WindowName(s.Window) != os.Window {
 			return fmt.Errorf("aggregate set %q changed its window from %s to %s: its state cannot be kept; give the new window a new set name (and drop the old set), or start a new processor group",
 				os.Name, os.Window, plan.WindowName(s.Window))
+		}
+		for k, name := range os.Aggs {
+			was := os.Kind(k)
+			if was == "" {
+				continue
+			}
+			for _, a := range s.Aggs {
+				if a.Name == name && a.Kind != was {
+					return fmt.Errorf("aggregation %q of set %q changed its kind from %s to %s: its state cannot be read as the new kind; give the new aggregation a new name (and drop the old one), or start a new processor group",
+						name, os.Name, was, a.Kind)
+				}
+			}
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/windows"
 )
 
 // minTime is "no time yet": the stream time of a partition that has seen no event.
@@ -32,7 +34,27 @@ type origin struct {
 	// partition's stream time waits for it from the start, even before it has data, so that one
 	// source read ahead of another cannot close windows the other still has events for.
 	expected bool
+	// done is an offset up to which every record of the origin was processed and all that was
+	// written for it acknowledged (-1: none): a record at or below it is a replay, whatever
+	// became of its entity (state.Origin.Done). candidate is the next done, once Kafka
+	// acknowledges the first bound messages.
+	done      int64
+	latest    int64 // the last offset processed
+	candidate struct {
+		offset int64
+		bound  uint64
+		set    bool
+	}
 }
+
+// floor keeps a set's windows final through a raise of its grace (state.SetGrace): windows that
+// end at or before through closed at stream time at, whatever the grace says now.
+type floor struct {
+	through, at int64
+}
+
+// noFloor is the floor of a set whose grace was never raised.
+var noFloor = floor{through: math.MinInt64, at: math.MinInt64}
 
 // partition is the in-memory view of one assigned partition. Only that partition's goroutine
 // touches it (goka runs one goroutine per partition for all its topics).
@@ -61,7 +83,10 @@ type partition struct {
 	metaDirty    bool                   // the record in the table is older than what it should say
 	metaFlight   []metaWrite            // record writes not acknowledged yet, oldest first
 	metaWM       map[originKey]int64    // origins' watermarks in the last acknowledged record
+	metaDone     map[originKey]int64    // origins' done offsets in the last acknowledged record
 	metaST       int64                  // stream time in the last acknowledged record
+	candidates   int                    // origins with a done candidate
+	floors       []floor                // per set of the plan
 	// layoutHeld says the acknowledged record describes the current layout. Until it does, one
 	// entity, the describer, carries the layout's description at each of its writes, so that
 	// whatever part of the partition's writes Kafka holds after a crash, a restart under another
@@ -86,6 +111,10 @@ type partition struct {
 	// event and the close of an entity then need no read and decode of the local table. Every
 	// write of the table goes through the engine, so the cache never disagrees with it.
 	cache map[string]*state.Entity
+
+	// lates holds, per entity, its records late for every window since its last write: its next
+	// write lists those Kafka may not hold yet as pending (state.Entity.Pending).
+	lates map[string][]state.Pending
 
 	// emitted remembers, per entity, the final emissions this process made and has not pruned.
 	emitted map[string][]emission
@@ -122,6 +151,7 @@ type metaWrite struct {
 	bound  uint64
 	st     int64
 	wm     map[originKey]int64
+	done   map[originKey]int64
 	layout bool // the record describes the current layout
 }
 
@@ -139,7 +169,8 @@ func (e *Engine) partition(id int32) (*partition, error) {
 		return nil, fmt.Errorf("partition %d: no storage for the group table", id)
 	}
 	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64,
-		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{},
+		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{}, metaDone: map[originKey]int64{},
+		lates: map[string][]state.Pending{}, floors: slices.Repeat([]floor{noFloor}, len(e.plan.Sets)),
 		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap(),
 		cache: map[string]*state.Entity{}}
 	for _, src := range e.plan.Sources {
@@ -188,6 +219,7 @@ func (pt *partition) rebuild() error {
 		ent *state.Entity
 	}
 	var ents []stored
+	var graces []state.SetGrace
 	now := e.cfg.Now()
 	for it.Next() {
 		key := string(it.Key())
@@ -207,8 +239,11 @@ func (pt *partition) rebuild() error {
 				k := originKey{o.Topic, o.Partition}
 				og := pt.originOf(k)
 				og.wm = max(og.wm, o.Watermark)
+				og.done = max(og.done, o.Done)
 				pt.metaWM[k] = max(pt.metaWM[k], o.Watermark)
+				pt.metaDone[k] = max(pt.metaDone[k], o.Done)
 			}
+			graces = rec.Graces
 			for _, l := range rec.Layouts {
 				if err := pt.knowLayout(l); err != nil {
 					return err
@@ -240,6 +275,7 @@ func (pt *partition) rebuild() error {
 		og.lastAdvance = now
 	}
 	pt.recomputeEventST()
+	pt.keepFinals(graces)
 	if err := pt.knowLayout(e.layout); err != nil {
 		return err
 	}
@@ -391,8 +427,17 @@ func (pt *partition) remember(entity string, ent *state.Entity) {
 	pt.cache[entity] = ent
 }
 
-// set writes an entity to the table, and remembers it.
+// set writes an entity to the table, and remembers it. The write fences the entity's records late
+// for every window since its last write: those Kafka may not hold the late records of yet go
+// with it as pending, for a replay to send again (state.Entity.Pending).
 func (pt *partition) set(ctx goka.Context, ent *state.Entity) {
+	if ls := pt.lates[ctx.Key()]; len(ls) > 0 {
+		ent.Pending = append(ent.Pending, ls...)
+		delete(pt.lates, ctx.Key())
+	}
+	if len(ent.Pending) > 0 {
+		ent.Pending = pt.unsettled(ent.Pending)
+	}
 	pt.describe(ctx.Key(), ent)
 	ctx.SetValue(ent)
 	pt.wrote(ctx.Key())
@@ -402,10 +447,127 @@ func (pt *partition) set(ctx goka.Context, ent *state.Entity) {
 func (pt *partition) originOf(k originKey) *origin {
 	og := pt.origins[k]
 	if og == nil {
-		og = &origin{wm: math.MinInt64}
+		og = &origin{wm: math.MinInt64, done: -1, latest: -1}
 		pt.origins[k] = og
 	}
 	return og
+}
+
+// keepFinals sets the sets' floors from the graces the partition's record holds: a set whose
+// grace was raised since keeps final the windows that were final under the smaller grace at the
+// stream time the partition had then, which is the stream time it was rebuilt to (see
+// state.SetGrace). The record written next holds the floors.
+func (pt *partition) keepFinals(graces []state.SetGrace) {
+	for _, g := range graces {
+		set := pt.e.plan.SetByName(g.Set)
+		if set == nil {
+			continue
+		}
+		f := floor{through: g.FinalThrough, at: g.FinalAt}
+		if g.Grace < set.Grace && pt.st != math.MinInt64 {
+			if through := pt.st - g.Grace; through > f.through {
+				f = floor{through: through, at: pt.st}
+			}
+			pt.e.log.Info("grace raised: windows final under the old grace stay final", "partition", pt.id, "set", set.Name,
+				"old_grace_ms", g.Grace, "grace_ms", set.Grace, "final_through", f.through)
+		}
+		pt.floors[set.Index] = f
+		pt.metaDirty = true
+	}
+}
+
+// replayed reports whether the record of origin k at offset is one the partition processed
+// before, and everything written for it is acknowledged: it is skipped, as a duplicate.
+func (pt *partition) replayed(k originKey, offset int64) bool {
+	og := pt.origins[k]
+	if og == nil || offset > og.done {
+		return false
+	}
+	pt.duplicates.Inc()
+	// A replay is the partition catching up, not a quiet input: it keeps the origin from being
+	// called idle (closing windows in the middle of a replay would change what it applies).
+	og.lastAdvance = pt.e.cfg.Now()
+	return true
+}
+
+// processed records that the record of origin k at offset was processed: once Kafka acknowledged
+// what has been sent until now, it is done.
+func (pt *partition) processed(k originKey, offset int64) {
+	og := pt.originOf(k)
+	og.latest = max(og.latest, offset)
+	if !og.candidate.set {
+		pt.propose(og, pt.e.cfg.Durability.Acknowledged())
+	}
+}
+
+// propose makes the origin's last processed offset its done candidate, or done at once when what
+// was sent is acknowledged already. One candidate at a time: a record costs no more than a
+// comparison while one waits.
+func (pt *partition) propose(og *origin, acked uint64) {
+	if og.latest <= og.done {
+		return
+	}
+	b := pt.e.cfg.Durability.Sent()
+	if b <= acked {
+		og.done = og.latest
+		pt.metaDirty = true
+		return
+	}
+	og.candidate.offset, og.candidate.bound, og.candidate.set = og.latest, b, true
+	pt.candidates++
+}
+
+// settleDone moves the origins' done offsets to their candidates that Kafka acknowledged, and
+// forgets late records of entities not written since that are done.
+func (pt *partition) settleDone(acked uint64) {
+	for _, og := range pt.origins {
+		if og.candidate.set && og.candidate.bound <= acked {
+			og.done = max(og.done, og.candidate.offset)
+			og.candidate.set = false
+			pt.candidates--
+			pt.metaDirty = true
+			pt.propose(og, acked) // the records processed while it waited
+		}
+	}
+	if len(pt.lates) > 4096 {
+		for entity, ps := range pt.lates {
+			if ps = pt.unsettled(ps); len(ps) == 0 {
+				delete(pt.lates, entity)
+			} else {
+				pt.lates[entity] = ps
+			}
+		}
+	}
+}
+
+// unsettled keeps the pending late records that are not done (Kafka may not hold their late
+// records), each once.
+func (pt *partition) unsettled(ps []state.Pending) []state.Pending {
+	kept := ps[:0]
+	for _, p := range ps {
+		if og := pt.origins[originKey{p.Topic, p.Partition}]; og != nil && p.Offset <= og.done {
+			continue
+		}
+		if !slices.Contains(kept, p) {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
+// closesAt is the stream time at which window w of set closes: its end plus the set's grace, or
+// earlier when the set's floor keeps it final.
+func (pt *partition) closesAt(set *plan.Set, w windows.Window) int64 {
+	c := w.ClosesAt(set.Grace)
+	if f := pt.floors[set.Index]; w.End <= f.through {
+		c = min(c, f.at)
+	}
+	return c
+}
+
+// closed reports whether window w of set is closed at stream time st.
+func (pt *partition) closed(set *plan.Set, w windows.Window, st int64) bool {
+	return st >= pt.closesAt(set, w)
 }
 
 // recomputeEventST sets the stream time the origins agree on: the smallest watermark of those
@@ -427,9 +589,9 @@ func (pt *partition) recomputeEventST() {
 // closeST is the partition's stream time: windows that close at or before it are closed.
 func (pt *partition) closeST() int64 { return pt.st }
 
-// closesAt is the stream time at which window w closes.
-func (pt *partition) closesAt(w *state.Window) int64 {
-	return w.Span().ClosesAt(pt.e.plan.Sets[w.Set].Grace)
+// windowClosesAt is the stream time at which window w of the state closes.
+func (pt *partition) windowClosesAt(w *state.Window) int64 {
+	return pt.closesAt(pt.e.plan.Sets[w.Set], w.Span())
 }
 
 // emittedUpTo is the stream time up to which this process emitted the entity's closed windows.
@@ -446,7 +608,7 @@ func (pt *partition) schedule(entity string, ent *state.Entity) {
 	up := pt.emittedUpTo(entity)
 	at, found := int64(0), false
 	for i := range ent.Windows {
-		if c := pt.closesAt(&ent.Windows[i]); c > up && (!found || c < at) {
+		if c := pt.windowClosesAt(&ent.Windows[i]); c > up && (!found || c < at) {
 			at, found = c, true
 		}
 	}
@@ -482,13 +644,19 @@ func (pt *partition) durable(entity string) bool {
 // entity's write, an idle advance that waited for the partition's record.
 func (pt *partition) catchUp(ctx goka.Context) {
 	a := pt.e.cfg.Durability.Acknowledged()
-	if a == pt.acked && len(pt.metaFlight) == 0 && !pt.pendingIdle.set && len(pt.waiting) == 0 {
+	if a == pt.acked && len(pt.metaFlight) == 0 && !pt.pendingIdle.set && len(pt.waiting) == 0 && pt.candidates == 0 {
 		return
 	}
 	pt.acked = a
+	if pt.candidates > 0 || len(pt.lates) > 4096 {
+		pt.settleDone(a)
+	}
 	for len(pt.metaFlight) > 0 && pt.metaFlight[0].bound <= a {
 		for k, wm := range pt.metaFlight[0].wm {
 			pt.metaWM[k] = max(pt.metaWM[k], wm)
+		}
+		for k, d := range pt.metaFlight[0].done {
+			pt.metaDone[k] = max(pt.metaDone[k], d)
 		}
 		pt.metaST = max(pt.metaST, pt.metaFlight[0].st)
 		pt.layoutHeld = pt.layoutHeld || pt.metaFlight[0].layout
@@ -591,16 +759,18 @@ func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Enti
 	n := 0
 	for i := range ent.Windows {
 		w := &ent.Windows[i]
-		if c := pt.closesAt(w); c <= up || c > st {
+		if c := pt.windowClosesAt(w); c <= up || c > st {
 			continue
 		}
 		set := e.plan.Sets[w.Set]
 		values, err := e.values(set, ent, i)
 		if err != nil {
 			// User code (an aggregation's Decode or Value) failed on this window's state: its final
-			// total cannot be made. Processing goes on; the window leaves with the entity's others.
+			// total cannot be made. It is dead-lettered, and processing goes on; the window leaves
+			// with the entity's others.
 			e.m.panics.WithLabelValues("close").Inc()
-			e.log.Error("final total of a window cannot be computed: dropped", "set", set.Name, "entity", entity, "window_start", w.Start, "err", err)
+			e.log.Error("final total of a window cannot be computed: dead-lettered", "set", set.Name, "entity", entity, "window_start", w.Start, "err", err)
+			e.deadLetterFinal(ctx, pt.id, entity, set, w, err)
 			n++
 			continue
 		}
@@ -644,7 +814,7 @@ func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	}
 	kept := ent.Windows[:0]
 	for _, w := range ent.Windows {
-		if pt.closesAt(&w) > up {
+		if pt.windowClosesAt(&w) > up {
 			kept = append(kept, w)
 		}
 	}
@@ -654,15 +824,22 @@ func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	return pruned > 0
 }
 
-// covered reports whether the partition's acknowledged record holds the stream time and every
-// watermark the entity carries, so that deleting the entity loses nothing a restart needs.
+// covered reports whether the partition's acknowledged record holds the stream time, every
+// watermark the entity carries and offsets done past its fences, so that deleting the entity
+// loses nothing a restart or a replay needs.
 func (pt *partition) covered(ent *state.Entity) bool {
 	if pt.metaST < ent.StreamTime {
 		return false
 	}
 	for _, f := range ent.Fences {
-		wm, ok := pt.metaWM[originKey{f.Topic, f.Partition}]
+		k := originKey{f.Topic, f.Partition}
+		wm, ok := pt.metaWM[k]
 		if !ok || wm < f.Watermark {
+			return false
+		}
+		// A replay of the entity's records after it left finds them done, instead of judging
+		// them afresh (late for windows long closed).
+		if d, ok := pt.metaDone[k]; !ok || d < f.Offset {
 			return false
 		}
 	}

@@ -44,6 +44,12 @@ func (pt *partition) onTick(ctx goka.Context) {
 	e := pt.e
 	now := e.cfg.Now()
 	pt.ticks.Inc()
+	// Windows already closed by the stream time are emitted first: after a restart (or a
+	// rebalance) the rebuilt schedule holds every entity at its first window not emitted by this
+	// process, which a final emitted before the restart may have closed long ago; until those are
+	// emitted again and the schedule moves on, no close waits beyond stream time, and the idle
+	// advance would find nothing to advance to.
+	pt.closeDue(ctx)
 	if target, ok := pt.idleTarget(now); ok {
 		pt.pendingIdle.target, pt.pendingIdle.set = target, true
 		pt.metaDirty = true
@@ -134,30 +140,37 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 
 // writeRecord writes the partition's record; the callback's key must be the partition's own.
 func (pt *partition) writeRecord(ctx goka.Context) {
-	rec, wms := pt.record()
+	rec, wms, done := pt.record()
 	ctx.SetValue(rec)
 	bound := pt.e.cfg.Durability.Sent()
-	pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, layout: true})
+	pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, done: done, layout: true})
 	if pt.pendingIdle.set {
 		pt.pendingIdle.bound = bound
 	}
 	pt.metaDirty = false
 }
 
-// record is the partition's record as it should be in the table, and the origin watermarks it
-// holds.
-func (pt *partition) record() (*state.Partition, map[originKey]int64) {
+// record is the partition's record as it should be in the table, and the origin watermarks and
+// done offsets it holds.
+func (pt *partition) record() (*state.Partition, map[originKey]int64, map[originKey]int64) {
 	rec := &state.Partition{StreamTime: pt.st, IdleStreamTime: pt.idleST, Layouts: slices.Clone(pt.recordLayout)}
 	if pt.pendingIdle.set {
 		rec.IdleStreamTime = max(rec.IdleStreamTime, pt.pendingIdle.target)
 	}
+	for i, set := range pt.e.plan.Sets {
+		f := pt.floors[i]
+		rec.Graces = append(rec.Graces, state.SetGrace{Set: set.Name, Grace: set.Grace, FinalThrough: f.through, FinalAt: f.at})
+	}
 	wms := make(map[originKey]int64, len(pt.origins))
+	done := make(map[originKey]int64, len(pt.origins))
 	for k, og := range pt.origins {
-		if og.wm == minTime {
+		if og.wm == minTime && og.done < 0 {
 			continue
 		}
-		rec.Origins = append(rec.Origins, state.Origin{Topic: k.topic, Partition: k.partition, Watermark: og.wm, LastAdvance: og.lastAdvance.UnixMilli()})
+		rec.Origins = append(rec.Origins, state.Origin{Topic: k.topic, Partition: k.partition, Watermark: og.wm,
+			LastAdvance: og.lastAdvance.UnixMilli(), Done: og.done})
 		wms[k] = og.wm
+		done[k] = og.done
 	}
 	slices.SortFunc(rec.Origins, func(a, b state.Origin) int {
 		if a.Topic != b.Topic {
@@ -165,7 +178,7 @@ func (pt *partition) record() (*state.Partition, map[originKey]int64) {
 		}
 		return int(a.Partition - b.Partition)
 	})
-	return rec, wms
+	return rec, wms, done
 }
 
 // onClose handles a close message: the entity's closed windows whose final totals Kafka

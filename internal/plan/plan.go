@@ -38,7 +38,11 @@ type Accumulator interface {
 
 // Agg is a compiled aggregation.
 type Agg struct {
-	Name   string
+	Name string
+	// Kind names what the aggregation computes and how its accumulator is encoded ("count",
+	// "sum", "custom <type> <version>"...): state written under one kind cannot be read as
+	// another, so a topology that changes the kind under the same name is refused at start.
+	Kind   string
 	New    func() Accumulator
 	Decode func([]byte) (Accumulator, error)
 }
@@ -101,8 +105,11 @@ type Plan struct {
 	// value, and an entity (the state key), larger than these is dead-lettered as too large.
 	MaxRecordBytes int
 	MaxEntityBytes int
-	Sources        []*Source
-	Sets           []*Set
+	// MaxMessageBytes bounds each message written to Kafka for a record: a state write of an
+	// entity, a dead letter, a late record (see topology.Builder.MaxMessageBytes).
+	MaxMessageBytes int
+	Sources         []*Source
+	Sets            []*Set
 }
 
 // Future reports whether an event time lies further ahead than MaxFutureSkew of its record's
@@ -152,13 +159,14 @@ func Register(f func(topology any) *Plan) { of = f }
 func Of(topology any) *Plan { return of(topology) }
 
 // Layout is the shape of the plan's state: its sets, in order, with their windows and
-// aggregations, in order (state.Entity refers to it by hash).
+// aggregations (names and kinds), in order (state.Entity refers to it by hash).
 func (p *Plan) Layout() state.Layout {
 	sets := make([]state.LayoutSet, len(p.Sets))
 	for i, s := range p.Sets {
 		sets[i] = state.LayoutSet{Name: s.Name, Window: WindowName(s.Window)}
 		for _, a := range s.Aggs {
 			sets[i].Aggs = append(sets[i].Aggs, a.Name)
+			sets[i].Kinds = append(sets[i].Kinds, a.Kind)
 		}
 	}
 	return state.NewLayout(sets)
