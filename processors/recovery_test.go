@@ -177,3 +177,52 @@ func TestAggregationKindChangeRefused(t *testing.T) {
 		}
 	})
 }
+
+// keepType is a custom aggregation that keeps the last event's Type: a way to give an entity as
+// much state as a test wants.
+var keepType = topology.UserDefined[ev, string]{
+	Init:   func() string { return "" },
+	Add:    func(_ string, e ev, _ int64) string { return e.Type },
+	Merge:  func(a, b string) string { return a + b },
+	Encode: func(s string) []byte { return []byte(s) },
+	Decode: func(b []byte) (string, error) { return string(b), nil },
+}
+
+// TestOversizedNeverStops (issue 22, items 2 and 3): an undecodable record just under Kafka's
+// default 1 MB message limit, whose dead letter with its headers would be over it, and an event
+// of 200 kB in ten hopping windows, whose entity's state would be 2 MB, are both dead-lettered
+// (the first cut to fit, the second as too large, naming the limit), and the processor goes on:
+// before, its producer's write failed, the processor stopped, and a restart skipped the record.
+func TestOversizedNeverStops(t *testing.T) {
+	eachRunner(t, func(t *testing.T) (*topology.Topology, runnerOptions) {
+		name := uniqueTopology(t, "oversized")
+		b := topology.New(name)
+		source(b, name+"-in").Aggregate("hop", windows.Hopping(10*time.Minute, time.Minute)).Grace(0).
+			Count("n").Custom("last", keepType)
+		return build(t, b), runnerOptions{partitions: 1, start: start, idleTimeout: 4 * time.Second}
+	}, func(t *testing.T, r runner, topo *topology.Topology) {
+		in := topo.SourceTopics()[0]
+		send(r, in, ev{Entity: "o", TS: ms(1 * time.Second), Type: "small"})
+		nearly := append([]byte("{not json"), strings.Repeat("z", 990_000)...)
+		r.send(in, "o", nearly, base)                                                             // offset 1
+		send(r, in, ev{Entity: "o", TS: ms(2 * time.Second), Type: strings.Repeat("x", 200_000)}) // offset 2
+		send(r, in, ev{Entity: "o", TS: ms(3 * time.Second), Type: "small"})
+		send(r, in, ev{Entity: "o", TS: ms(20 * time.Minute)})
+		if got := oneFinal(t, r, "hop", "o", base.Add(-9*time.Minute)).Float("n"); got != 2 {
+			t.Fatalf("final count %v, want the two small events", got)
+		}
+		dls := map[int64]deadletter.Record{}
+		for _, dl := range r.deadLetters() {
+			dls[dl.Source.Offset] = dl
+		}
+		if dl, ok := dls[1]; !ok || dl.Reason != deadletter.Undecodable || dl.ValueBytes != len(nearly) || len(dl.Value) >= len(nearly) {
+			t.Fatalf("dead letter of the undecodable record: %+v (found %v), want it cut, with its length", dl.Source, ok)
+		}
+		if dl, ok := dls[2]; !ok || dl.Reason != deadletter.TooLarge || !strings.Contains(dl.Detail, "limit of") {
+			t.Fatalf("dead letter of the 200 kB event: %v %q (found %v), want too-large naming the limit", dl.Reason, dl.Detail, ok)
+		}
+		if len(dls) != 2 {
+			t.Fatalf("dead letters at offsets %v, want 1 and 2", dls)
+		}
+	})
+}
