@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -256,4 +257,177 @@ func describeRecords(recs []*kgo.Record) string {
 		}
 	}
 	return b.String()
+}
+
+// lateKey names the late records of one event for one set: the record key (the event's source
+// coordinates) and the abacus.set header.
+type lateKey struct{ source, set string }
+
+// lateRecords is what a late topic holds, by source coordinates and set.
+type lateRecords struct {
+	byKey   map[lateKey][]*kgo.Record
+	records int
+}
+
+func newLateRecords() *lateRecords { return &lateRecords{byKey: map[lateKey][]*kgo.Record{}} }
+
+func (l *lateRecords) add(r *kgo.Record) {
+	l.records++
+	k := lateKey{string(r.Key), string(header(r, deadletter.HeaderSet))}
+	l.byKey[k] = append(l.byKey[k], r)
+}
+
+func readLateRecords(ctx context.Context, brokers []string, topic string) (*lateRecords, error) {
+	l := newLateRecords()
+	err := kafkaread.All(ctx, brokers, topic, l.add, kgo.FetchMaxBytes(32<<20))
+	return l, err
+}
+
+// lateCheck is the outcome of checking a late topic against the events the oracle judges late.
+type lateCheck struct {
+	Records      int // late records read
+	Expected     int // (event, set) pairs the oracle judges late: each must have a late record
+	Once         int // pairs with exactly one late record
+	Identical    int // pairs with several late records, all identical in key, value and headers
+	Different    int // pairs with several late records that differ
+	Missing      int // pairs with no late record
+	Unexpected   int // late records for an event and set the oracle does not judge late
+	WrongContent int // late records of expected pairs that do not carry their source record
+	// TimestampDiffers counts the repeated pairs whose records have different Kafka timestamps;
+	// SourceTimestamp counts the late records whose Kafka timestamp is their source record's.
+	// Both are reported, not failed on: a repeat gets the original's timestamp only once the
+	// engine sets it (a record sent without one is stamped by the producer's clock).
+	TimestampDiffers int
+	SourceTimestamp  int
+	Examples         []string
+}
+
+func (c *lateCheck) example(format string, args ...any) {
+	if len(c.Examples) < 10 {
+		c.Examples = append(c.Examples, fmt.Sprintf(format, args...))
+	}
+}
+
+// Found is the number of expected pairs that have a late record.
+func (c *lateCheck) Found() int { return c.Once + c.Identical + c.Different }
+
+// checkLateRecords compares a late topic with the events the oracle judges late: every event late
+// for a set must have a late record for that set, keyed by its coordinates, carrying its source
+// record (key, value, timestamp) with reason late; several must be identical records (a repeat
+// after a crash); nothing else may be there.
+func checkLateRecords(l *lateRecords, late map[deadletter.Source]stream.LateSource) lateCheck {
+	c := lateCheck{Records: l.records}
+	want := map[lateKey]stream.LateSource{}
+	for src, ls := range late {
+		for _, set := range ls.Sets {
+			want[lateKey{src.String(), set}] = ls
+		}
+	}
+	c.Expected = len(want)
+	keys := make([]lateKey, 0, len(l.byKey))
+	for k := range l.byKey {
+		keys = append(keys, k)
+	}
+	sortLateKeys(keys)
+	for _, k := range keys {
+		recs := l.byKey[k]
+		ls, ok := want[k]
+		if !ok {
+			c.Unexpected += len(recs)
+			c.example("late record for %s set %q, which the oracle does not judge late for it: %s", k.source, k.set, describeRecords(recs[:1]))
+			continue
+		}
+		for _, r := range recs {
+			if r.Timestamp.UnixMilli() == ls.Timestamp {
+				c.SourceTimestamp++
+			}
+			if why := lateContent(r, k, ls); why != "" {
+				c.WrongContent++
+				c.example("late record for %s set %s: %s", k.source, k.set, why)
+			}
+		}
+	}
+	wanted := make([]lateKey, 0, len(want))
+	for k := range want {
+		wanted = append(wanted, k)
+	}
+	sortLateKeys(wanted)
+	for _, k := range wanted {
+		recs := l.byKey[k]
+		switch {
+		case len(recs) == 0:
+			c.Missing++
+			c.example("no late record for %s set %s", k.source, k.set)
+		case len(recs) == 1:
+			c.Once++
+		default:
+			same, sameTime := true, true
+			for _, r := range recs[1:] {
+				same = same && sameRecord(recs[0], r)
+				sameTime = sameTime && r.Timestamp.Equal(recs[0].Timestamp)
+			}
+			if same {
+				c.Identical++
+			} else {
+				c.Different++
+				c.example("different late records for %s set %s: %s", k.source, k.set, describeRecords(recs))
+			}
+			if !sameTime {
+				c.TimestampDiffers++
+			}
+		}
+	}
+	return c
+}
+
+func sortLateKeys(keys []lateKey) {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].source != keys[j].source {
+			return keys[i].source < keys[j].source
+		}
+		return keys[i].set < keys[j].set
+	})
+}
+
+// lateContent says what is wrong with a late record of pair k, or "": its value must be the
+// source record's, and its headers exactly deadletter's, each once (the source records carry no
+// headers of their own): reason late, the source, the source record's key and timestamp, the set
+// and a detail (for people; its wording is not checked).
+func lateContent(r *kgo.Record, k lateKey, ls stream.LateSource) string {
+	var wrong []string
+	if stream.ValueHash(r.Value) != ls.Value {
+		wrong = append(wrong, fmt.Sprintf("value %q is not the source record's", r.Value))
+	}
+	want := map[string]string{
+		deadletter.HeaderReason:    string(deadletter.Late),
+		deadletter.HeaderSource:    k.source,
+		deadletter.HeaderKey:       ls.Key,
+		deadletter.HeaderTimestamp: strconv.FormatInt(ls.Timestamp, 10),
+		deadletter.HeaderSet:       k.set,
+		deadletter.HeaderDetail:    "",
+	}
+	seen := map[string]bool{}
+	for _, h := range r.Headers {
+		w, ok := want[h.Key]
+		switch {
+		case !ok:
+			wrong = append(wrong, fmt.Sprintf("header %s=%q the source record does not have", h.Key, h.Value))
+		case seen[h.Key]:
+			wrong = append(wrong, fmt.Sprintf("header %s twice", h.Key))
+		case h.Key == deadletter.HeaderDetail:
+			if len(h.Value) == 0 {
+				wrong = append(wrong, "empty "+h.Key)
+			}
+		case string(h.Value) != w:
+			wrong = append(wrong, fmt.Sprintf("%s=%q, want %q", h.Key, h.Value, w))
+		}
+		seen[h.Key] = true
+	}
+	for name := range want {
+		if !seen[name] {
+			wrong = append(wrong, "no header "+name)
+		}
+	}
+	sort.Strings(wrong)
+	return strings.Join(wrong, "; ")
 }

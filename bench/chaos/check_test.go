@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/abacus-stream/abacus/bench/chaos/stream"
 	"github.com/abacus-stream/abacus/deadletter"
 )
 
@@ -42,5 +45,91 @@ func TestCheckDeadLetters(t *testing.T) {
 	}
 	if c.Distinct[1] != 4 || c.Distinct[2] != 1 {
 		t.Fatalf("distinct dead letters per bad record: %v", c.Distinct)
+	}
+}
+
+// TestCheckLateRecords: one late record per late (event, set) passes; a missing one, an
+// unexpected one (another set, or an event not late), a differing repeat and a record with the
+// wrong content are each counted and fail the check; repeats whose timestamps differ are only
+// counted.
+func TestCheckLateRecords(t *testing.T) {
+	src := func(off int64) deadletter.Source { return deadletter.Source{Topic: "s", Partition: 0, Offset: off} }
+	value := func(off int64) []byte { return fmt.Appendf(nil, `{"e":"a","seq":%d}`, off) }
+	late := map[deadletter.Source]stream.LateSource{}
+	for off := int64(1); off <= 6; off++ {
+		late[src(off)] = stream.LateSource{Key: "a", Value: stream.ValueHash(value(off)), Timestamp: 1000 + off, Sets: []string{"tumble"}}
+	}
+	ls := late[src(1)]
+	ls.Sets = append(ls.Sets, "hop")
+	late[src(1)] = ls
+	rec := func(off int64, set string, ts int64) *kgo.Record {
+		r := deadletter.Record{Source: src(off), Reason: deadletter.Late, Detail: "late for " + set, Set: set,
+			Key: []byte("a"), Value: value(off), Timestamp: time.UnixMilli(1000 + off)}
+		var hs []kgo.RecordHeader
+		for _, h := range r.RecordHeaders() {
+			hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+		}
+		return &kgo.Record{Key: r.RecordKey(), Value: r.Value, Headers: hs, Timestamp: time.UnixMilli(ts)}
+	}
+	// check fills a late topic that is right in every way, lets change spoil it and checks it.
+	check := func(change func(l *lateRecords)) lateCheck {
+		l := newLateRecords()
+		l.add(rec(1, "tumble", 1001))
+		l.add(rec(1, "hop", 1001))
+		for off := int64(2); off <= 6; off++ {
+			l.add(rec(off, "tumble", 1000+off))
+		}
+		l.add(rec(2, "tumble", 1002)) // an identical repeat
+		change(l)
+		return checkLateRecords(l, late)
+	}
+	fails := func(c lateCheck) bool { return c.Missing+c.Unexpected+c.Different+c.WrongContent > 0 }
+
+	c := check(func(*lateRecords) {})
+	if fails(c) || c.Expected != 7 || c.Once != 6 || c.Identical != 1 || c.Found() != 7 || c.SourceTimestamp != 8 || c.TimestampDiffers != 0 {
+		t.Fatalf("a right late topic: %+v", c)
+	}
+	c = check(func(l *lateRecords) { delete(l.byKey, lateKey{src(1).String(), "hop"}) })
+	if !fails(c) || c.Missing != 1 || c.Found() != 6 {
+		t.Fatalf("a missing late record: %+v", c)
+	}
+	c = check(func(l *lateRecords) {
+		l.add(rec(2, "hop", 1002)) // late for the tumbling set only
+		l.add(rec(7, "tumble", 1007))
+	})
+	if !fails(c) || c.Unexpected != 2 {
+		t.Fatalf("unexpected late records: %+v", c)
+	}
+	c = check(func(l *lateRecords) {
+		// Right in content (the detail's wording is not checked), but not the same record.
+		r := rec(3, "tumble", 1003)
+		r.Headers[1].Value = []byte("another detail")
+		l.add(r)
+	})
+	if !fails(c) || c.Different != 1 || c.WrongContent != 0 {
+		t.Fatalf("a differing repeat: %+v", c)
+	}
+	c = check(func(l *lateRecords) {
+		r := rec(3, "tumble", 1003)
+		r.Headers = append(r.Headers, kgo.RecordHeader{Key: "x", Value: []byte("y")})
+		l.add(r)
+	})
+	if !fails(c) || c.Different != 1 || c.WrongContent != 1 {
+		t.Fatalf("a repeat with a header of its own: %+v", c)
+	}
+	c = check(func(l *lateRecords) {
+		r := rec(4, "tumble", 1004)
+		r.Value = value(5)
+		l.byKey[lateKey{src(4).String(), "tumble"}][0] = r
+		r = rec(5, "tumble", 1005)
+		r.Headers[0].Value = []byte(deadletter.Undecodable)
+		l.byKey[lateKey{src(5).String(), "tumble"}][0] = r
+	})
+	if !fails(c) || c.WrongContent != 2 || c.Different != 0 {
+		t.Fatalf("late records with the wrong content: %+v", c)
+	}
+	c = check(func(l *lateRecords) { l.add(rec(6, "tumble", 99_999)) })
+	if fails(c) || c.TimestampDiffers != 1 || c.Identical != 2 {
+		t.Fatalf("a repeat with another timestamp: %+v", c)
 	}
 }

@@ -8,8 +8,9 @@
 // At the end it compares the aggregates and facts tables cell by cell with an oracle computed from
 // the stream as it lies in Kafka (package stream) and with a crash-free run of the same stream
 // (same cells, one version each, nothing missing, nothing extra), checks that every bad source
-// record has its dead letters and that repeats are identical, prints a summary and exits non-zero
-// on any difference.
+// record has its dead letters and every event the oracle judges late for a set its late record
+// (nothing else in either topic, repeats identical), prints a summary and exits non-zero on any
+// difference.
 //
 //	go run ./bench/chaos            # the short form CI runs: a few minutes
 //	go run ./bench/chaos -long      # ten million events, faults for an hour
@@ -655,7 +656,7 @@ func (d *driver) referencePhase(ctx context.Context, rc *runCfg, sum *summary) e
 }
 
 // compare computes the oracle from the source topic, compares the tables and checks the dead
-// letters.
+// letters and the late records.
 func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *summary) error {
 	t0 := time.Now()
 	layout := stream.Layout{AggregatesBuckets: 8, FactsBuckets: 8, Family: "d"}
@@ -687,6 +688,12 @@ func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *sum
 		}
 		c := checkDeadLetters(dl, o.Bad)
 		sum.refDLQ = &c
+		lr, err := readLateRecords(ctx, d.brokers, refRun.topo.LateTopic())
+		if err != nil {
+			return err
+		}
+		lc := checkLateRecords(lr, o.Late)
+		sum.refLate = &lc
 	}
 	var err2 error
 	if sum.chaosAgg, sum.chaosVsRefAgg, _, err2 = tableCheck(ctx, d.hb, chaosRun.aggTable, o.Aggregates, refAgg, describeAggregate); err2 != nil {
@@ -701,6 +708,12 @@ func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *sum
 	}
 	c := checkDeadLetters(dl, o.Bad)
 	sum.chaosDLQ = &c
+	lr, err := readLateRecords(ctx, d.brokers, chaosRun.topo.LateTopic())
+	if err != nil {
+		return err
+	}
+	lc := checkLateRecords(lr, o.Late)
+	sum.chaosLate = &lc
 	sum.compare = time.Since(t0)
 	return nil
 }
@@ -720,7 +733,7 @@ func (d *driver) cleanup(runs ...*runCfg) {
 				d.logf("drop table %s: %v", t, err)
 			}
 		}
-		topics = append(topics, rc.topo.TotalsTopic(), rc.topo.DeadLetterTopic(), rc.procGroup+"-loop", rc.procGroup+"-table")
+		topics = append(topics, rc.topo.TotalsTopic(), rc.topo.DeadLetterTopic(), rc.topo.LateTopic(), rc.procGroup+"-loop", rc.procGroup+"-table")
 	}
 	if _, err := d.adm.DeleteTopics(ctx, topics...); err != nil {
 		d.logf("delete topics: %v", err)
@@ -744,6 +757,7 @@ type summary struct {
 	chaosAgg, chaosFacts, refAgg, refFacts stream.Diff
 	chaosVsRefAgg, chaosVsRefFacts         stream.Diff
 	chaosDLQ, refDLQ                       *dlqCheck
+	chaosLate, refLate                     *lateCheck
 
 	produce, drain, reference, compare time.Duration
 	failures                           []string
@@ -817,8 +831,13 @@ func (d *driver) printSummary(s *summary) bool {
 			late = append(late, fmt.Sprintf("%s %d", set, n))
 		}
 		sort.Strings(late)
-		fmt.Fprintf(w, "oracle:   %d records read back, %d applied, late (%s), %d bad; expects %d aggregate and %d fact cells\n",
-			o.Records, o.Applied, strings.Join(late, ", "), len(o.Bad), o.Aggregates.Len(), o.Facts.Len())
+		lateRecs := []string{}
+		for set, n := range o.LateRecords {
+			lateRecs = append(lateRecs, fmt.Sprintf("%s %d", set, n))
+		}
+		sort.Strings(lateRecs)
+		fmt.Fprintf(w, "oracle:   %d records read back, %d applied, late for every window (%s), %d bad; expects %d aggregate and %d fact cells, late records (%s) for %d events\n",
+			o.Records, o.Applied, strings.Join(late, ", "), len(o.Bad), o.Aggregates.Len(), o.Facts.Len(), strings.Join(lateRecs, ", "), len(o.Late))
 	}
 	var compared, mismatches, extraVersions int64
 	diff := func(what string, dd stream.Diff, ran bool) {
@@ -869,6 +888,27 @@ func (d *driver) printSummary(s *summary) bool {
 	}
 	dlq("chaos dead letters", s.chaosDLQ, false)
 	dlq("reference dead letters", s.refDLQ, true)
+	lateSum := func(what string, c *lateCheck, clean bool) {
+		if c == nil {
+			return
+		}
+		fmt.Fprintf(w, "%-34s %d records for %d expected (event, set): %d found (%d once, %d repeated identically, %d repeated differently), %d missing, %d unexpected, %d wrong content\n",
+			what+":", c.Records, c.Expected, c.Found(), c.Once, c.Identical, c.Different, c.Missing, c.Unexpected, c.WrongContent)
+		fmt.Fprintf(w, "          timestamps: %d of %d records carry their source record's; %d repeated (event, set) with differing timestamps (reported, not failed on)\n",
+			c.SourceTimestamp, c.Records, c.TimestampDiffers)
+		for _, e := range c.Examples {
+			fmt.Fprintf(w, "          %s\n", e)
+		}
+		if c.Different+c.Missing+c.Unexpected+c.WrongContent > 0 {
+			s.failures = append(s.failures, fmt.Sprintf("%s: %d missing, %d unexpected, %d repeated differently, %d with wrong content",
+				what, c.Missing, c.Unexpected, c.Different, c.WrongContent))
+		}
+		if clean && c.Identical > 0 {
+			s.failures = append(s.failures, fmt.Sprintf("%s: %d late (event, set) sent more than once in a run without crashes", what, c.Identical))
+		}
+	}
+	lateSum("chaos late records", s.chaosLate, false)
+	lateSum("reference late records", s.refLate, true)
 	fmt.Fprintf(w, "timings:  produce %v, drain after the faults %v, reference run %v, oracle and comparison %v; total %v\n",
 		s.produce.Round(time.Second), s.drain.Round(time.Second), s.reference.Round(time.Second), s.compare.Round(time.Second),
 		time.Since(d.t0).Round(time.Second))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -55,6 +56,12 @@ func TestOracleByHand(t *testing.T) {
 
 	if o.LateFor[SetTumble] != 1 || o.LateFor[SetHop] != 0 {
 		t.Fatalf("late: %v, want one late for the tumbling set only", o.LateFor)
+	}
+	// Offset 5, a at 59.999 s, is the one late event: for the tumbling set only.
+	lateSrc := deadletter.Source{Topic: "src", Partition: 0, Offset: 5}
+	if ls, ok := o.Late[lateSrc]; !ok || len(o.Late) != 1 || !slices.Equal(ls.Sets, []string{SetTumble}) || ls.Key != "a" ||
+		ls.Timestamp != now.UnixMilli() || o.LateRecords[SetTumble] != 1 || o.LateRecords[SetHop] != 0 {
+		t.Fatalf("late records: %v (%v), want one of offset 5 for the tumbling set", o.Late, o.LateRecords)
 	}
 	if o.Bad[bad] != deadletter.Undecodable || o.Bad[future] != deadletter.Future || len(o.Bad) != 2 {
 		t.Fatalf("bad records: %v", o.Bad)
@@ -229,5 +236,50 @@ func TestOracleMatchesEngine(t *testing.T) {
 	if d.Mismatches() != 0 {
 		t.Fatalf("engine vs oracle: %d missing, %d extra, %d wrong of %d: %v", d.Missing, d.Extra, d.WrongValue, d.Compared, d.Examples)
 	}
-	t.Logf("%d records (%v), %d applied, late %v, %d bad: %d aggregate cells agree", o.Records, kinds, o.Applied, o.LateFor, len(o.Bad), d.Compared)
+
+	// The late topic: exactly one record per event and set the oracle judges late, stragglers
+	// late for the tumbling set only among them.
+	want := map[string]bool{}
+	for src, ls := range o.Late {
+		for _, set := range ls.Sets {
+			want[src.String()+" "+set] = true
+		}
+	}
+	if o.LateRecords[SetTumble] <= o.LateFor[SetHop] {
+		t.Fatalf("no straggler late for the tumbling set only (late records %v, late for every window %v)", o.LateRecords, o.LateFor)
+	}
+	lcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topo.LateTopic()),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lcl.Close()
+	gotLate := map[string]int{}
+	for n := 0; n < len(want); {
+		fs := lcl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("waiting for %d late records, have %d", len(want), n)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			var set string
+			for _, h := range r.Headers {
+				if h.Key == deadletter.HeaderSet {
+					set = string(h.Value)
+				}
+			}
+			k := string(r.Key) + " " + set
+			if !want[k] {
+				t.Errorf("late record %s, which the oracle does not expect", k)
+			}
+			gotLate[k]++
+			n++
+		})
+	}
+	for k := range want {
+		if gotLate[k] != 1 {
+			t.Errorf("%d late records for %s, want 1", gotLate[k], k)
+		}
+	}
+	t.Logf("%d records (%v), %d applied, late for every window %v, %d bad: %d aggregate cells agree; %d late records agree (%v)",
+		o.Records, kinds, o.Applied, o.LateFor, len(o.Bad), d.Compared, len(want), o.LateRecords)
 }

@@ -19,10 +19,12 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// Name is the topology's name; SourceTopic its source topic as declared (a deployment renames it).
+// Name is the topology's name; SourceTopic its source topic and LateTopic its late topic as
+// declared (a deployment renames them).
 const (
 	Name        = "chaos"
 	SourceTopic = "chaos-events"
+	LateTopic   = "chaos-late"
 )
 
 // Event types. The tumbling and hopping sets count only measurements. A flush event, one per
@@ -66,10 +68,11 @@ var (
 // Topology is the chaos topology: per entity, one-minute tumbling windows (20 s grace; count, sum
 // and max, with early firings every 5 s, so cells are overwritten by newer totals before the final
 // one) and five-minute windows hopping every minute (30 s grace; count and min, final only), and
-// the flush set of the flush events. Late events are dropped; events more than five minutes ahead
-// of their record's timestamp are dead-lettered.
+// the flush set of the flush events. Late events go to the late topic, one record per set an event
+// is late for (so that the suite can check that none is lost in a crash); events more than five
+// minutes ahead of their record's timestamp are dead-lettered.
 func Topology() (*topology.Topology, error) {
-	b := topology.New(Name)
+	b := topology.New(Name).LateTopic(LateTopic)
 	src := topology.NewSource(b, SourceTopic, topology.JSON[Event](),
 		func(e Event) string { return e.Entity },
 		func(e Event) time.Time { return time.UnixMilli(e.Time) }).
