@@ -74,7 +74,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 			// User code (an aggregation's Decode) refused the window's state: the event cannot
 			// be applied, and nothing of it is (ent is the callback's own copy).
 			e.m.panics.WithLabelValues("record").Inc()
-			e.deadLetter(ctx, raw, deadletter.UserError, fmt.Sprintf("set %s, entity %q: %v", set.Name, ctx.Key(), err), at)
+			e.deadLetterFenced(ctx, raw, deadletter.UserError, fmt.Sprintf("set %s, entity %q: %v", set.Name, ctx.Key(), err), at)
 			return
 		}
 		applied = applied || ok
@@ -86,7 +86,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		// Checked before anything is sent: an entity the changelog would refuse stops the
 		// processor, and its event would be lost with every later one.
 		if n := pt.stateSize(ent); n > e.plan.MaxMessageBytes {
-			e.deadLetter(ctx, raw, deadletter.TooLarge, fmt.Sprintf("applying the event would make the state of entity %q %d bytes, more than the limit of %d (MaxMessageBytes: a changelog message)",
+			e.deadLetterFenced(ctx, raw, deadletter.TooLarge, fmt.Sprintf("applying the event would make the state of entity %q %d bytes, more than the limit of %d (MaxMessageBytes: a changelog message)",
 				ctx.Key(), n, e.plan.MaxMessageBytes), at)
 			return
 		}

@@ -79,6 +79,25 @@ func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reas
 	e.m.deadLettered.WithLabelValues(string(reason)).Inc()
 }
 
+// deadLetterFenced dead-letters a record that its entity's next write will fence: a replay skips
+// such a record as applied and would never set it aside again, so the dead letter must be in
+// Kafka before that write (DurableSender, as late records of applied events; these are rare: an
+// aggregation's error or panic, a state grown too large). Without a DurableSender it goes out
+// with the others.
+func (e *Engine) deadLetterFenced(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src deadletter.Source) {
+	ds, ok := e.cfg.Durability.(DurableSender)
+	if !ok {
+		e.deadLetter(ctx, raw, reason, detail, src)
+		return
+	}
+	key, value, headers := e.asideRecord(ctx, deadletter.Record{Source: src, Reason: reason, Detail: detail, Value: raw})
+	if err := ds.SendDurable(e.plan.DeadLetter, key, value, headers); err != nil {
+		e.fail(ctx, fmt.Errorf("dead letter of %s: %w", src, err))
+		return
+	}
+	e.m.deadLettered.WithLabelValues(string(reason)).Inc()
+}
+
 // setAside emits a dead-letter or late record, keyed by its source, with the callback's record's
 // key, timestamp and headers as the original's when the record is the callback's own (not one
 // re-keyed through the loop topic, whose original key and headers stayed at the source).

@@ -271,7 +271,9 @@ func (e *Engine) guard(ctx goka.Context, raw []byte, at deadletter.Source, f fun
 		}
 		e.m.panics.WithLabelValues("record").Inc()
 		e.log.Error("user code panicked on a record: dead-lettered", "source", at.String(), "panic", r, "stack", string(debug.Stack()))
-		e.deadLetter(ctx, raw, deadletter.Panic, fmt.Sprint(r), at)
+		// The panic may have come from an aggregation, after the record's replay check: a replay
+		// would find it fenced by its entity's next write and never panic again.
+		e.deadLetterFenced(ctx, raw, deadletter.Panic, fmt.Sprint(r), at)
 	}()
 	f()
 }
