@@ -224,19 +224,42 @@ func TestCommitOrderSessions(t *testing.T) {
 }
 
 // BenchmarkCommitOrder is the cost per record of ordering commits: a callback noting its offset
-// and goka's mark, with marks a few records behind (the producer settles while callbacks run).
+// and goka's mark, with marks a few records behind (the producer settles while callbacks run);
+// "contended" marks from another goroutine, as the producer's settling goroutine does.
 func BenchmarkCommitOrder(b *testing.B) {
-	var c commitOrder
-	os := c.begin(nopSession{})
-	cb := c.track(func(goka.Context, any) {})
 	const lag = 64
-	b.ReportAllocs()
-	for i := range int64(b.N) {
-		cb(fakeContext{topic: "in", partition: 0, offset: i}, nil)
-		if i >= lag {
-			os.MarkOffset("in", 0, i-lag+1, "")
+	b.Run("one-goroutine", func(b *testing.B) {
+		var c commitOrder
+		os := c.begin(nopSession{})
+		cb := c.track(func(goka.Context, any) {})
+		b.ReportAllocs()
+		for i := range int64(b.N) {
+			cb(fakeContext{topic: "in", partition: 0, offset: i}, nil)
+			if i >= lag {
+				os.MarkOffset("in", 0, i-lag+1, "")
+			}
 		}
-	}
+	})
+	b.Run("contended", func(b *testing.B) {
+		var c commitOrder
+		os := c.begin(nopSession{})
+		cb := c.track(func(goka.Context, any) {})
+		started := make(chan int64, 1024)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for o := range started {
+				os.MarkOffset("in", 0, o+1, "")
+			}
+		}()
+		b.ReportAllocs()
+		for i := range int64(b.N) {
+			cb(fakeContext{topic: "in", partition: 0, offset: i}, nil)
+			started <- i
+		}
+		close(started)
+		<-done
+	})
 }
 
 // BenchmarkClaimHop is what the alternative to track would add per record: noting offsets as
