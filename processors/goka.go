@@ -117,7 +117,7 @@ func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 		if err := p.cfg.applyMembership(sc); err != nil {
 			return nil, err
 		}
-		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released)
+		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released, p.commits)
 	}
 }
 
@@ -146,16 +146,25 @@ func (p *Processor) storageBuilder() storage.Builder {
 	}
 }
 
-// graph is the group graph: the engine's inputs, loop and table, and its output topics. The
-// sources' callbacks are the engine's, wrapped to time the first event after a takeover.
+// graph is the group graph: the engine's inputs, loop and table, and its output topics. Every
+// callback is wrapped to note its record's offset as it starts, so that offsets commit in order
+// (commitOrder); the sources' callbacks also to time the first event after a takeover. An input
+// of the engine's that graph did not know would run unwrapped: its offsets would then commit as
+// goka marks them, as before commitOrder, rather than never.
 func (p *Processor) graph() *goka.GroupGraph {
+	// The loop edge is named by its group only: find it as goka does (which names the edges).
+	in := p.eng.Edges()
+	loop := goka.DefineGroup(p.group, in...).LoopStream()
 	var edges []goka.Edge
-	for _, e := range p.eng.Edges() {
+	for _, e := range in {
 		for i, s := range p.plan.Sources {
 			if e.Topic() == s.Topic {
-				e = goka.Input(goka.Stream(s.Topic), e.Codec(), p.moves.observe(p.eng.SourceCallback(i)))
+				e = goka.Input(goka.Stream(s.Topic), e.Codec(), p.commits.track(p.moves.observe(p.eng.SourceCallback(i))))
 				break
 			}
+		}
+		if loop != nil && e == loop {
+			e = goka.Loop(e.Codec(), p.commits.track(p.eng.LoopCallback()))
 		}
 		edges = append(edges, e)
 	}

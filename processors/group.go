@@ -38,7 +38,8 @@ import (
 //     membership.FencedError instead of goka's generic consumer error, and never rejoins.
 //
 // It also reports each session's end (the revoke of its partitions) to released, with how long
-// giving them up took.
+// giving them up took, and hands goka each session through commits, which commits each
+// partition's offsets in order (see commitOrder).
 type consumerGroup struct {
 	sarama.ConsumerGroup
 	client     sarama.Client // the group's own client: refreshes its coordinator, outlives the group for the leave
@@ -46,6 +47,7 @@ type consumerGroup struct {
 	instanceID string // empty: a dynamic member
 	log        *slog.Logger
 	released   func(parts []int32, generation int32, took time.Duration)
+	commits    *commitOrder // nil: goka's marks go to sarama as they come
 	// memberID is the member id of the last session, for the leave: the coordinator removes a
 	// static member only when both its instance id and its member id match, so a process that was
 	// fenced cannot remove the one that took its place.
@@ -54,7 +56,7 @@ type consumerGroup struct {
 
 // newConsumerGroup builds a consumer group on a client of its own.
 func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *slog.Logger,
-	released func([]int32, int32, time.Duration)) (*consumerGroup, error) {
+	released func([]int32, int32, time.Duration), commits *commitOrder) (*consumerGroup, error) {
 	cl, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
@@ -65,7 +67,7 @@ func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *s
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
 	}
 	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, instanceID: cfg.Consumer.Group.InstanceId,
-		log: log, released: released}, nil
+		log: log, released: released, commits: commits}, nil
 }
 
 // Consume implements sarama.ConsumerGroup: it runs sessions, like sarama's, until ctx is done or
@@ -115,11 +117,21 @@ func (g *consumerGroup) Consume(ctx context.Context, topics []string, h sarama.C
 }
 
 // sessionHandler is goka's handler, seen from the consumer group: whether a session started, its
-// member id (for the leave), and when it ended.
+// member id (for the leave), and when it ended. goka is handed the session as an orderedSession,
+// whose marks commit each partition's offsets in order (commitOrder).
 type sessionHandler struct {
 	sarama.ConsumerGroupHandler
 	g       *consumerGroup
 	started bool
+	ordered *orderedSession // from Setup to Cleanup; nil without commits
+}
+
+// session is the session goka is handed.
+func (s *sessionHandler) session(sess sarama.ConsumerGroupSession) sarama.ConsumerGroupSession {
+	if s.ordered != nil {
+		return s.ordered
+	}
+	return sess
 }
 
 // Setup implements sarama.ConsumerGroupHandler.
@@ -127,13 +139,27 @@ func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	s.started = true
 	id := sess.MemberID()
 	s.g.memberID.Store(&id)
-	return s.ConsumerGroupHandler.Setup(sess)
+	// Before goka's Setup, which starts the partition processors whose callbacks note offsets.
+	if s.g.commits != nil {
+		s.ordered = s.g.commits.begin(sess)
+	}
+	return s.ConsumerGroupHandler.Setup(s.session(sess))
+}
+
+// ConsumeClaim implements sarama.ConsumerGroupHandler.
+func (s *sessionHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	return s.ConsumerGroupHandler.ConsumeClaim(s.session(sess), claim)
 }
 
 // Cleanup implements sarama.ConsumerGroupHandler.
 func (s *sessionHandler) Cleanup(sess sarama.ConsumerGroupSession) error {
 	start := time.Now()
-	err := s.ConsumerGroupHandler.Cleanup(sess)
+	// goka's Cleanup waits for the partition processors, whose last marks still count: sarama
+	// commits after Cleanup.
+	err := s.ConsumerGroupHandler.Cleanup(s.session(sess))
+	if s.ordered != nil {
+		s.g.commits.end(s.ordered)
+	}
 	if s.g.released != nil {
 		s.g.released(partitionsOf(sess.Claims()), sess.GenerationID(), time.Since(start))
 	}

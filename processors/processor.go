@@ -11,7 +11,10 @@
 // while an earlier one's messages were in flight; the processor's own producer settles goka's
 // promises in the order messages were sent, so a commit implies that everything sent before it is
 // in Kafka, and it tells the engine how far Kafka has acknowledged (see the engine's package
-// comment for what depends on it).
+// comment for what depends on it). goka also marks records in the order their callbacks finish,
+// not their offsets' order: the group commits only the prefix of each partition's records that
+// are all done (commitOrder), and once a write failed for good no later promise succeeds, so no
+// offset is committed past a record in flight or one whose writes failed.
 package processors
 
 import (
@@ -48,6 +51,8 @@ type Processor struct {
 	durability *durability
 	// moves times partitions taken over and given up.
 	moves *handover
+	// commits makes goka commit each partition's offsets in order (see commitOrder).
+	commits *commitOrder
 
 	// gp is goka's processor while Run runs; joined and partitions follow its assignments (Status).
 	gp         atomic.Pointer[goka.Processor]
@@ -88,6 +93,7 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 		log:        log,
 		durability: d,
 		moves:      moves,
+		commits:    &commitOrder{},
 	}
 	if proc.m, err = newProcessorMetrics(proc, cfg.Registerer, p.Name); err != nil {
 		return nil, fmt.Errorf("processors.New: metrics: %w", err)

@@ -24,6 +24,11 @@ import (
 //   - It tells the engine how far Kafka has acknowledged (engine.Durability): the engine emits a
 //     final total only from state Kafka holds, and drops a closed window only once its final is
 //     acknowledged.
+//   - Once a message failed for good, every later message's promise fails too, naming the first
+//     failure, even when Kafka acknowledged it: goka commits a record once its messages succeeded,
+//     so a later record's commit would pass the one whose write failed, and a restart would
+//     resume after it (a dead letter too large for its topic was lost so). With every later
+//     promise failed, goka commits nothing after the failure, and stops.
 //   - Headers go out in key order: goka's map order would make a dead letter repeated after a
 //     crash differ from the first.
 type producer struct {
@@ -39,6 +44,7 @@ type producer struct {
 	// Owned by the settling goroutine.
 	settled map[uint64]settlement
 	next    uint64
+	first   error // the first failure, which every later promise's error wraps
 }
 
 type settlement struct {
@@ -84,7 +90,8 @@ func (p *producer) settle() {
 				continue
 			}
 			meta := e.Msg.Metadata.(*msgMeta)
-			p.settled[meta.seq] = settlement{err: e.Err, finish: meta.finish}
+			p.settled[meta.seq] = settlement{msg: e.Msg, err: fmt.Errorf("kafka write to topic %s partition %d: %w",
+				e.Msg.Topic, e.Msg.Partition, e.Err), finish: meta.finish}
 		}
 		for {
 			s, ok := p.settled[p.next]
@@ -92,11 +99,19 @@ func (p *producer) settle() {
 				break
 			}
 			delete(p.settled, p.next)
-			if s.err != nil {
+			switch {
+			case p.first != nil && s.err != nil:
+				s.err = fmt.Errorf("%w; an earlier write failed: %w", s.err, p.first)
+			case p.first != nil:
+				s.err = fmt.Errorf("kafka write to topic %s not taken as acknowledged: an earlier write failed: %w", s.msg.Topic, p.first)
+			case s.err != nil:
+				p.first = s.err
 				p.failed.Store(true)
-			}
-			if !p.failed.Load() {
+			default:
 				p.acked.Store(p.next)
+			}
+			if s.err != nil {
+				s.msg = nil // as goka's producer finishes a failed promise
 			}
 			s.finish(s.msg, s.err)
 			p.next++
