@@ -74,7 +74,7 @@ func (d *durability) SendDurable(topic, key string, value []byte, headers goka.H
 		return errors.New("no durable producer: the processor is not running")
 	}
 	msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(value),
-		Headers: recordHeaders(headers)}
+		Headers: recordHeaders(headers), Timestamp: asideTimestamp(headers)}
 	_, _, err := (*sp).SendMessage(msg)
 	return err
 }

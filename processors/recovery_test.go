@@ -10,6 +10,7 @@ import (
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The engine's second correctness pass (issue 22): windows that go on closing after a restart,
@@ -225,4 +226,58 @@ func TestOversizedNeverStops(t *testing.T) {
 			t.Fatalf("dead letters at offsets %v, want 1 and 2", dls)
 		}
 	})
+}
+
+// TestSetAsideKeepsRecordTime (issue 22): a dead letter or late record is produced with its
+// original record's timestamp, not the time it was written, so that a repeat after a crash is
+// the same record in every field; for a re-keyed event too, whose record the loop topic carried.
+func TestSetAsideKeepsRecordTime(t *testing.T) {
+	for _, rekey := range []bool{false, true} {
+		t.Run(map[bool]string{false: "keyed", true: "rekeyed"}[rekey], func(t *testing.T) {
+			eachRunner(t, func(t *testing.T) (*topology.Topology, runnerOptions) {
+				name := uniqueTopology(t, "asidetime")
+				b := topology.New(name)
+				b.LateTopic(name + "-late")
+				src := source(b, name+"-in")
+				if rekey {
+					src.Repartition()
+				}
+				src.Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+				return build(t, b), runnerOptions{partitions: 1, start: start, idleTimeout: 4 * time.Second}
+			}, func(t *testing.T, r runner, topo *topology.Topology) {
+				in := topo.SourceTopics()[0]
+				send(r, in, ev{Entity: "s", TS: ms(70 * time.Second)})
+				lateAt := base.Add(-42 * time.Second)
+				r.send(in, "s", ev{Entity: "s", TS: ms(10 * time.Second)}.json(), lateAt) // late
+				badAt := base.Add(-17 * time.Second)
+				r.send(in, "s", []byte("{not json"), badAt)
+				// The header that names the original timestamp, on every runner.
+				if l := r.late(); len(l) != 1 || !l[0].Timestamp.Equal(lateAt) {
+					t.Fatalf("late records %+v, want one naming its record's timestamp %v", l, lateAt)
+				}
+				if d := r.deadLetters(); len(d) != 1 || !d[0].Timestamp.Equal(badAt) {
+					t.Fatalf("dead letters %+v, want one naming its record's timestamp %v", d, badAt)
+				}
+				kr, ok := r.(*kafkaRunner)
+				if !ok {
+					return // the in-memory driver keeps no Kafka timestamps
+				}
+				lates, dls := kr.read(topo.LateTopic()), kr.read(topo.DeadLetterTopic())
+				if len(lates) != 1 || !lates[0].Timestamp.Equal(lateAt) {
+					t.Fatalf("late records %d, first at %v; want one at its record's %v", len(lates), timestamps(lates), lateAt)
+				}
+				if len(dls) != 1 || !dls[0].Timestamp.Equal(badAt) {
+					t.Fatalf("dead letters %d at %v; want one at its record's %v", len(dls), timestamps(dls), badAt)
+				}
+			})
+		})
+	}
+}
+
+func timestamps(recs []*kgo.Record) []time.Time {
+	var out []time.Time
+	for _, r := range recs {
+		out = append(out, r.Timestamp)
+	}
+	return out
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/topology"
@@ -29,20 +30,25 @@ type reading struct {
 }
 
 // abacusTopology is the benchmark's aggregation: per entity, 1-minute tumbling windows with no
-// grace, count + sum + max of v, finals only (the default emission).
-func abacusTopology(group, input, output string) (*topology.Topology, error) {
+// grace, count + sum + max of v, finals only (the default emission). With late set, late events
+// go to that topic, as users who keep them configure it: writing their late records is part of
+// what a late event costs.
+func abacusTopology(group, input, output, late string) (*topology.Topology, error) {
 	b := topology.New(group).TotalsTopic(output)
+	if late != "" {
+		b.LateTopic(late)
+	}
 	topology.NewSource(b, input, topology.JSON[reading](),
 		func(r reading) string { return r.Entity },
 		func(r reading) time.Time { return time.UnixMilli(r.TS) }).
-		Aggregate("minute", windows.Tumbling(time.Minute)).Grace(0).
+		Aggregate(setName, windows.Tumbling(time.Minute)).Grace(0).
 		Count("count").Sum("sum", "v").Max("max", "v")
 	return b.Build()
 }
 
 // runAbacus runs the abacus processor until ctx is done, reporting the events it received.
 func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
-	topo, err := abacusTopology(a.group, a.input, a.output)
+	topo, err := abacusTopology(a.group, a.input, a.output, a.late)
 	if err != nil {
 		return err
 	}
@@ -110,6 +116,34 @@ func decodeAbacus(rec *kgo.Record) (final, bool, error) {
 	}
 	f.agg = winAgg{count: c.Int, sum: s.Float, max: m.Float}
 	return f, r.Final, nil
+}
+
+// setName is the benchmark topology's one aggregate set: each late event gives one late record,
+// which names it.
+const setName = "minute"
+
+// lateRecord is what the harness checks of a record of abacus's late topic.
+type lateRecord struct {
+	late      bool   // the reason is "late" (not another dead-letter reason)
+	reason    string // for failure messages
+	set       string // the set the event was late for
+	topic     string // the event's input position
+	partition int32
+	offset    int64
+}
+
+// decodeLate reads one record of abacus's late topic.
+func decodeLate(rec *kgo.Record) (lateRecord, error) {
+	hs := make([]deadletter.Header, len(rec.Headers))
+	for i, h := range rec.Headers {
+		hs[i] = deadletter.Header{Key: h.Key, Value: h.Value}
+	}
+	r, err := deadletter.Parse(rec.Value, hs)
+	if err != nil {
+		return lateRecord{}, err
+	}
+	return lateRecord{late: r.Reason == deadletter.Late, reason: string(r.Reason), set: r.Set,
+		topic: r.Source.Topic, partition: r.Source.Partition, offset: r.Source.Offset}, nil
 }
 
 // tableStats describes abacus's local window table (LevelDB) at rest.

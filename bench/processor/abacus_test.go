@@ -9,7 +9,7 @@ import (
 )
 
 func TestAbacusTopologyBuilds(t *testing.T) {
-	if _, err := abacusTopology("g", "in", "out"); err != nil {
+	if _, err := abacusTopology("g", "in", "out", "late"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -33,6 +33,7 @@ type childArgs struct {
 	input      string
 	group      string
 	output     string
+	late       string // abacus: the late topic ("": late events are counted and dropped)
 	storage    string
 	cpuprofile string
 	// finalRetention is abacus's Config.FinalRetention (0: its default).
@@ -52,6 +53,7 @@ func childMain(args []string) int {
 	fl.StringVar(&a.input, "input", "", "input topic")
 	fl.StringVar(&a.group, "group", "", "consumer group (and abacus topology name)")
 	fl.StringVar(&a.output, "output", "", "output topic (abacus totals)")
+	fl.StringVar(&a.late, "late", "", "late topic (abacus)")
 	fl.StringVar(&a.storage, "storage", "", "local storage folder (goka tables)")
 	fl.StringVar(&a.cpuprofile, "cpuprofile", "", "write a CPU profile of this process here")
 	fl.DurationVar(&a.finalRetention, "final-retention", 0, "abacus: Config.FinalRetention (0: default)")

@@ -75,7 +75,7 @@ func parseFlags(args []string) (*config, error) {
 	fl.StringVar(&brokers, "brokers", envOr("ABACUS_KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka seed brokers, comma separated (env ABACUS_KAFKA_BROKERS)")
 	fl.IntVar(&c.events, "events", 1_000_000, "events per workload (entities scale with it: sparse events/10, dense events/100)")
 	fl.IntVar(&c.entities, "entities", 0, "override the entity count of both workloads")
-	fl.StringVar(&workloads, "workloads", "sparse,dense", "workloads to run: sparse, dense")
+	fl.StringVar(&workloads, "workloads", "sparse,dense", "workloads to run: sparse, dense, and late ones: sparse-late<pct>, dense-late<pct> (the base workload plus pct% late events, e.g. sparse,sparse-late10,sparse-late50 -systems abacus)")
 	fl.StringVar(&systemsFlag, "systems", strings.Join(names, ","), "systems to run, in this order")
 	fl.IntVar(&c.runs, "runs", 1, "runs of each system per workload; the table shows the medians")
 	fl.BoolVar(&c.restore, "restore", true, "measure abacus's state size and restore times")
@@ -183,6 +183,7 @@ func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
 
 	allOK := true
 	var all []jsonResult
+	abacusRuns := map[string][]*result{} // by workload, for the late events' table
 	for _, wname := range cfg.workloads {
 		w, _ := newWorkload(wname, cfg.events, cfg.entities)
 		in, err := adm.ensureInput(ctx, log, w, cfg.inputPrefix, cfg.reuse)
@@ -209,7 +210,9 @@ func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
 			}
 		}
 		printTable(os.Stdout, in, cfg, byRun)
+		abacusRuns[wname] = byRun["abacus"]
 	}
+	printLate(os.Stdout, cfg, cfg.workloads, abacusRuns)
 	if cfg.restore {
 		rep, err := runRestore(ctx, cfg, adm, log, runPrefix)
 		if err != nil {
@@ -251,6 +254,11 @@ func runSystem(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, r
 			return &result{system: sys.name, err: err}
 		}
 	}
+	if sys.name == "abacus" {
+		// Every abacus run has its late topic, on time or not: one topology for all workloads,
+		// and a 0% run checks that none of its events was late.
+		l.late = l.group + "-late"
+	}
 	if sys.name == "abacus" && cfg.cpuprofile != "" {
 		l.cpuprofile = filepath.Join(cfg.cpuprofile, fmt.Sprintf("abacus-%s-%d.pprof", in.w.name, run+1))
 	}
@@ -271,6 +279,9 @@ func runSystem(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, r
 	}
 	if sys.finals {
 		st.expect = in.expect
+	}
+	if in.expect != nil {
+		st.lateTopic = l.late
 	}
 	res := st.run(ctx, adm, log)
 	res.system = sys.name

@@ -105,8 +105,13 @@ func printTable(w io.Writer, in *input, cfg *config, byRun map[string][]*result)
 	}
 	fmt.Fprintf(w, " of %s entities over %d window(s), %d partitions, input %s",
 		thousands(int64(wl.entities)), wl.windows(), partitions, in.topic)
+	if wl.late > 0 {
+		fmt.Fprintf(w, ", %s of them late (%.0f%%, in bursts of %d to %d per entity, %d to %d min behind their partition's stream time)",
+			thousands(int64(wl.lateEvents())), 100*wl.late, burstMin, burstMax, lateNewestMs/windowMs, lateMaxMs/windowMs)
+	}
 	if in.expect != nil {
 		fmt.Fprintf(w, "; %s finals expected", thousands(int64(in.expect.finals)))
+		fmt.Fprintf(w, ", %s late records (abacus's late topic, checked one by one)", thousands(int64(in.expect.lateCount)))
 	}
 	fmt.Fprintf(w, "; %d run(s) each, medians", cfg.runs)
 	if cfg.finalRetention > 0 {
@@ -146,6 +151,61 @@ func printTable(w io.Writer, in *input, cfg *config, byRun map[string][]*result)
 	fmt.Fprintln(w, "  append time of the newest final; CPU-s/M: the system's own process (all threads), first record")
 	fmt.Fprintln(w, "  to done, per million input records; RSS: peak resident set; finals: read back and checked")
 	fmt.Fprintln(w, "  window by window. abacus/x: abacus's value over the row's (ev/s > 1, CPU and last < 1 favour abacus).")
+}
+
+// printLate prints abacus on each late workload beside its base workload (same on-time events,
+// same finals), run in the same invocation: the ratios are the late events' cost, measured on the
+// same machine at the same time, which holds on a shared machine where absolute figures do not.
+func printLate(w io.Writer, cfg *config, names []string, abacus map[string][]*result) {
+	rows := map[string]row{}
+	var late []string
+	for _, n := range names {
+		rows[n] = summarize("abacus", abacus[n])
+		if wl, _ := newWorkload(n, cfg.events, cfg.entities); wl.late > 0 {
+			late = append(late, n)
+		}
+	}
+	if len(late) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "
+== late events: abacus on each late workload beside its base workload, medians of %d run(s)
+", cfg.runs)
+	fmt.Fprintf(w, "%-15s %5s %10s %10s %10s %9s | %-16s | %s\n",
+		"workload", "late", "records", "late rec.", "events/s", "CPU-s/M", "x base: ev/s CPU", "each run: events/s, CPU-s/M")
+	for _, n := range names {
+		wl, _ := newWorkload(n, cfg.events, cfg.entities)
+		if wl.late == 0 && !slices.ContainsFunc(late, func(l string) bool { return strings.HasPrefix(l, n+"-late") }) {
+			continue
+		}
+		r := rows[n]
+		var runs []string
+		var lateRecs int64 = -1
+		for _, x := range abacus[n] {
+			if x.err != nil {
+				runs = append(runs, "failed")
+				continue
+			}
+			runs = append(runs, fmt.Sprintf("%s %.2f", thousands(int64(x.throughput())), x.cpuPerMillion()))
+			if x.late != nil {
+				lateRecs = x.late.records
+			}
+		}
+		ratios := ""
+		if b, ok := rows[wl.base]; ok && wl.base != "" && b.ok > 0 && r.ok > 0 {
+			ratios = fmt.Sprintf("%6s %5s", ratio(r.eps, b.eps), ratio(r.cpuPerM, b.cpuPerM))
+		}
+		lr := "-"
+		if lateRecs >= 0 {
+			lr = thousands(lateRecs)
+		}
+		fmt.Fprintf(w, "%-15s %4.0f%% %10s %10s %10s %9s | %-16s | %s\n",
+			n, 100*wl.late, thousands(int64(wl.events())), lr, thousands(int64(r.eps)), num(r.cpuPerM, 2), ratios, strings.Join(runs, "; "))
+	}
+	fmt.Fprintln(w, "  a late workload is its base's on-time events plus the late ones; records: real events (+12 sentinels);")
+	fmt.Fprintln(w, "  late rec.: records in abacus's late topic (each checked against its late event); x base: the")
+	fmt.Fprintln(w, "  workload's median over its base's (events/s below 1 and CPU above 1: the late events cost more")
+	fmt.Fprintln(w, "  per record than on-time ones).")
 }
 
 // jsonResult is one step in the -json file.

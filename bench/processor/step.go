@@ -35,6 +35,9 @@ type step struct {
 	output string // topic of the system's finals; "" when it writes none
 	decode func(*kgo.Record) (final, bool, error)
 	expect *expectation // finals a correct run writes; nil: not checked
+	// lateTopic is abacus's late topic: read back once the process has exited and checked
+	// against expect's late events; "" for a system without one.
+	lateTopic string
 	// minProgress is the processed count that ends the step with all input committed
 	// (default: every record of the input; restarts wait for the probes only).
 	minProgress int64
@@ -63,7 +66,8 @@ type result struct {
 	cpu       time.Duration
 	rss       int64 // peak resident set, bytes
 	out       outputStats
-	lines     []string // the process's stdout lines other than progress
+	late      *lateStats // the late topic's records, when the step checked them
+	lines     []string   // the process's stdout lines other than progress
 	err       error
 }
 
@@ -269,10 +273,21 @@ func (s *step) runInner(ctx context.Context, adm *admin, log *slog.Logger, res *
 	stopReader()
 	res.out = out.stats()
 	res.lastFinal = res.out.lastAppend
-	if s.expect != nil {
-		return res.out.check(s.expect)
+	if s.expect == nil {
+		return nil
 	}
-	return nil
+	if err := res.out.check(s.expect); err != nil {
+		return err
+	}
+	if s.lateTopic == "" {
+		return nil
+	}
+	lst, err := readLate(ctx, adm, s.lateTopic, s.in.topic, s.expect)
+	res.late = &lst
+	if err != nil {
+		return err
+	}
+	return lst.check(s.expect)
 }
 
 // where says how far a step got, for failure messages.

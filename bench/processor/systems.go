@@ -47,6 +47,7 @@ type launch struct {
 	group      string // consumer group, Kafka Streams application.id, abacus topology name
 	input      string
 	output     string
+	late       string // abacus's late topic, which the step reads back and checks; "" for none
 	storage    string
 	cpuprofile string
 }
@@ -71,6 +72,9 @@ func (s system) command(cfg *config, l launch) (*exec.Cmd, error) {
 	}
 	args := []string{"child", "-system", s.name, "-brokers", strings.Join(cfg.brokers, ","),
 		"-input", l.input, "-group", l.group, "-output", l.output, "-storage", l.storage}
+	if l.late != "" {
+		args = append(args, "-late", l.late)
+	}
 	if l.cpuprofile != "" {
 		args = append(args, "-cpuprofile", l.cpuprofile)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -18,10 +19,12 @@ const (
 )
 
 // workload is one deterministic input: which entity reports when, with which value. Its event
-// times start at base (a minute boundary, ms) and only grow within each partition, so with grace 0
-// no event is late for any system, and the windows every system must close are known in advance.
+// times start at base (a minute boundary, ms) and the on-time events' times only grow within each
+// partition, so with grace 0 none of them is late for any system, and the windows every system
+// must close are known in advance. A late workload (sparse-late10) adds late events among them
+// (lateGen): they are late for every window, so the finals stay those of its base workload.
 type workload struct {
-	name     string // sparse | dense | restore
+	name     string // sparse | dense | restore, or sparse-late<pct> | dense-late<pct>
 	entities int
 	// rounds: sparse and restore have one event per entity per window (rounds = windows, a round
 	// spans one minute); dense has one event per entity per second (rounds = seconds).
@@ -31,15 +34,31 @@ type workload struct {
 	// real window closes by stream time alone, in every system, as in a live stream; the
 	// sentinels' own windows stay open. The restore workload keeps its windows open instead.
 	sentinels bool
+	// late is the fraction of the real events that are late (0.1 for sparse-late10), and base
+	// the name of the workload it adds them to ("" for a workload without late events).
+	late float64
+	base string
 }
 
 // newWorkload sizes a workload for about events events. Entity counts follow the issue at 1M
 // events (sparse: 100k entities, one event per entity-window over 10 windows; dense: 10k entities
 // reporting every second for 100 s, so about 60 events per entity-window) and scale with events
 // otherwise; entities > 0 overrides them.
+//
+// A late workload, <base>-late<pct> (sparse-late10, dense-late50), is its base workload (same
+// entities, same on-time events, same finals) with late events added, pct percent of all its real
+// events: its base's figures and its own then differ by the late events' cost alone.
 func newWorkload(name string, events, entities int) (*workload, error) {
 	w := &workload{name: name}
-	switch name {
+	kind := name
+	if b, pct, ok := strings.Cut(name, "-late"); ok && (b == "sparse" || b == "dense") {
+		n, err := strconv.Atoi(pct)
+		if err != nil || n < 1 || n > 90 || strconv.Itoa(n) != pct {
+			return nil, fmt.Errorf("workload %q: the late percentage must be a whole number from 1 to 90", name)
+		}
+		kind, w.base, w.late = b, b, float64(n)/100
+	}
+	switch kind {
 	case "sparse":
 		w.entities, w.roundMs, w.sentinels = max(events/10, 1), windowMs, true
 	case "dense":
@@ -47,17 +66,28 @@ func newWorkload(name string, events, entities int) (*workload, error) {
 	case "restore":
 		w.entities, w.roundMs = events, windowMs
 	default:
-		return nil, fmt.Errorf("unknown workload %q (sparse, dense)", name)
+		return nil, fmt.Errorf("unknown workload %q (sparse, dense, sparse-late<pct>, dense-late<pct>)", name)
 	}
-	if entities > 0 && name != "restore" {
+	if entities > 0 && kind != "restore" {
 		w.entities = entities
 	}
 	w.rounds = max(events/w.entities, 1)
 	return w, nil
 }
 
-// events is the number of real events (sentinels and probes not counted).
-func (w *workload) events() int { return w.rounds * w.entities }
+// events is the number of real events, on time and late (sentinels and probes not counted).
+func (w *workload) events() int { return w.onTime() + w.lateEvents() }
+
+// onTime is the number of on-time events: those of the base workload.
+func (w *workload) onTime() int { return w.rounds * w.entities }
+
+// lateEvents is the number of late events: w.late of all real events.
+func (w *workload) lateEvents() int {
+	if w.late == 0 {
+		return 0
+	}
+	return int(math.Round(float64(w.onTime()) * w.late / (1 - w.late)))
+}
 
 // windows is the number of windows per entity.
 func (w *workload) windows() int {
@@ -87,22 +117,119 @@ type event struct {
 	entity int
 	ts     int64
 	v      float64
+	late   bool // behind its partition's stream time: late for every window (lateGen)
 }
 
 // each calls fn for every real event, in production order. Within a round, entities come in an
-// order that changes from round to round (a multiplicative permutation), and event times grow
-// through the round, so every partition sees non-decreasing event times.
+// order that changes from round to round (a multiplicative permutation), and on-time event times
+// grow through the round, so every partition sees non-decreasing on-time event times. A late
+// workload's late events come in between (lateGen).
 func (w *workload) each(base int64, fn func(event)) {
 	mul := coprime(w.entities)
+	g := newLateGen(w)
+	n := w.onTime()
+	i := 0
 	for r := range w.rounds {
 		for k := range w.entities {
 			ent := int((int64(k)*int64(mul) + int64(r)*7) % int64(w.entities))
 			ts := base + int64(r)*w.roundMs + int64(k)*w.roundMs/int64(w.entities)
 			// Integer values keep every sum exact in float64, whatever the order of addition.
 			v := float64((ent*31 + r*17) % 1000)
-			fn(event{entity: ent, ts: ts, v: v})
+			e := event{entity: ent, ts: ts, v: v}
+			fn(e)
+			if g != nil {
+				i++
+				g.after(e, i, n, fn)
+			}
 		}
 	}
+}
+
+// Late bursts: an entity that was offline sends its backlog at once.
+const (
+	burstMin, burstMax = 5, 30 // events per burst
+	// The oldest event of a burst is 5 to 30 minutes behind its partition's stream time, the
+	// newest lateNewestMs behind: more than a window, so with grace 0 even the newest one's
+	// window has closed (its end is at most ts + windowMs), whatever the window's alignment.
+	lateMinMs, lateMaxMs = 5 * windowMs, 30 * windowMs
+	lateNewestMs         = 2 * windowMs
+)
+
+// lateGen adds a late workload's late events to its on-time ones, in bursts: an entity goes
+// "offline" and sends, in one go between two on-time events of the stream, burstMin to burstMax
+// events whose times lie well behind its partition's stream time (the largest on-time event time
+// produced to that partition so far, which is what the processor judges them by: nothing else
+// moves it). Each is late for every window, so it changes no final and gives exactly one late
+// record per aggregate set. The bursts are spread evenly over the input: after on-time event i
+// of n, i*L/n late events are due (L = lateEvents), and a burst goes out once enough are due.
+// Its choices come from a fixed seed, so the input is the same at every run.
+type lateGen struct {
+	w           *workload
+	total, sent int
+	next        int // size of the next burst
+	rng         uint64
+	part        []int8            // each entity's partition
+	wm          [partitions]int64 // each partition's stream time so far
+	seen        [partitions]bool  // whether the partition has had an on-time event
+}
+
+// newLateGen returns w's late event generator, or nil for a workload without late events.
+func newLateGen(w *workload) *lateGen {
+	if w.lateEvents() == 0 {
+		return nil
+	}
+	g := &lateGen{w: w, total: w.lateEvents(), rng: 0x9e3779b97f4a7c15, part: make([]int8, w.entities)}
+	for ent := range g.part {
+		g.part[ent] = int8(partitionOf(entityName(ent), partitions))
+	}
+	g.next = g.between(burstMin, burstMax)
+	return g
+}
+
+// rand is splitmix64: deterministic, and independent of the input's base time.
+func (g *lateGen) rand() uint64 {
+	g.rng += 0x9e3779b97f4a7c15
+	z := g.rng
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// between returns a number from lo to hi, both included.
+func (g *lateGen) between(lo, hi int) int { return lo + int(g.rand()%uint64(hi-lo+1)) }
+
+// after is called with on-time event i of n (from 1), just produced; it sends the bursts due.
+func (g *lateGen) after(e event, i, n int, fn func(event)) {
+	p := g.part[e.entity]
+	g.wm[p], g.seen[p] = max(g.wm[p], e.ts), true
+	due := int(int64(i) * int64(g.total) / int64(n))
+	// The last on-time event sends what is left, even less than a burst.
+	for g.sent < due && (due-g.sent >= g.next || i == n) {
+		g.burst(min(g.next, due-g.sent), fn)
+		g.next = g.between(burstMin, burstMax)
+	}
+}
+
+// burst sends size late events of one entity, oldest first.
+func (g *lateGen) burst(size int, fn func(event)) {
+	// An entity whose partition has a stream time: before its first on-time event, a partition
+	// would apply the burst (nothing has closed there yet), and the harness reads the input's base
+	// time from a partition's first record.
+	ent := int(g.rand() % uint64(g.w.entities))
+	for !g.seen[g.part[ent]] {
+		ent = int(g.rand() % uint64(g.w.entities))
+	}
+	wm := g.wm[g.part[ent]]
+	oldest := wm - int64(g.between(lateMinMs, lateMaxMs))
+	span := wm - lateNewestMs - oldest
+	for j := range size {
+		ts := oldest
+		if size > 1 {
+			ts += int64(j) * span / int64(size-1)
+		}
+		fn(event{entity: ent, ts: ts, v: float64(g.rand() % 1000), late: true})
+	}
+	g.sent += size
 }
 
 // lastTime is the event time of the last real event.
@@ -187,13 +314,35 @@ type expectation struct {
 	count   int64
 	sum     float64
 	sumMax  float64
+	// late holds, per partition, the input offsets of the late events, ascending: the sources of
+	// the late records a correct run writes, one per event (the topology has one set).
+	late      [partitions][]int64
+	lateCount int
 }
 
-// expect computes the finals of a workload with sentinels: every real window closes.
+// expect computes the finals of a workload with sentinels: every real window closes. Late events
+// change none; their offsets are those of the records produced in each() order (a new topic, one
+// producer, which keeps each partition's order), the sentinels coming after them all.
 func (w *workload) expect(base int64) *expectation {
 	x := &expectation{base: base, windows: w.windows()}
 	x.wins = make([]winAgg, w.entities*x.windows)
+	var next [partitions]int64 // each partition's next offset
+	var part []int8
+	if w.late > 0 {
+		part = newLateGen(w).part
+	}
 	w.each(base, func(e event) {
+		if part != nil { // without late events, the offsets are not needed
+			p := part[e.entity]
+			if e.late {
+				x.late[p] = append(x.late[p], next[p])
+				x.lateCount++
+			}
+			next[p]++
+		}
+		if e.late {
+			return
+		}
 		a := &x.wins[e.entity*x.windows+int((e.ts-base)/windowMs)]
 		if a.count == 0 {
 			a.max = math.Inf(-1)
@@ -211,6 +360,22 @@ func (w *workload) expect(base int64) *expectation {
 		}
 	}
 	return x
+}
+
+// lateIndex returns the index of the late event at input partition p, offset off, among x's late
+// events, or -1 when there is none there.
+func (x *expectation) lateIndex(p int32, off int64) int {
+	if p < 0 || p >= partitions {
+		return -1
+	}
+	i, found := slices.BinarySearch(x.late[p], off)
+	if !found {
+		return -1
+	}
+	for q := range p {
+		i += len(x.late[q])
+	}
+	return i
 }
 
 // final is one final window total read back from a system's output topic.

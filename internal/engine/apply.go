@@ -24,7 +24,7 @@ type update struct {
 // first, on the entity read from the table; only when all of it has run are the partition's
 // watermarks moved, the state written and the totals emitted, so a panic or an error of user code
 // leaves nothing half done.
-func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, at deadletter.Source, recordTime time.Time, raw []byte, ev plan.Event) {
+func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, at recordAt, recordTime time.Time, raw []byte, ev plan.Event) {
 	e := pt.e
 	now := e.cfg.Now()
 	t := src.EventTime(ev)
@@ -143,7 +143,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 // again, so the changelog holds it before the commit, the current totals are re-sent (absolute,
 // so resending is safe), and, for an event that was late for every window and is pending, its
 // late records too.
-func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Source, from originKey, at deadletter.Source, raw []byte, t int64, typ string, now time.Time) {
+func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Source, from originKey, at recordAt, raw []byte, t int64, typ string, now time.Time) {
 	e := pt.e
 	pt.duplicates.Inc()
 	// A replay is the partition catching up, not a quiet input: it keeps the origin from being

@@ -41,12 +41,12 @@ func (e *Engine) values(set *plan.Set, ent *state.Entity, i int) (vs []totals.Va
 // late counts an event that came after its windows of set closed, and routes it to the late topic
 // if the topology has one.
 // With durable set, the record is in Kafka when late returns (DurableSender), or late fails.
-func (e *Engine) late(ctx goka.Context, raw []byte, set *plan.Set, src deadletter.Source, durable bool) error {
+func (e *Engine) late(ctx goka.Context, raw []byte, set *plan.Set, src recordAt, durable bool) error {
 	if e.plan.LateTopic == "" {
 		e.m.lateDropped.WithLabelValues(set.Name).Inc()
 		return nil
 	}
-	r := deadletter.Record{Source: src, Reason: deadletter.Late,
+	r := deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: deadletter.Late,
 		Detail: "the event came after its window of " + set.Name + " closed", Set: set.Name, Value: raw}
 	if ds, ok := e.cfg.Durability.(DurableSender); ok && durable {
 		key, value, headers := e.asideRecord(ctx, r)
@@ -74,8 +74,8 @@ func (e *Engine) deadLetterFinal(ctx goka.Context, partition int32, entity strin
 }
 
 // deadLetter sends a record the engine cannot process to the dead-letter topic with its reason.
-func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src deadletter.Source) {
-	e.setAside(ctx, e.plan.DeadLetter, deadletter.Record{Source: src, Reason: reason, Detail: detail, Value: raw})
+func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src recordAt) {
+	e.setAside(ctx, e.plan.DeadLetter, deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: reason, Detail: detail, Value: raw})
 	e.m.deadLettered.WithLabelValues(string(reason)).Inc()
 }
 
@@ -84,13 +84,13 @@ func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reas
 // Kafka before that write (DurableSender, as late records of applied events; these are rare: an
 // aggregation's error or panic, a state grown too large). Without a DurableSender it goes out
 // with the others.
-func (e *Engine) deadLetterFenced(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src deadletter.Source) {
+func (e *Engine) deadLetterFenced(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src recordAt) {
 	ds, ok := e.cfg.Durability.(DurableSender)
 	if !ok {
 		e.deadLetter(ctx, raw, reason, detail, src)
 		return
 	}
-	key, value, headers := e.asideRecord(ctx, deadletter.Record{Source: src, Reason: reason, Detail: detail, Value: raw})
+	key, value, headers := e.asideRecord(ctx, deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: reason, Detail: detail, Value: raw})
 	if err := ds.SendDurable(e.plan.DeadLetter, key, value, headers); err != nil {
 		e.fail(ctx, fmt.Errorf("dead letter of %s: %w", src, err))
 		return
@@ -129,7 +129,15 @@ func headerMap(headers []deadletter.Header) goka.Headers {
 	return hs
 }
 
-// sourceOf is the position of the callback's record.
-func sourceOf(ctx goka.Context) deadletter.Source {
-	return deadletter.Source{Topic: string(ctx.Topic()), Partition: ctx.Partition(), Offset: ctx.Offset()}
+// recordAt is a source record a set-aside record stands for: its position, and its timestamp,
+// which the set-aside record is produced with, so that a repeat after a crash is the same in
+// every field (a re-keyed event's comes with it through the loop topic).
+type recordAt struct {
+	deadletter.Source
+	Time time.Time
+}
+
+// sourceOf is the callback's record.
+func sourceOf(ctx goka.Context) recordAt {
+	return recordAt{deadletter.Source{Topic: string(ctx.Topic()), Partition: ctx.Partition(), Offset: ctx.Offset()}, ctx.Timestamp()}
 }

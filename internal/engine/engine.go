@@ -259,7 +259,7 @@ func (f *failure) Unwrap() error { return f.err }
 
 // guard runs f, which applies one record; if user code in it (a codec, an extractor, an
 // aggregation) panics, the record goes to the dead-letter topic and processing goes on.
-func (e *Engine) guard(ctx goka.Context, raw []byte, at deadletter.Source, f func()) {
+func (e *Engine) guard(ctx goka.Context, raw []byte, at recordAt, f func()) {
 	defer func() {
 		r := recover()
 		if r == nil {
@@ -280,7 +280,7 @@ func (e *Engine) guard(ctx goka.Context, raw []byte, at deadletter.Source, f fun
 
 // checkKey dead-letters a record whose entity cannot be a key of the state, and reports whether
 // it did.
-func (e *Engine) checkKey(ctx goka.Context, raw []byte, key string, at deadletter.Source) bool {
+func (e *Engine) checkKey(ctx goka.Context, raw []byte, key string, at recordAt) bool {
 	switch {
 	case key == "":
 		e.deadLetter(ctx, raw, deadletter.NoEntity, "the record has no key and its event no entity", at)
@@ -384,15 +384,15 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 			return
 		}
 		src := e.plan.Sources[m.source]
-		at := m.origin()
 		k := originKey{state.TopicID(m.topic), m.partition}
-		if pt.replayed(k, at.Offset) {
+		if pt.replayed(k, m.offset) {
 			return
 		}
 		recordTime := ctx.Timestamp() // messages of earlier versions carry no timestamp of their own
 		if m.timestamp != 0 {
 			recordTime = time.UnixMilli(m.timestamp)
 		}
+		at := recordAt{m.origin(), recordTime}
 		e.guard(ctx, m.value, at, func() {
 			ev, err := src.Decode(m.value)
 			if err != nil {
