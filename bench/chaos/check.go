@@ -294,9 +294,9 @@ type lateCheck struct {
 	Unexpected   int // late records for an event and set the oracle does not judge late
 	WrongContent int // late records of expected pairs that do not carry their source record
 	// TimestampDiffers counts the repeated pairs whose records have different Kafka timestamps;
-	// SourceTimestamp counts the late records whose Kafka timestamp is their source record's.
-	// Both are reported, not failed on: a repeat gets the original's timestamp only once the
-	// engine sets it (a record sent without one is stamped by the producer's clock).
+	// SourceTimestamp counts the late records whose Kafka timestamp is their source record's. The
+	// run fails unless every record has its source record's (the summary's check): the processor
+	// produces set-aside records with it, so that a repeat is the same record in every field.
 	TimestampDiffers int
 	SourceTimestamp  int
 	Examples         []string

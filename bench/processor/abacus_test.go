@@ -1,10 +1,13 @@
 package main
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/totals"
 )
 
@@ -31,5 +34,67 @@ func TestDecodeAbacus(t *testing.T) {
 	r.Values = r.Values[:1]
 	if _, _, err := decodeAbacus(&kgo.Record{Value: r.Encode()}); err == nil {
 		t.Fatal("a total without sum and max decodes")
+	}
+}
+
+// lateRecordOf is the late record abacus writes for the event at p@off of the input.
+func lateRecordOf(input string, p int32, off int64, reason deadletter.Reason, set string) *kgo.Record {
+	r := deadletter.Record{Source: deadletter.Source{Topic: input, Partition: p, Offset: off}, Reason: reason, Set: set,
+		Detail: "the event came after its window closed", Value: []byte(`{"entity":"dev-0000001"}`)}
+	rec := &kgo.Record{Key: r.RecordKey(), Value: r.Value}
+	for _, h := range r.RecordHeaders() {
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
+	}
+	return rec
+}
+
+// The late topic check passes exactly one late record per late event, and fails on anything else.
+func TestLateCheck(t *testing.T) {
+	w, _ := newWorkload("sparse-late10", 2_400, 0)
+	x := w.expect(testBase)
+	const input = "in"
+	feed := func(mutate func([]*kgo.Record) []*kgo.Record) error {
+		var recs []*kgo.Record
+		for p := range int32(partitions) {
+			for _, off := range x.late[p] {
+				recs = append(recs, lateRecordOf(input, p, off, deadletter.Late, setName))
+			}
+		}
+		recs = mutate(recs)
+		st := lateStats{records: int64(len(recs))}
+		seen := make([]bool, x.lateCount)
+		for _, r := range recs {
+			st.add(r, input, x, seen)
+		}
+		return st.check(x)
+	}
+	if x.lateCount == 0 {
+		t.Fatal("no late events")
+	}
+	if err := feed(func(r []*kgo.Record) []*kgo.Record { return r }); err != nil {
+		t.Fatalf("a correct run fails: %v", err)
+	}
+	p0 := int32(partitionOf(entityName(0), partitions)) // offset 0 of a partition is on time
+	pl := int32(slices.IndexFunc(x.late[:], func(o []int64) bool { return len(o) > 0 }))
+	lateAt := x.late[pl][0]
+	for name, mutate := range map[string]func([]*kgo.Record) []*kgo.Record{
+		"missing":  func(r []*kgo.Record) []*kgo.Record { return r[1:] },
+		"repeated": func(r []*kgo.Record) []*kgo.Record { return append(r, r[3]) },
+		"not late": func(r []*kgo.Record) []*kgo.Record {
+			return append(r[1:], lateRecordOf(input, p0, 0, deadletter.Late, setName))
+		},
+		"reason": func(r []*kgo.Record) []*kgo.Record { r[0].Headers[0].Value = []byte("undecodable"); return r },
+		"set": func(r []*kgo.Record) []*kgo.Record {
+			return append(r[1:], lateRecordOf(input, pl, lateAt, deadletter.Late, "other"))
+		},
+		"topic": func(r []*kgo.Record) []*kgo.Record {
+			return append(r[1:], lateRecordOf("other", pl, lateAt, deadletter.Late, setName))
+		},
+		"corrupt":   func(r []*kgo.Record) []*kgo.Record { r[0].Headers[4].Value = []byte("x"); return r },
+		"one extra": func(r []*kgo.Record) []*kgo.Record { return append(r, &kgo.Record{Value: []byte("x")}) },
+	} {
+		if err := feed(mutate); err == nil || !strings.Contains(err.Error(), "LATE RECORDS DO NOT MATCH") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

@@ -168,9 +168,7 @@ func printLate(w io.Writer, cfg *config, names []string, abacus map[string][]*re
 	if len(late) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "
-== late events: abacus on each late workload beside its base workload, medians of %d run(s)
-", cfg.runs)
+	fmt.Fprintf(w, "\n== late events: abacus on each late workload beside its base workload, medians of %d run(s)\n", cfg.runs)
 	fmt.Fprintf(w, "%-15s %5s %10s %10s %10s %9s | %-16s | %s\n",
 		"workload", "late", "records", "late rec.", "events/s", "CPU-s/M", "x base: ev/s CPU", "each run: events/s, CPU-s/M")
 	for _, n := range names {

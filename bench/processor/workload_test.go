@@ -3,7 +3,10 @@ package main
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -154,5 +157,119 @@ func TestOutputCheck(t *testing.T) {
 		} else if name != "corrupt" && !strings.Contains(err.Error(), "FINALS DO NOT MATCH") {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// A late workload is its base's on-time events, untouched, plus late events: the asked fraction of
+// all events, in bursts of one entity, each behind its partition's stream time by more than a
+// window (so late for every window with grace 0), none before a partition's first on-time event.
+func TestLateWorkloads(t *testing.T) {
+	for _, name := range []string{"sparse-late10", "sparse-late50", "dense-late10"} {
+		w, err := newWorkload(name, 60_000, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := newWorkload(w.base, 60_000, 0)
+		if w.onTime() != b.events() || w.entities != b.entities || w.topicName("p") == b.topicName("p") {
+			t.Fatalf("%s: %d on-time events of %d entities, topic %s; base %d of %d, topic %s",
+				name, w.onTime(), w.entities, w.topicName("p"), b.events(), b.entities, b.topicName("p"))
+		}
+		var onTime []event
+		var late, bursts, lastBurst int
+		wm := map[int32]int64{} // each partition's stream time: its largest on-time event time so far
+		prev := event{entity: -1}
+		h := fnv.New64a()
+		w.each(testBase, func(e event) {
+			fmt.Fprintf(h, "%d %d %g %v\n", e.entity, e.ts, e.v, e.late)
+			p := partitionOf(entityName(e.entity), partitions)
+			if !e.late {
+				if e.ts < wm[p] {
+					t.Fatalf("%s: partition %d goes back in time: on-time %d after %d", name, p, e.ts, wm[p])
+				}
+				wm[p] = e.ts
+				onTime = append(onTime, e)
+				prev = e
+				return
+			}
+			late++
+			st, ok := wm[p]
+			if !ok {
+				t.Fatalf("%s: a late event before partition %d's first on-time event", name, p)
+			}
+			// Late with grace 0: its window ends at or before the stream time.
+			if end := (e.ts/windowMs + 1) * windowMs; end > st || st-e.ts < lateNewestMs || st-e.ts > lateMaxMs {
+				t.Fatalf("%s: late event at %d is %d ms behind stream time %d (window end %d)", name, e.ts, st-e.ts, st, end)
+			}
+			if !prev.late || prev.entity != e.entity || e.ts < prev.ts || lastBurst == burstMax {
+				if bursts > 0 && lastBurst < burstMin {
+					t.Fatalf("%s: a burst of %d events", name, lastBurst)
+				}
+				bursts++
+				lastBurst = 0
+			}
+			lastBurst++
+			prev = e
+		})
+		total := len(onTime) + late
+		if late != w.lateEvents() || total != w.events() {
+			t.Fatalf("%s: %d late of %d events, want %d of %d", name, late, total, w.lateEvents(), w.events())
+		}
+		if got := float64(late) / float64(total); math.Abs(got-w.late) > 0.001 {
+			t.Fatalf("%s: late fraction %.4f, want %.2f", name, got, w.late)
+		}
+		if avg := float64(late) / float64(bursts); avg < burstMin || avg > burstMax {
+			t.Fatalf("%s: %d bursts of %.1f events on average", name, bursts, avg)
+		}
+		// The on-time events are the base's, in its order; the finals are the base's.
+		i := 0
+		b.each(testBase, func(e event) {
+			if onTime[i] != e {
+				t.Fatalf("%s: on-time event %d is %+v, the base's %+v", name, i, onTime[i], e)
+			}
+			i++
+		})
+		x, bx := w.expect(testBase), b.expect(testBase)
+		if !slices.Equal(x.wins, bx.wins) || x.finals != bx.finals || x.sum != bx.sum || bx.lateCount != 0 {
+			t.Fatalf("%s: the late events change the expected finals", name)
+		}
+		if x.lateCount != late {
+			t.Fatalf("%s: %d late offsets, want %d", name, x.lateCount, late)
+		}
+		// The same input at every run (later runs reuse the topic).
+		h2 := fnv.New64a()
+		w.each(testBase, func(e event) { fmt.Fprintf(h2, "%d %d %g %v\n", e.entity, e.ts, e.v, e.late) })
+		if h.Sum64() != h2.Sum64() {
+			t.Fatalf("%s: two runs of the generator differ", name)
+		}
+	}
+	for _, bad := range []string{"sparse-late0", "sparse-late95", "sparse-late07", "sparse-latex", "restore-late10", "nope-late10"} {
+		if _, err := newWorkload(bad, 60_000, 0); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}
+
+// The late offsets are the late events' positions in their partitions, as the producer writes them.
+func TestLateOffsets(t *testing.T) {
+	w, _ := newWorkload("sparse-late50", 2_400, 0)
+	x := w.expect(testBase)
+	var next [partitions]int64
+	seen := make([]bool, x.lateCount)
+	w.each(testBase, func(e event) {
+		p := partitionOf(entityName(e.entity), partitions)
+		i := x.lateIndex(p, next[p])
+		if e.late != (i >= 0) || (e.late && seen[i]) {
+			t.Fatalf("partition %d offset %d: late %v, index %d", p, next[p], e.late, i)
+		}
+		if e.late {
+			seen[i] = true
+		}
+		next[p]++
+	})
+	if slices.Contains(seen, false) {
+		t.Fatal("a late offset that no late event has")
+	}
+	if x.lateIndex(0, next[0]) >= 0 || x.lateIndex(-1, 0) >= 0 || x.lateIndex(partitions, 0) >= 0 {
+		t.Fatal("lateIndex finds a late event where there is none")
 	}
 }
