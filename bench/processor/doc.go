@@ -8,7 +8,13 @@
 // after a change read the same records:
 //
 //   - sparse: 100k entities, one event per entity-window, 10 windows (at 1M events);
-//   - dense: 10k entities reporting every second for 100 s, about 60 events per entity-window.
+//   - dense: 10k entities reporting every second for 100 s, about 60 events per entity-window;
+//   - sparse-late<pct>, dense-late<pct> (sparse-late10): the base workload's on-time events, and
+//     late events among them, pct percent of all events. They come in bursts, as the backlog of an
+//     entity that was offline: 5 to 30 events of one entity, 2 to 30 minutes behind its
+//     partition's stream time, between two on-time events of the stream. Each is late for every
+//     window, so the finals are the base's, and the ratios of a late workload's figures to its
+//     base's (printed at the end) are what late events cost.
 //
 // The systems, each a process of its own with a fresh group: franz-go consume-only (the floor),
 // a naive goka processor (decode, SetValue), the Kafka Streams application in java/ with
@@ -30,7 +36,10 @@
 // latter), the time of the last final (broker append time, read back from the output topic), the
 // CPU time of the system's own process (not the broker's) per million events, and its peak RSS.
 // Every final read back is compared with the expected total of its window; a run whose finals
-// differ in number, window, totals or multiplicity fails, loudly, with examples.
+// differ in number, window, totals or multiplicity fails, loudly, with examples. abacus routes late
+// events to a late topic (as users who keep them do, so their cost is in the figures); once its
+// process has exited, the late topic is read back, and a run whose late records are not exactly
+// one per late event of the input (at its offset, for the topology's one set) fails the same way.
 //
 // Every step is a process watched every 100 ms: it fails with the reason, and the tail of its log,
 // when the process exits before it was asked to, when nothing moved (records processed, offsets

@@ -9,6 +9,8 @@
 #   bench/processor/run.sh -events 100000 -restore=false    smaller, no state/restore part
 #   bench/processor/run.sh -systems abacus -workloads sparse -restore-systems abacus \
 #       -cpuprofile /tmp/prof -json after.json              only abacus, with a CPU profile
+#   bench/processor/run.sh -systems abacus -restore=false \
+#       -workloads sparse,sparse-late10,sparse-late50       abacus with 0, 10 and 50% late events
 #   bench/processor/run.sh -h                               every flag
 #
 # Input topics are kept (procbench-<workload>-<size>-v1) and reused by later runs of the same
