@@ -53,6 +53,19 @@
 // every update, its windows' current totals re-sent. After a run that did not end cleanly the
 // local tables are discarded and rebuilt from the changelog (package processors), the one copy
 // that is a consistent prefix of the partition's history.
+//
+// Kafka acknowledges writes to different partitions in any order, so a state write that fences a
+// record can be kept by a crash that loses what was written for the record before it. Nothing is
+// lost that way: a record's late records go out before a write that fences it when it is applied
+// (DurableSender), and, when it is late for every window, the write that fences it lists it as
+// pending until it is done, so that a replay sends its late records again; dead letters of
+// records that a later write of their entity fences go out durably too.
+//
+// The partition's record also keeps, per origin, a done offset: every record up to it was
+// processed and everything written for it acknowledged (the producer's acknowledged prefix). A
+// record at or below it is a replay whatever became of its entity, which leaves the table only
+// once the done offsets pass its fences: a rewind then reports no late records for entities long
+// gone.
 package engine
 
 import (
