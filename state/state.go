@@ -1,8 +1,10 @@
 // Package state holds what the processor keeps in goka's group table: per entity, its windows
 // with their encoded accumulators, the source offsets it has applied (the fences that make
-// replays harmless) and the watermarks of the inputs at its last write; per partition, a record
-// of the partition's own (its idle advances, its inputs' watermarks and clocks, the topology
-// layouts its entities were written with). And their compact, versioned binary encodings.
+// replays harmless), the watermarks of the inputs at its last write and the records below its
+// fences whose late records may not be in Kafka yet (pending); per partition, a record of the
+// partition's own (its idle advances, its inputs' watermarks, clocks and done offsets, the
+// topology layouts its entities were written with, its sets' graces). And their compact,
+// versioned binary encodings.
 //
 // It must never forget a fence of a window still open (a replayed record would count twice), and
 // it holds closed windows only until their final total is acknowledged, so that the table follows
