@@ -33,6 +33,27 @@ if ! command -v docker-compose >/dev/null; then
     sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose
   fi
 fi
+# Nothing built goes into git: a tracked executable (ELF, Mach-O or PE by its first bytes) or a
+# tracked file over 1 MiB outside a testdata/ folder fails the run, naming it.
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  echo "[run-tests] tracked files: no executables, nothing over 1 MiB outside testdata/"
+  built=0
+  while IFS= read -r -d '' f; do
+    [ -f "$f" ] || continue
+    magic=$(head -c 4 "$f" | od -An -tx1 | tr -d ' \n')
+    case $magic in
+      7f454c46|cffaedfe|cefaedfe|feedfacf|feedface|4d5a*) echo "[run-tests] tracked executable: $f"; built=1 ;;
+    esac
+    if [[ $f != */testdata/* && $f != testdata/* ]] && [ "$(stat -c %s "$f")" -gt 1048576 ]; then
+      echo "[run-tests] tracked file over 1 MiB outside testdata/: $f"; built=1
+    fi
+  done < <(git ls-files -z)
+  if [ "$built" = 1 ]; then
+    echo "[run-tests] FAIL: build outputs are tracked: git rm --cached them and ignore them in .gitignore"
+    exit 1
+  fi
+fi
+
 echo "[run-tests] docker-compose config (docker-compose.yml)"
 docker-compose -f docker-compose.yml config -q
 venv=testenv/.venv
