@@ -44,7 +44,7 @@ func TestLateRecordsSentDurably(t *testing.T) {
 	}
 }
 
-// TestPendingLateResentAfterCrash (issue 22, item 1): an event late for every window writes no
+// TestPendingLateResentAfterCrash (DESIGN invariant 13): an event late for every window writes no
 // state; the next applied event of its entity fences it. Kafka acknowledges messages to different
 // brokers in any order, so a crash can keep that state write and lose the late record: the replay
 // then finds the late event below the fence. The write lists it as pending, and the replay sends

@@ -14,7 +14,7 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// TestNoSpuriousLateAfterRewind (issue 22, item 8): once an entity left the table (its windows
+// TestNoSpuriousLateAfterRewind (DESIGN invariant 12): once an entity left the table (its windows
 // final and retained long enough), records of it delivered again (a rewind, or a replay after a
 // restart) are recognised as processed before, not reported as late: the partition's record
 // knows up to which offset every record is done. Truly late records are still late.
@@ -79,7 +79,7 @@ func payloads(t testing.TB, maxMessage int) *topology.Topology {
 	return topo
 }
 
-// TestEntityStateBounded (issue 22, item 3): an event whose applying would make its entity's state
+// TestEntityStateBounded (DESIGN invariants 7 and 13): an event whose applying would make its entity's state
 // larger than a Kafka message (MaxMessageBytes) is dead-lettered as too large, naming the limit,
 // instead of being written: a changelog message Kafka refuses stopped the processor and lost the
 // event. The entity's other events are counted as before.
@@ -105,7 +105,7 @@ func TestEntityStateBounded(t *testing.T) {
 	}
 }
 
-// TestSetAsideRecordsFit (issue 22, item 2): a dead letter of a record too large to process (2 MiB,
+// TestSetAsideRecordsFit (DESIGN invariant 13): a dead letter of a record too large to process (2 MiB,
 // over the record limit), or of an undecodable record just under Kafka's 1 MB default, carries its
 // value cut to fit MaxMessageBytes with the header abacus.value-bytes saying how long it was: a
 // dead letter larger than a Kafka message stopped the processor.
@@ -151,7 +151,7 @@ func TestSetAsideRecordsFit(t *testing.T) {
 	}
 }
 
-// TestKindChangesRefused (issue 22, item 7): every change of an aggregation's kind under the same
+// TestKindChangesRefused (DESIGN invariant 14): every change of an aggregation's kind under the same
 // name is refused when the processor starts over the old state: count, sum, max and a custom
 // aggregation's encoding version.
 func TestKindChangesRefused(t *testing.T) {

@@ -21,7 +21,7 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// TestFailedWriteHoldsCommit (issue 22, item 2; invariants 7, 12 and 13): a record whose dead
+// TestFailedWriteHoldsCommit (DESIGN invariants 7, 12 and 13): a record whose dead
 // letter Kafka refuses for good (larger than the dead-letter topic's max.message.bytes) stops
 // the processor, and nothing commits past it: neither the records after it that write nothing
 // (events late for every window, with no late topic), whose callbacks are done at once, nor the

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// TestProducerFailsEveryLaterPromise (issue 22, item 2): once a write failed for good (a message
+// TestProducerFailsEveryLaterPromise (DESIGN invariant 13): once a write failed for good (a message
 // larger than its topic's max.message.bytes), every later promise fails too, naming the first
 // failure, although Kafka took those messages: goka commits a record whose promises all
 // succeeded, and a later record's commit would pass the one whose write failed.

@@ -13,12 +13,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The engine's second correctness pass (issue 22): windows that go on closing after a restart,
+// The engine's second correctness pass (DESIGN invariants 7, 10, 12-14): windows that go on closing after a restart,
 // user code and oversized records that never stop the processor, and topology upgrades that
 // never reopen a window already final. Each scenario runs on the driver, kfake and the real
 // broker (runner_test.go).
 
-// TestWindowsCloseAfterRestart (issue 22, item 4): an event at 0:10 and one at 1:10 (which closes
+// TestWindowsCloseAfterRestart (DESIGN invariants 10 and 11): an event at 0:10 and one at 1:10 (which closes
 // [0:00, 1:00)), a restart, then quiet: [1:00, 2:00) still gets its final by the idle timeout, as
 // it does without the restart. After a restart the rebuilt schedule held the entity at its
 // window already final, at or before stream time, so the idle tick found nothing to advance to.
@@ -63,7 +63,7 @@ var failingDecode = topology.UserDefined[ev, int]{
 	},
 }
 
-// TestUserDecodeErrorDeadLetters (issue 22, item 5): an aggregation whose Decode fails on a
+// TestUserDecodeErrorDeadLetters (DESIGN invariant 12): an aggregation whose Decode fails on a
 // window's state, when an event is applied to it, dead-letters that event with reason user-error
 // and does not stop the processor; other windows and entities go on. At the window's close the
 // same failure dead-letters the window's final, with the set's name.
@@ -108,7 +108,7 @@ func TestUserDecodeErrorDeadLetters(t *testing.T) {
 	})
 }
 
-// TestGraceRaiseKeepsFinals (issue 22, item 6): a new build of the topology raises a set's grace.
+// TestGraceRaiseKeepsFinals (DESIGN invariant 14): a new build of the topology raises a set's grace.
 // Windows that had their final under the old grace stay final: a straggler inside the new grace is
 // late, and no second final is emitted. A window not final at the upgrade follows the new grace.
 func TestGraceRaiseKeepsFinals(t *testing.T) {
@@ -149,7 +149,7 @@ func TestGraceRaiseKeepsFinals(t *testing.T) {
 	}
 }
 
-// TestAggregationKindChangeRefused (issue 22, item 7): an aggregation whose kind changed under the
+// TestAggregationKindChangeRefused (DESIGN invariant 14): an aggregation whose kind changed under the
 // same name (count to sum here; the driver tests the others) is refused at start, naming the set
 // and the aggregation, as a changed window is: reading one kind's state as another stopped the
 // processor or emitted garbage.
@@ -189,7 +189,7 @@ var keepType = topology.UserDefined[ev, string]{
 	Decode: func(b []byte) (string, error) { return string(b), nil },
 }
 
-// TestOversizedNeverStops (issue 22, items 2 and 3): an undecodable record just under Kafka's
+// TestOversizedNeverStops (DESIGN invariants 7 and 13): an undecodable record just under Kafka's
 // default 1 MB message limit, whose dead letter with its headers would be over it, and an event
 // of 200 kB in ten hopping windows, whose entity's state would be 2 MB, are both dead-lettered
 // (the first cut to fit, the second as too large, naming the limit), and the processor goes on:
@@ -228,7 +228,7 @@ func TestOversizedNeverStops(t *testing.T) {
 	})
 }
 
-// TestSetAsideKeepsRecordTime (issue 22): a dead letter or late record is produced with its
+// TestSetAsideKeepsRecordTime (DESIGN invariant 12): a dead letter or late record is produced with its
 // original record's timestamp, not the time it was written, so that a repeat after a crash is
 // the same record in every field; for a re-keyed event too, whose record the loop topic carried.
 func TestSetAsideKeepsRecordTime(t *testing.T) {

@@ -170,7 +170,7 @@ func runScenario(t *testing.T, brokers []string, repartition bool) {
 	if got := counter(t, reg, "abacus_processor_duplicates_skipped_total"); got < float64(o.applied-len(insB)) {
 		t.Errorf("duplicates skipped after rewind = %v, want at least %d", got, o.applied-len(insB))
 	}
-	// The replayed records of phase 1 are recognised, the late ones too (issue 22, item 8): only
+	// The replayed records of phase 1 are recognised, the late ones too (DESIGN invariant 12): only
 	// the second batch's late events are late again.
 	lateAll := 0
 	for _, n := range o.late {
