@@ -205,3 +205,17 @@ func movedTo(msg string) string {
 	}
 	return net.JoinHostPort(host, port)
 }
+
+// IsTableNotFound reports whether err is HBase's TableNotFoundException (by its Java class, in
+// full or short), the one answer that says a table does not exist.
+func IsTableNotFound(err error) bool {
+	var he *Error
+	if !errors.As(err, &he) {
+		return false
+	}
+	short := he.Class
+	if i := strings.LastIndexByte(short, '.'); i >= 0 {
+		short = short[i+1:]
+	}
+	return short == "TableNotFoundException"
+}

@@ -1146,7 +1146,7 @@ func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, ma
 	}
 	for b := 0; b < max(r.buckets, 1); b++ {
 		start := append([]byte{byte(b)}, escPrefix...)
-		stop := prefixEnd(start)
+		stop := store.PrefixEnd(start)
 		cursor := start
 		jumped, last := "", "" // the entity whose rows of set the cursor was moved to; the last one seen
 		for {
@@ -1167,7 +1167,7 @@ func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, ma
 				cursor = append(row, 0)
 				continue
 			}
-			entityEnd := prefixEnd(row[:len(row)-len(rest)])
+			entityEnd := store.PrefixEnd(row[:len(row)-len(rest)])
 			if entity != last || last == "" {
 				last = entity
 				if examined++; examined > maxExamined {

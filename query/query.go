@@ -112,7 +112,7 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 	if !o.From.IsZero() {
 		spec.Stop = binary.BigEndian.AppendUint64(clone(prefix), schema.ReverseTime(o.From.UnixMilli()-1))
 	} else {
-		spec.Stop = prefixEnd(prefix)
+		spec.Stop = store.PrefixEnd(prefix)
 	}
 	var (
 		out     []Window
@@ -264,17 +264,6 @@ func merge(stored, live []Window, o Options) []Window {
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
-
-func prefixEnd(p []byte) []byte {
-	end := clone(p)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xFF {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
-}
 
 // Number returns a value as a float for charts: ints and floats as they are, quantiles as their
 // median-most quantile, bytes as NaN.

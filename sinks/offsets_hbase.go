@@ -3,7 +3,6 @@ package sinks
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -60,8 +59,7 @@ func EnsureOffsetsTable(ctx context.Context, admin *hbase.Admin, table string) e
 	if err == nil {
 		return nil
 	}
-	var he *hbase.Error
-	if !errors.As(err, &he) || he.Class != "org.apache.hadoop.hbase.TableNotFoundException" {
+	if !hbase.IsTableNotFound(err) {
 		return fmt.Errorf("sinks: describe offsets table %s: %w", table, err)
 	}
 	err = admin.CreateTable(ctx, hbase.TableSpec{Name: table, Families: []hbase.FamilySpec{{

@@ -9,11 +9,26 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 
 	"github.com/abacus-stream/abacus/schema"
 )
+
+// PrefixEnd is the smallest row greater than every row that starts with prefix, or nil when there
+// is none (the prefix is all 0xFF bytes): the exclusive end of a prefix scan. (Package hbase,
+// which imports nothing of abacus, keeps a copy of its own.)
+func PrefixEnd(prefix []byte) []byte {
+	end := bytes.Clone(prefix)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}
 
 // Cell is one HBase cell: every coordinate and the timestamp come from the data.
 type Cell struct {

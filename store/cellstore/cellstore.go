@@ -352,7 +352,7 @@ func (s *Store) Scan(ctx context.Context, sc store.ScanSpec, fn func(row []byte,
 	}
 	start, stop := sc.Start, sc.Stop
 	if sc.Prefix != nil {
-		start, stop = sc.Prefix, prefixEnd(sc.Prefix)
+		start, stop = sc.Prefix, store.PrefixEnd(sc.Prefix)
 	}
 	tablePrefix := schema.AppendComponent([]byte{spaceCell}, sc.Table)
 	r := util.BytesPrefix(tablePrefix)
@@ -436,15 +436,4 @@ func next(it iterator.Iterator, reversed bool) bool {
 
 func sameColumn(a, b *store.Cell) bool {
 	return bytes.Equal(a.Family, b.Family) && bytes.Equal(a.Qualifier, b.Qualifier)
-}
-
-func prefixEnd(p []byte) []byte {
-	end := bytes.Clone(p)
-	for i := len(end) - 1; i >= 0; i-- {
-		if end[i] < 0xFF {
-			end[i]++
-			return end[:i+1]
-		}
-	}
-	return nil
 }

@@ -154,7 +154,7 @@ func (s *Store) EnsureTable(ctx context.Context, l schema.TableLayout) error {
 		return fmt.Errorf("hbasestore: %w", err)
 	}
 	spec, err := s.c.Admin().DescribeTable(ctx, l.Name)
-	if isTableNotFound(err) {
+	if hbase.IsTableNotFound(err) {
 		return s.createTable(ctx, l)
 	}
 	if err != nil {
@@ -191,19 +191,13 @@ func (s *Store) SaltBuckets(ctx context.Context, table string) (int, error) {
 
 func (s *Store) describe(ctx context.Context, table string) (*hbase.TableSpec, error) {
 	spec, err := s.c.Admin().DescribeTable(ctx, table)
-	if isTableNotFound(err) {
+	if hbase.IsTableNotFound(err) {
 		return nil, fmt.Errorf("hbasestore: table %s: %w", table, store.ErrNoSuchTable)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("hbasestore: describe table %s: %w", table, err)
 	}
 	return spec, nil
-}
-
-func isTableNotFound(err error) bool {
-	var he *hbase.Error
-	return errors.As(err, &he) && (he.Class == "org.apache.hadoop.hbase.TableNotFoundException" ||
-		he.Class == "TableNotFoundException")
 }
 
 func (s *Store) createTable(ctx context.Context, l schema.TableLayout) error {
