@@ -152,13 +152,13 @@ func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 		opts.Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
 	if opts.IdleTimeout <= 0 {
-		opts.IdleTimeout = time.Minute
+		opts.IdleTimeout = engine.DefaultIdleTimeout
 	}
 	if opts.TickInterval <= 0 {
-		opts.TickInterval = max(opts.IdleTimeout/4, 10*time.Millisecond)
+		opts.TickInterval = engine.DefaultTickInterval(opts.IdleTimeout)
 	}
 	if opts.FinalRetention <= 0 {
-		opts.FinalRetention = time.Minute
+		opts.FinalRetention = engine.DefaultFinalRetention
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

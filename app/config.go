@@ -15,6 +15,7 @@ import (
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/membership"
 	"github.com/abacus-stream/abacus/kafkasec"
+	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/goccy/go-yaml"
@@ -484,10 +485,10 @@ func (c *Config) EnsureDefaults() {
 		c.Processor.Group = group
 	}
 	if c.Processor.IdleTimeout == 0 {
-		c.Processor.IdleTimeout = Duration(time.Minute)
+		c.Processor.IdleTimeout = Duration(processors.DefaultIdleTimeout)
 	}
 	if c.Processor.Replication == 0 {
-		c.Processor.Replication = 1
+		c.Processor.Replication = processors.DefaultReplication
 	}
 	fill := func(t *SinkTable, kind string) {
 		if t.Table == "" {

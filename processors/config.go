@@ -12,6 +12,7 @@ import (
 	"github.com/lovoo/goka"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/abacus-stream/abacus/internal/engine"
 	"github.com/abacus-stream/abacus/internal/membership"
 	"github.com/abacus-stream/abacus/topology"
 )
@@ -74,6 +75,13 @@ type Config struct {
 	GokaOptions []goka.ProcessorOption
 }
 
+// The defaults of Config that others share (app's config file fills its own from them).
+const (
+	DefaultIdleTimeout = engine.DefaultIdleTimeout
+	// DefaultReplication is 1, for a single broker: a cluster wants 3 (README, scaling out).
+	DefaultReplication = 1
+)
+
 // EnsureDefaults fills in the zero fields.
 func (c *Config) EnsureDefaults(topo *topology.Topology) {
 	if c.Group == "" {
@@ -83,16 +91,16 @@ func (c *Config) EnsureDefaults(topo *topology.Topology) {
 		c.StoragePath = filepath.Join(os.TempDir(), "abacus", c.Group)
 	}
 	if c.Replication == 0 {
-		c.Replication = 1
+		c.Replication = DefaultReplication
 	}
 	if c.IdleTimeout == 0 {
-		c.IdleTimeout = time.Minute
+		c.IdleTimeout = engine.DefaultIdleTimeout
 	}
 	if c.TickInterval == 0 {
-		c.TickInterval = max(c.IdleTimeout/4, 10*time.Millisecond)
+		c.TickInterval = engine.DefaultTickInterval(c.IdleTimeout)
 	}
 	if c.FinalRetention == 0 {
-		c.FinalRetention = time.Minute
+		c.FinalRetention = engine.DefaultFinalRetention
 	}
 	if c.LoopRetention == 0 {
 		c.LoopRetention = 7 * 24 * time.Hour

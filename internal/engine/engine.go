@@ -89,6 +89,19 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
+// The defaults of the engine's clocks, the one source of them for the processor's configuration,
+// the test driver's and the config file's.
+const (
+	DefaultIdleTimeout    = time.Minute
+	DefaultFinalRetention = time.Minute
+)
+
+// DefaultTickInterval is the interval of ticks for an idle timeout: four per timeout, so that an
+// idle partition waits at most a quarter past it; at least 10 ms.
+func DefaultTickInterval(idleTimeout time.Duration) time.Duration {
+	return max(idleTimeout/4, 10*time.Millisecond)
+}
+
 // Config is what the engine needs of the processor's configuration (package processors fills it
 // from its defaults).
 type Config struct {
