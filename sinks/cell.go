@@ -3,8 +3,6 @@ package sinks
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"fmt"
 	"hash/maphash"
 
 	"github.com/abacus-stream/abacus/store"
@@ -66,21 +64,3 @@ type EncoderFunc func(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error)
 func (f EncoderFunc) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
 	return f(rec, dst)
 }
-
-// ErrPermanent marks an encoding error as one that no retry can mend; encoders may wrap it, but
-// every Encode error sends its record to the dead-letter topic anyway.
-var ErrPermanent = errors.New("permanent")
-
-// DecodeError is an Encode failure: what was wrong with which record.
-type DecodeError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Err       error
-}
-
-func (e *DecodeError) Error() string {
-	return fmt.Sprintf("decode %s/%d@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
-}
-
-func (e *DecodeError) Unwrap() error { return e.Err }

@@ -208,6 +208,9 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	} else if a.grace < 0 {
 		errs = append(errs, fmt.Errorf("%s: Grace is negative (%v)", where, a.grace))
 	}
+	if a.emit == (Emission{}) {
+		a.emit = FinalOnly() // the zero Emission is the default, as documented
+	}
 	switch a.emit.Mode {
 	case EmitFinal, EmitEveryUpdate:
 	case EmitEarly:

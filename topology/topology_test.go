@@ -269,3 +269,18 @@ func TestAggregationsRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestZeroEmissionIsFinalOnly: the zero Emission is the documented default, FinalOnly.
+func TestZeroEmissionIsFinalOnly(t *testing.T) {
+	b := topology.New("zero-emission")
+	topology.NewSource(b, "in", topology.JSON[struct{ TS int64 }](), func(struct{ TS int64 }) string { return "e" },
+		func(e struct{ TS int64 }) time.Time { return time.UnixMilli(e.TS) }).
+		Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Emit(topology.Emission{}).Count("n")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatalf("a zero Emission was refused: %v", err)
+	}
+	if got := topo.Sets()[0].Emit.Mode; got != topology.EmitFinal {
+		t.Fatalf("zero Emission built as mode %v, want EmitFinal", got)
+	}
+}
