@@ -616,13 +616,14 @@ func (d *Driver) Final(set, entity string, start time.Time) Total {
 	return found[0]
 }
 
-// Float is a value as a number: ints and floats as they are, 0 when missing.
+// Float is a value as a number (totals.Value.Number: ints and floats as they are, quantiles the
+// one nearest the median, bytes NaN), 0 when the total has no such value.
 func (t Total) Float(name string) float64 {
-	v := t.Values[name]
-	if v.Kind == totals.KindInt {
-		return float64(v.Int)
+	v, ok := t.Values[name]
+	if !ok {
+		return 0
 	}
-	return v.Float
+	return v.Number()
 }
 
 // String shows the total in one line.

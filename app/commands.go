@@ -238,7 +238,7 @@ func printJSON(w io.Writer, res map[string][]query.Window) error {
 						qs[fmt.Sprint(q.Q)] = q.Value
 					}
 					o.Values[n] = qs
-				} else if x := query.Number(v); !math.IsNaN(x) {
+				} else if x := v.Number(); !math.IsNaN(x) {
 					o.Values[n] = x
 				} else {
 					o.Values[n] = v.Bytes
@@ -290,7 +290,7 @@ func formatValue(v totals.Value) string {
 	if v.Kind == 0 {
 		return "-"
 	}
-	x := query.Number(v)
+	x := v.Number()
 	if math.IsNaN(x) {
 		return fmt.Sprintf("%d bytes", len(v.Bytes))
 	}

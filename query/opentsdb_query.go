@@ -676,7 +676,7 @@ func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *s
 					add(map[string]string{tagEntity: e, tagQuantile: formatQuantile(q.Q)}, q.Value)
 				}
 			case totals.KindInt, totals.KindFloat:
-				add(map[string]string{tagEntity: e}, Number(v))
+				add(map[string]string{tagEntity: e}, v.Number())
 			}
 		}
 		sort.Strings(order)

@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"strings"
 	"time"
@@ -265,22 +264,3 @@ func merge(stored, live []Window, o Options) []Window {
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
-// Number returns a value as a float for charts: ints and floats as they are, quantiles as their
-// median-most quantile, bytes as NaN.
-func Number(v totals.Value) float64 {
-	switch v.Kind {
-	case totals.KindInt:
-		return float64(v.Int)
-	case totals.KindFloat:
-		return v.Float
-	case totals.KindQuantiles:
-		best, dist := math.NaN(), math.Inf(1)
-		for _, q := range v.Quantiles {
-			if d := math.Abs(q.Q - 0.5); d < dist {
-				best, dist = q.Value, d
-			}
-		}
-		return best
-	}
-	return math.NaN()
-}

@@ -76,6 +76,26 @@ type Value struct {
 	Bytes     []byte
 }
 
+// Number is the value as one number, for charts and comparisons: an int or a float as it is,
+// quantiles as the one nearest the median, bytes (a custom aggregation's) as NaN.
+func (v Value) Number() float64 {
+	switch v.Kind {
+	case KindInt:
+		return float64(v.Int)
+	case KindFloat:
+		return v.Float
+	case KindQuantiles:
+		best, dist := math.NaN(), math.Inf(1)
+		for _, q := range v.Quantiles {
+			if d := math.Abs(q.Q - 0.5); d < dist {
+				best, dist = q.Value, d
+			}
+		}
+		return best
+	}
+	return math.NaN()
+}
+
 // Record is the absolute total of one entity's window.
 type Record struct {
 	Topology string

@@ -60,3 +60,21 @@ func TestNewer(t *testing.T) {
 		t.Error("newest-wins order is not (Final, Revision)")
 	}
 }
+
+func TestValueNumber(t *testing.T) {
+	for _, c := range []struct {
+		v    Value
+		want float64
+	}{
+		{Value{Kind: KindInt, Int: 7}, 7},
+		{Value{Kind: KindFloat, Float: 2.5}, 2.5},
+		{Value{Kind: KindQuantiles, Quantiles: []Quantile{{0.1, 1}, {0.45, 4}, {0.99, 9}}}, 4},
+	} {
+		if got := c.v.Number(); got != c.want {
+			t.Errorf("%+v.Number() = %v, want %v", c.v, got, c.want)
+		}
+	}
+	if !math.IsNaN((Value{Kind: KindBytes, Bytes: []byte("x")}).Number()) || !math.IsNaN((Value{Kind: KindQuantiles}).Number()) {
+		t.Error("bytes, or quantiles with none, are not NaN")
+	}
+}
