@@ -92,12 +92,16 @@ type Driver struct {
 	durable  int // messages sent through SendDurable
 }
 
-// Sent and Acknowledged are the driver's engine.Durability: messages are acknowledged AckLag
-// deliveries after they were sent.
-func (d *Driver) Sent() uint64 { return d.sent }
+// kafka is the driver's Kafka as the engine sees it (engine.Durability and engine.DurableSender):
+// messages are acknowledged AckLag deliveries after they were sent. It is not the Driver's own
+// API, which users would see.
+type kafka struct{ d *Driver }
+
+// Sent implements engine.Durability.
+func (k kafka) Sent() uint64 { return k.d.sent }
 
 // Acknowledged implements engine.Durability.
-func (d *Driver) Acknowledged() uint64 { return d.ackedNow }
+func (k kafka) Acknowledged() uint64 { return k.d.ackedNow }
 
 // delivered moves acknowledgements on by one delivery.
 func (d *Driver) delivered() {
@@ -115,9 +119,9 @@ func (d *Driver) delivered() {
 // SendDurable implements engine.DurableSender: the processor sends such a message through a
 // producer of its own and waits for Kafka's acknowledgement; here it is output at once, acknowledged,
 // and not counted among the messages AckLag delays.
-func (d *Driver) SendDurable(topic, key string, value []byte, headers goka.Headers) error {
-	d.durable++
-	d.record(topic, key, value, headers)
+func (k kafka) SendDurable(topic, key string, value []byte, headers goka.Headers) error {
+	k.d.durable++
+	k.d.record(topic, key, value, headers)
 	return nil
 }
 
@@ -184,7 +188,7 @@ func (d *Driver) loopTopic() string { return d.plan.Name + loopSuffix }
 func (d *Driver) start() {
 	d.reg = prometheus.NewRegistry()
 	eng, err := engine.New(d.plan, engine.Config{IdleTimeout: d.opts.IdleTimeout, FinalRetention: d.opts.FinalRetention,
-		Registerer: d.reg, Logger: d.opts.Logger, Now: func() time.Time { return d.now }, Output: d.output, Durability: d})
+		Registerer: d.reg, Logger: d.opts.Logger, Now: func() time.Time { return d.now }, Output: d.output, Durability: kafka{d}})
 	if err != nil {
 		d.t.Fatalf("abacustest: %v", err)
 	}
