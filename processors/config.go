@@ -49,7 +49,7 @@ type Config struct {
 	// without a rebalance of the other instances and without waiting for its old session to time
 	// out. A clean stop leaves the group explicitly, so its partitions move to the others at once.
 	// Two live instances must never share an id: the broker fences the older one, whose Run then
-	// fails with a membership.FencedError. Empty (the default): a dynamic member.
+	// fails with an error for which IsFenced is true. Empty (the default): a dynamic member.
 	InstanceID string
 	// SessionTimeout is how long the group waits for a member that stopped heartbeating before it
 	// gives its partitions to the others (default sarama's 10 s). With InstanceID it is also how

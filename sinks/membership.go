@@ -121,3 +121,7 @@ func (s *FlushThenCommit) Ready() error {
 	}
 	return nil
 }
+
+// IsFenced reports whether err, returned by FlushThenCommit.Run, says that the broker fenced this
+// member: another process joined the group under its instance id (Config.InstanceID).
+func IsFenced(err error) bool { return membership.IsFenced(err) }

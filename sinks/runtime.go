@@ -72,7 +72,7 @@ type Config struct {
 	// without a rebalance of the other members and without waiting for its old session to time out.
 	// A clean stop leaves the group explicitly, so its partitions move to the others at once. Two
 	// live members must never share an id: the broker fences the older one, whose Run then fails
-	// with a membership.FencedError. Empty (the default): a dynamic member.
+	// with an error for which IsFenced is true. Empty (the default): a dynamic member.
 	InstanceID string
 	// SessionTimeout is how long the group waits for a member that stopped heartbeating before it
 	// gives its partitions to the others (default franz-go's 45 s). With InstanceID it is also how

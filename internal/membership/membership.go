@@ -149,3 +149,9 @@ func (e *FencedError) Error() string {
 
 // Unwrap gives the client's error.
 func (e *FencedError) Unwrap() error { return e.Err }
+
+// IsFenced reports whether err says that the broker fenced this member (a FencedError).
+func IsFenced(err error) bool {
+	var f *FencedError
+	return errors.As(err, &f)
+}

@@ -90,3 +90,13 @@ func TestCheckSettings(t *testing.T) {
 		}
 	}
 }
+
+func TestIsFenced(t *testing.T) {
+	f := &FencedError{Group: "g", InstanceID: "i", Err: errors.New("FENCED_INSTANCE_ID")}
+	if !IsFenced(f) || !IsFenced(fmt.Errorf("run: %w", f)) {
+		t.Fatal("a FencedError, or one wrapping it, is not fenced")
+	}
+	if IsFenced(errors.New("fenced")) || IsFenced(nil) {
+		t.Fatal("another error is fenced")
+	}
+}
