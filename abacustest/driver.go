@@ -149,6 +149,9 @@ const loopSuffix = "-loop"
 // New starts a driver for topo; a bad option fails the test.
 func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 	t.Helper()
+	if topo == nil {
+		t.Fatal("abacustest.New: topology is nil")
+	}
 	if opts.Partitions <= 0 {
 		opts.Partitions = 4
 	}
