@@ -3,9 +3,14 @@ package topology
 import (
 	"encoding/json"
 	"fmt"
-
-	"github.com/lovoo/goka"
 )
+
+// Codec turns a record value into an event and back. It is goka's codec interface, declared here
+// so that a topology needs no Kafka client: goka's codecs (goka.Codec) satisfy it as they are.
+type Codec interface {
+	Encode(value any) (data []byte, err error)
+	Decode(data []byte) (value any, err error)
+}
 
 // Default limits of JSONCodec: a producer controls every byte of a record, and a record past one
 // of them is refused before it is parsed (dead-lettered as undecodable, the limit named).
@@ -20,7 +25,7 @@ const (
 	DefaultJSONMaxFields = 10_000
 )
 
-// JSONCodec is a goka codec that reads and writes E as JSON. Decode refuses, before parsing, a
+// JSONCodec is a Codec that reads and writes E as JSON. Decode refuses, before parsing, a
 // value longer than MaxBytes, nested deeper than MaxDepth, or with more than MaxFields object
 // members; zero fields mean the defaults above. Encode has no limits: it writes what abacus built.
 type JSONCodec[E any] struct {
@@ -93,7 +98,7 @@ func (c JSONCodec[E]) checkJSON(data []byte) error {
 	return nil
 }
 
-// Encode implements goka.Codec.
+// Encode implements Codec.
 func (JSONCodec[E]) Encode(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -102,7 +107,7 @@ func (JSONCodec[E]) Encode(v any) ([]byte, error) {
 	return b, nil
 }
 
-// Decode implements goka.Codec; the value is an E. A value past a limit is refused with a
+// Decode implements Codec; the value is an E. A value past a limit is refused with a
 // *JSONLimitError naming it.
 func (c JSONCodec[E]) Decode(data []byte) (any, error) {
 	var e E
@@ -121,7 +126,7 @@ type RawCodec struct{}
 // Raw returns the built-in raw-bytes codec: events are the record values as []byte.
 func Raw() RawCodec { return RawCodec{} }
 
-// Encode implements goka.Codec.
+// Encode implements Codec.
 func (RawCodec) Encode(v any) ([]byte, error) {
 	b, ok := v.([]byte)
 	if !ok {
@@ -130,7 +135,7 @@ func (RawCodec) Encode(v any) ([]byte, error) {
 	return b, nil
 }
 
-// Decode implements goka.Codec. It copies, because the consumer may reuse its buffer.
+// Decode implements Codec. It copies, because the consumer may reuse its buffer.
 func (RawCodec) Decode(data []byte) (any, error) { return append([]byte(nil), data...), nil }
 
-var _ goka.Codec = JSONCodec[struct{}]{}
+var _ Codec = JSONCodec[struct{}]{}

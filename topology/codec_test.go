@@ -3,6 +3,7 @@ package topology
 import (
 	"encoding/json"
 	"errors"
+	gokacodec "github.com/lovoo/goka/codec"
 	"strings"
 	"testing"
 )
@@ -117,3 +118,7 @@ func jsonDepth(t *testing.T, b []byte) int {
 		}
 	}
 }
+
+// goka's codecs are topology Codecs as they are: a source may be declared with one.
+var _ Codec = new(gokacodec.Bytes)
+var _ Codec = new(gokacodec.String)

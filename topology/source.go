@@ -6,27 +6,26 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/windows"
-	"github.com/lovoo/goka"
 )
 
 // Source is a declared input topic whose events are of type E.
 type Source[E any] struct {
 	b           *Builder
 	topic       string
-	codec       goka.Codec
+	codec       Codec
 	entity      func(E) string
 	eventTime   func(E) time.Time
 	eventType   func(E) string
 	repartition bool
 }
 
-// NewSource declares that topic carries events of type E, decoded by codec (JSON, Raw or any goka
-// codec whose Decode returns an E), aggregated per entity(e) at eventTime(e). Event time always
+// NewSource declares that topic carries events of type E, decoded by codec (JSON, Raw or any Codec,
+// goka's included, whose Decode returns an E), aggregated per entity(e) at eventTime(e). Event time always
 // comes from the event, never from a clock, so a replay lands every event in the same window.
 //
 // By default the record key must be the entity (the topic is partitioned by entity); otherwise
 // call Repartition.
-func NewSource[E any](b *Builder, topic string, codec goka.Codec, entity func(E) string, eventTime func(E) time.Time) *Source[E] {
+func NewSource[E any](b *Builder, topic string, codec Codec, entity func(E) string, eventTime func(E) time.Time) *Source[E] {
 	s := &Source[E]{b: b, topic: topic, codec: codec, entity: entity, eventTime: eventTime}
 	b.sources = append(b.sources, s)
 	return s

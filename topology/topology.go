@@ -26,7 +26,6 @@ import (
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/windows"
-	"github.com/lovoo/goka"
 )
 
 // DefaultMaxFutureSkew is how far past its record's timestamp an event time may be before the
@@ -352,6 +351,3 @@ func (b *Builder) Build() (*Topology, error) {
 	}
 	return &Topology{p: t}, nil
 }
-
-// goka codecs are accepted for sources; this keeps the import explicit in the API.
-var _ goka.Codec = Raw()
