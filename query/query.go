@@ -263,4 +263,3 @@ func merge(stored, live []Window, o Options) []Window {
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
-
