@@ -15,7 +15,7 @@ import (
 	"github.com/abacus-stream/abacus/app"
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -91,7 +91,7 @@ func TestCLIRealServers(t *testing.T) {
 				if err != nil {
 					ts.Fatalf("produce-readings N: %v", err)
 				}
-				cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(partitioner.Kgo()))
+				cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(franz.Partitioner()))
 				ts.Check(err)
 				defer cl.Close()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

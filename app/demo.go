@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -135,7 +135,7 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	})
 	if p.DemoGenerator != nil {
 		g.Go(func() error {
-			cl, err := kgo.NewClient(d.kgoOpts(kgo.RecordPartitioner(partitioner.Kgo()))...)
+			cl, err := kgo.NewClient(d.kgoOpts(kgo.RecordPartitioner(franz.Partitioner()))...)
 			if err != nil {
 				return err
 			}

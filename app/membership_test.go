@@ -24,7 +24,7 @@ import (
 
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -350,7 +350,7 @@ func sumMetric(body []byte, name string, want ...string) float64 {
 // partition, about 200 a second.
 func (e *rolesEnv) produce(ctx context.Context) {
 	e.t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(partitioner.Kgo()),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.RecordPartitioner(franz.Partitioner()),
 		kgo.DefaultProduceTopic(e.prefix+devices.Topic), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		e.t.Fatal(err)

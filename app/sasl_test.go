@@ -14,7 +14,7 @@ import (
 	"github.com/abacus-stream/abacus/app"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/totals"
@@ -75,7 +75,7 @@ func TestCLISASL(t *testing.T) {
 				ts.Check(err)
 				ago, err := time.ParseDuration(args[2])
 				ts.Check(err)
-				cl := scriptClient(ts, args[0], kgo.RecordPartitioner(partitioner.Kgo()))
+				cl := scriptClient(ts, args[0], kgo.RecordPartitioner(franz.Partitioner()))
 				defer cl.Close()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()

@@ -2,15 +2,12 @@
 // partitioner over FNV-1a 32): a source record must land on the partition whose processor owns its
 // entity, so every producer of a source topic, whatever its client, must partition with it.
 //
-// It is a leaf: it depends on nothing in abacus. Partition is the rule; Kgo is the rule as a
-// franz-go partitioner, for producers written with franz-go.
+// It is a leaf: it depends on nothing in abacus, nor on any Kafka client. Partition is the rule;
+// package partitioner/franz is the rule as a franz-go partitioner, for producers written with
+// franz-go.
 package partitioner
 
-import (
-	"hash/fnv"
-
-	"github.com/twmb/franz-go/pkg/kgo"
-)
+import "hash/fnv"
 
 // Hash is the FNV-1a 32 hash of a key, as goka's default hasher computes it.
 func Hash(key []byte) uint32 {
@@ -27,10 +24,4 @@ func Partition(key []byte, n int32) int32 {
 		p = -p
 	}
 	return p
-}
-
-// Kgo is a franz-go partitioner that places keys as goka does. Records without a key are spread
-// as franz-go's sticky partitioner spreads them.
-func Kgo() kgo.Partitioner {
-	return kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(Hash))
 }

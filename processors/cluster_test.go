@@ -15,7 +15,7 @@ import (
 
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
 )
@@ -112,7 +112,7 @@ func newPipe(ctx context.Context, t *testing.T, brokers []string, adm *kadm.Clie
 		FinalRetention: time.Second,
 		Registerer:     p.reg, Logger: testLogger(t)}
 	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(p.input),
-		kgo.RecordPartitioner(partitioner.Kgo()), kgo.MetadataMinAge(250*time.Millisecond))
+		kgo.RecordPartitioner(franz.Partitioner()), kgo.MetadataMinAge(250*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/totals"
@@ -122,7 +123,7 @@ func partitionOf(key string, n int) int32 { return partitioner.Partition([]byte(
 func produce(ctx context.Context, t testing.TB, brokers []string, topic string, ins []input) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
-		kgo.RecordPartitioner(partitioner.Kgo()))
+		kgo.RecordPartitioner(franz.Partitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/abacus-stream/abacus/abacustest"
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/totals"
@@ -165,7 +165,7 @@ func newKafkaRunner(t *testing.T, brokers []string, topo *topology.Topology, o r
 	for _, s := range topo.SourceTopics() {
 		createTopic(ctx, t, brokers, s, o.partitions)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(partitioner.Kgo()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(franz.Partitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}

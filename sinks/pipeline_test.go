@@ -20,7 +20,7 @@ import (
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store/hbasestore"
@@ -122,7 +122,7 @@ func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
 
 	// A steady stream, days in the past, until stopped.
 	p.prod, err = kgo.NewClient(kgo.SeedBrokers(p.brokers...), kgo.DefaultProduceTopic(p.source),
-		kgo.RecordPartitioner(partitioner.Kgo()), kgo.ProducerLinger(5*time.Millisecond))
+		kgo.RecordPartitioner(franz.Partitioner()), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,7 +45,7 @@ import (
 	"github.com/abacus-stream/abacus/bench/chaos/stream"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/topology"
 )
 
@@ -509,7 +509,7 @@ func (d *driver) chaosPhase(ctx context.Context, rc *runCfg, f *faults, rng *ran
 		recs = append(recs, &kgo.Record{Topic: d.source, Key: r.Key, Value: r.Value})
 		sum.kinds[stream.Flush]++
 	}
-	pcl, err := kgo.NewClient(kgo.SeedBrokers(d.brokers...), kgo.RecordPartitioner(partitioner.Kgo()))
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(d.brokers...), kgo.RecordPartitioner(franz.Partitioner()))
 	if err != nil {
 		return false, err
 	}
@@ -531,7 +531,7 @@ func (d *driver) chaosPhase(ctx context.Context, rc *runCfg, f *faults, rng *ran
 // produce writes the generated stream to the source topic at an even rate over the run's duration.
 func (d *driver) produce(ctx context.Context, g *stream.Generator, sum *summary) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(d.brokers...), kgo.DefaultProduceTopic(d.source),
-		kgo.RecordPartitioner(partitioner.Kgo()), kgo.ProducerLinger(5*time.Millisecond))
+		kgo.RecordPartitioner(franz.Partitioner()), kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
 		return err
 	}

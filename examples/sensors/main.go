@@ -25,7 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/totals"
@@ -88,7 +88,7 @@ func run(ctx context.Context, log *slog.Logger, brokersFlag string, devices, hou
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(input),
 		// goka partitions by FNV-1a the way sarama does: producers must agree.
-		kgo.RecordPartitioner(partitioner.Kgo()))
+		kgo.RecordPartitioner(franz.Partitioner()))
 	if err != nil {
 		return fmt.Errorf("kafka client: %w", err)
 	}

@@ -79,7 +79,7 @@ func TestImportsRunOneWay(t *testing.T) {
 // client: users' topology code and the encodings must build without one.
 func TestLeavesLinkNoKafkaClient(t *testing.T) {
 	clients := []string{"github.com/lovoo/goka", "github.com/IBM/sarama", "github.com/twmb/franz-go", "github.com/syndtr/goleveldb"}
-	for _, leaf := range []string{"topology", "windows", "state", "totals", "schema", "deadletter", "internal/plan"} {
+	for _, leaf := range []string{"topology", "windows", "state", "totals", "schema", "deadletter", "internal/plan", "partitioner"} {
 		for _, d := range deps(t, leaf) {
 			for _, c := range clients {
 				if d == c || strings.HasPrefix(d, c+"/") {

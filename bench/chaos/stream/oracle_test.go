@@ -16,7 +16,7 @@ import (
 
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
-	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
@@ -127,7 +127,7 @@ func TestOracleMatchesEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	source := topo.SourceTopics()[0]
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(partitioner.Kgo()), kgo.DefaultProduceTopic(source))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(franz.Partitioner()), kgo.DefaultProduceTopic(source))
 	if err != nil {
 		t.Fatal(err)
 	}
