@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -140,4 +141,146 @@ type recordAt struct {
 // sourceOf is the callback's record.
 func sourceOf(ctx goka.Context) recordAt {
 	return recordAt{deadletter.Source{Topic: string(ctx.Topic()), Partition: ctx.Partition(), Offset: ctx.Offset()}, ctx.Timestamp()}
+}
+
+// emission is one close of an entity: windows closing at or before upTo were emitted at wall time
+// at, and Kafka holds them once Acknowledged reaches bound.
+type emission struct {
+	upTo  int64
+	bound uint64
+	at    time.Time
+}
+
+type retainedEntry struct {
+	at     time.Time
+	entity string
+}
+
+// emittedUpTo is the stream time up to which this process emitted the entity's closed windows.
+func (pt *partition) emittedUpTo(entity string) int64 {
+	up := int64(math.MinInt64)
+	for _, em := range pt.emitted[entity] {
+		up = max(up, em.upTo)
+	}
+	return up
+}
+
+// schedule records when the entity's next window still to emit closes.
+func (pt *partition) schedule(entity string, ent *state.Entity) {
+	up := pt.emittedUpTo(entity)
+	at, found := int64(0), false
+	for i := range ent.Windows {
+		if c := pt.windowClosesAt(&ent.Windows[i]); c > up && (!found || c < at) {
+			at, found = c, true
+		}
+	}
+	if found {
+		pt.due.set(entity, at)
+	} else {
+		pt.due.remove(entity)
+	}
+	pt.scheduled.Set(float64(pt.due.Len()))
+}
+
+// closeDue emits the final totals of every window that stream time has closed and whose entity
+// Kafka holds as the local table does. It reads the entities' state from the local table and emits
+// from whatever callback advanced stream time: no message per entity, no write.
+func (pt *partition) closeDue(ctx goka.Context) {
+	st := pt.closeST()
+	for pt.due.Len() > 0 && pt.due.minAt() <= st {
+		entity := pt.due.minEntity()
+		if !pt.durable(entity) {
+			pt.due.remove(entity)
+			pt.waiting = append(pt.waiting, entity)
+			pt.countWaits()
+			pt.nudge(ctx)
+			continue
+		}
+		ent, err := pt.read(entity)
+		if err != nil {
+			pt.e.fail(ctx, fmt.Errorf("partition %d: state of %q: %w", pt.id, entity, err))
+			return
+		}
+		if ent == nil {
+			pt.due.remove(entity)
+			continue
+		}
+		pt.emitClosed(ctx, entity, ent)
+		pt.schedule(entity, ent) // moves its entry in place, or removes it
+	}
+	pt.scheduled.Set(float64(pt.due.Len()))
+}
+
+// emitClosed emits the final totals of the entity's windows closed at the partition's stream time
+// and not emitted yet by this process.
+func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Entity) {
+	e := pt.e
+	st := pt.closeST()
+	up := pt.emittedUpTo(entity)
+	n := 0
+	for i := range ent.Windows {
+		w := &ent.Windows[i]
+		if c := pt.windowClosesAt(w); c <= up || c > st {
+			continue
+		}
+		set := e.plan.Sets[w.Set]
+		values, err := e.values(set, ent, i)
+		if err != nil {
+			// User code (an aggregation's Decode or Value) failed on this window's state: its final
+			// total cannot be made. It is dead-lettered, and processing goes on; the window leaves
+			// with the entity's others.
+			e.m.panics.WithLabelValues("close").Inc()
+			e.log.Error("final total of a window cannot be computed: dead-lettered", "set", set.Name, "entity", entity, "window_start", w.Start, "err", err)
+			e.deadLetterFinal(ctx, pt.id, entity, set, w, err)
+			n++
+			continue
+		}
+		e.emit(ctx, entity, set, w, values, true)
+		n++
+	}
+	if n > 0 {
+		now := e.cfg.Now()
+		pt.emitted[entity] = append(pt.emitted[entity], emission{upTo: st, bound: e.cfg.Durability.Sent(), at: now})
+		if !pt.queued[entity] {
+			pt.queued[entity] = true
+			pt.prunes = append(pt.prunes, retainedEntry{at: now.Add(e.cfg.FinalRetention), entity: entity})
+		}
+		pt.windowsDelta(-n, 0)
+	}
+}
+
+// prune drops from ent the closed windows whose final totals Kafka acknowledged, and reports
+// whether it dropped any.
+func (pt *partition) prune(entity string, ent *state.Entity) bool {
+	ems := pt.emitted[entity]
+	if len(ems) == 0 {
+		return false
+	}
+	up := int64(math.MinInt64)
+	keep := ems[:0]
+	for _, em := range ems {
+		if em.bound <= pt.acked {
+			up = max(up, em.upTo)
+		} else {
+			keep = append(keep, em)
+		}
+	}
+	if len(keep) == 0 {
+		delete(pt.emitted, entity)
+	} else {
+		pt.emitted[entity] = keep
+	}
+	if up == math.MinInt64 {
+		return false
+	}
+	kept := ent.Windows[:0]
+	for _, w := range ent.Windows {
+		if pt.windowClosesAt(&w) > up {
+			kept = append(kept, w)
+		}
+	}
+	pruned := len(ent.Windows) - len(kept)
+	ent.Windows = kept
+	pt.windowsDelta(0, -pruned)
+	return pruned > 0
 }

@@ -94,3 +94,67 @@ func (c *conversion) convert(p *plan.Plan, ent *state.Entity, current uint32) {
 	ent.Windows = kept
 	ent.Layout = current
 }
+
+// knowLayout adds a layout to those the partition's entities may follow, after checking that the
+// current plan can read it.
+func (pt *partition) knowLayout(l state.Layout) error {
+	for _, known := range pt.recordLayout {
+		if known.Hash == l.Hash {
+			return nil
+		}
+	}
+	if l.Hash != pt.e.layout.Hash {
+		if err := checkLayout(pt.e.plan, &l); err != nil {
+			return fmt.Errorf("partition %d: %w", pt.id, err)
+		}
+		pt.layouts[l.Hash] = newConversion(pt.e.plan, &l)
+	}
+	pt.recordLayout = append(pt.recordLayout, l)
+	pt.metaDirty = true
+	return nil
+}
+
+// convert brings an entity read from the table to the current layout.
+func (pt *partition) convert(key string, ent *state.Entity) error {
+	cur := pt.e.layout.Hash
+	if ent.Layout == cur || ent.Layout == 0 { // version-1 state follows the plan by position
+		ent.Layout = cur
+		ent.Undescribe()
+		return nil
+	}
+	c := pt.layouts[ent.Layout]
+	if c == nil {
+		desc, err := ent.Described()
+		if err != nil {
+			return fmt.Errorf("partition %d: entity %q: %w", pt.id, key, err)
+		}
+		if desc != nil {
+			if err := pt.knowLayout(*desc); err != nil {
+				return err
+			}
+			c = pt.layouts[ent.Layout]
+		}
+	}
+	ent.Undescribe()
+	if c == nil {
+		pt.e.m.unknownLayout.Inc()
+		return fmt.Errorf("partition %d: entity %q was written under topology layout %08x, which neither it nor the partition's record describes", pt.id, key, ent.Layout)
+	}
+	c.convert(pt.e.plan, ent, cur)
+	return nil
+}
+
+// describe sets what an entity about to be written says of its layout (see state.Entity.LayoutDesc).
+func (pt *partition) describe(key string, ent *state.Entity) {
+	ent.Undescribe()
+	ent.Layout = pt.e.layout.Hash
+	if pt.layoutHeld {
+		return
+	}
+	if pt.describer == "" {
+		pt.describer = key
+	}
+	if key == pt.describer {
+		ent.LayoutDesc = &pt.e.layout
+	}
+}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
-	"github.com/abacus-stream/abacus/windows"
 )
 
 // minTime is "no time yet": the stream time of a partition that has seen no event.
@@ -46,15 +45,6 @@ type origin struct {
 		set    bool
 	}
 }
-
-// floor keeps a set's windows final through a raise of its grace (state.SetGrace): windows that
-// end at or before through closed at stream time at, whatever the grace says now.
-type floor struct {
-	through, at int64
-}
-
-// noFloor is the floor of a set whose grace was never raised.
-var noFloor = floor{through: math.MinInt64, at: math.MinInt64}
 
 // partition is the in-memory view of one assigned partition. Only that partition's goroutine
 // touches it (goka runs one goroutine per partition for all its topics).
@@ -132,19 +122,6 @@ type partition struct {
 	scheduled  prometheus.Gauge
 	ticks      prometheus.Counter
 	waits      prometheus.Gauge
-}
-
-// emission is one close of an entity: windows closing at or before upTo were emitted at wall time
-// at, and Kafka holds them once Acknowledged reaches bound.
-type emission struct {
-	upTo  int64
-	bound uint64
-	at    time.Time
-}
-
-type retainedEntry struct {
-	at     time.Time
-	entity string
 }
 
 type metaWrite struct {
@@ -309,70 +286,6 @@ func (pt *partition) rebuild() error {
 	return nil
 }
 
-// knowLayout adds a layout to those the partition's entities may follow, after checking that the
-// current plan can read it.
-func (pt *partition) knowLayout(l state.Layout) error {
-	for _, known := range pt.recordLayout {
-		if known.Hash == l.Hash {
-			return nil
-		}
-	}
-	if l.Hash != pt.e.layout.Hash {
-		if err := checkLayout(pt.e.plan, &l); err != nil {
-			return fmt.Errorf("partition %d: %w", pt.id, err)
-		}
-		pt.layouts[l.Hash] = newConversion(pt.e.plan, &l)
-	}
-	pt.recordLayout = append(pt.recordLayout, l)
-	pt.metaDirty = true
-	return nil
-}
-
-// convert brings an entity read from the table to the current layout.
-func (pt *partition) convert(key string, ent *state.Entity) error {
-	cur := pt.e.layout.Hash
-	if ent.Layout == cur || ent.Layout == 0 { // version-1 state follows the plan by position
-		ent.Layout = cur
-		ent.Undescribe()
-		return nil
-	}
-	c := pt.layouts[ent.Layout]
-	if c == nil {
-		desc, err := ent.Described()
-		if err != nil {
-			return fmt.Errorf("partition %d: entity %q: %w", pt.id, key, err)
-		}
-		if desc != nil {
-			if err := pt.knowLayout(*desc); err != nil {
-				return err
-			}
-			c = pt.layouts[ent.Layout]
-		}
-	}
-	ent.Undescribe()
-	if c == nil {
-		pt.e.m.unknownLayout.Inc()
-		return fmt.Errorf("partition %d: entity %q was written under topology layout %08x, which neither it nor the partition's record describes", pt.id, key, ent.Layout)
-	}
-	c.convert(pt.e.plan, ent, cur)
-	return nil
-}
-
-// describe sets what an entity about to be written says of its layout (see state.Entity.LayoutDesc).
-func (pt *partition) describe(key string, ent *state.Entity) {
-	ent.Undescribe()
-	ent.Layout = pt.e.layout.Hash
-	if pt.layoutHeld {
-		return
-	}
-	if pt.describer == "" {
-		pt.describer = key
-	}
-	if key == pt.describer {
-		ent.LayoutDesc = &pt.e.layout
-	}
-}
-
 // load reads the callback's entity, in the current layout, as a copy the caller may change.
 func (pt *partition) load(ctx goka.Context) (*state.Entity, error) {
 	if c, ok := pt.cache[ctx.Key()]; ok {
@@ -453,123 +366,6 @@ func (pt *partition) originOf(k originKey) *origin {
 	return og
 }
 
-// keepFinals sets the sets' floors from the graces the partition's record holds: a set whose
-// grace was raised since keeps final the windows that were final under the smaller grace at the
-// stream time the partition had then, which is the stream time it was rebuilt to (see
-// state.SetGrace). The record written next holds the floors.
-func (pt *partition) keepFinals(graces []state.SetGrace) {
-	for _, g := range graces {
-		set := pt.e.plan.SetByName(g.Set)
-		if set == nil {
-			continue
-		}
-		f := floor{through: g.FinalThrough, at: g.FinalAt}
-		if g.Grace < set.Grace && pt.st != math.MinInt64 {
-			if through := pt.st - g.Grace; through > f.through {
-				f = floor{through: through, at: pt.st}
-			}
-			pt.e.log.Info("grace raised: windows final under the old grace stay final", "partition", pt.id, "set", set.Name,
-				"old_grace_ms", g.Grace, "grace_ms", set.Grace, "final_through", f.through)
-		}
-		pt.floors[set.Index] = f
-		pt.metaDirty = true
-	}
-}
-
-// replayed reports whether the record of origin k at offset is one the partition processed
-// before, and everything written for it is acknowledged: it is skipped, as a duplicate.
-func (pt *partition) replayed(k originKey, offset int64) bool {
-	og := pt.origins[k]
-	if og == nil || offset > og.done {
-		return false
-	}
-	pt.duplicates.Inc()
-	// A replay is the partition catching up, not a quiet input: it keeps the origin from being
-	// called idle (closing windows in the middle of a replay would change what it applies).
-	og.lastAdvance = pt.e.cfg.Now()
-	return true
-}
-
-// processed records that the record of origin k at offset was processed: once Kafka acknowledged
-// what has been sent until now, it is done.
-func (pt *partition) processed(k originKey, offset int64) {
-	og := pt.originOf(k)
-	og.latest = max(og.latest, offset)
-	if !og.candidate.set {
-		pt.propose(og, pt.e.cfg.Durability.Acknowledged())
-	}
-}
-
-// propose makes the origin's last processed offset its done candidate, or done at once when what
-// was sent is acknowledged already. One candidate at a time: a record costs no more than a
-// comparison while one waits.
-func (pt *partition) propose(og *origin, acked uint64) {
-	if og.latest <= og.done {
-		return
-	}
-	b := pt.e.cfg.Durability.Sent()
-	if b <= acked {
-		og.done = og.latest
-		pt.metaDirty = true
-		return
-	}
-	og.candidate.offset, og.candidate.bound, og.candidate.set = og.latest, b, true
-	pt.candidates++
-}
-
-// settleDone moves the origins' done offsets to their candidates that Kafka acknowledged, and
-// forgets late records of entities not written since that are done.
-func (pt *partition) settleDone(acked uint64) {
-	for _, og := range pt.origins {
-		if og.candidate.set && og.candidate.bound <= acked {
-			og.done = max(og.done, og.candidate.offset)
-			og.candidate.set = false
-			pt.candidates--
-			pt.metaDirty = true
-			pt.propose(og, acked) // the records processed while it waited
-		}
-	}
-	if len(pt.lates) > 4096 {
-		for entity, ps := range pt.lates {
-			if ps = pt.unsettled(ps); len(ps) == 0 {
-				delete(pt.lates, entity)
-			} else {
-				pt.lates[entity] = ps
-			}
-		}
-	}
-}
-
-// unsettled keeps the pending late records that are not done (Kafka may not hold their late
-// records), each once.
-func (pt *partition) unsettled(ps []state.Pending) []state.Pending {
-	kept := ps[:0]
-	for _, p := range ps {
-		if og := pt.origins[originKey{p.Topic, p.Partition}]; og != nil && p.Offset <= og.done {
-			continue
-		}
-		if !slices.Contains(kept, p) {
-			kept = append(kept, p)
-		}
-	}
-	return kept
-}
-
-// closesAt is the stream time at which window w of set closes: its end plus the set's grace, or
-// earlier when the set's floor keeps it final.
-func (pt *partition) closesAt(set *plan.Set, w windows.Window) int64 {
-	c := w.ClosesAt(set.Grace)
-	if f := pt.floors[set.Index]; w.End <= f.through {
-		c = min(c, f.at)
-	}
-	return c
-}
-
-// closed reports whether window w of set is closed at stream time st.
-func (pt *partition) closed(set *plan.Set, w windows.Window, st int64) bool {
-	return st >= pt.closesAt(set, w)
-}
-
 // recomputeEventST sets the stream time the origins agree on: the smallest watermark of those
 // that have data or are expected, and moves the partition's stream time up to it.
 func (pt *partition) recomputeEventST() {
@@ -588,37 +384,6 @@ func (pt *partition) recomputeEventST() {
 
 // closeST is the partition's stream time: windows that close at or before it are closed.
 func (pt *partition) closeST() int64 { return pt.st }
-
-// windowClosesAt is the stream time at which window w of the state closes.
-func (pt *partition) windowClosesAt(w *state.Window) int64 {
-	return pt.closesAt(pt.e.plan.Sets[w.Set], w.Span())
-}
-
-// emittedUpTo is the stream time up to which this process emitted the entity's closed windows.
-func (pt *partition) emittedUpTo(entity string) int64 {
-	up := int64(math.MinInt64)
-	for _, em := range pt.emitted[entity] {
-		up = max(up, em.upTo)
-	}
-	return up
-}
-
-// schedule records when the entity's next window still to emit closes.
-func (pt *partition) schedule(entity string, ent *state.Entity) {
-	up := pt.emittedUpTo(entity)
-	at, found := int64(0), false
-	for i := range ent.Windows {
-		if c := pt.windowClosesAt(&ent.Windows[i]); c > up && (!found || c < at) {
-			at, found = c, true
-		}
-	}
-	if found {
-		pt.due.set(entity, at)
-	} else {
-		pt.due.remove(entity)
-	}
-	pt.scheduled.Set(float64(pt.due.Len()))
-}
 
 // wrote records a write of the entity (SetValue or Delete) that Kafka has yet to acknowledge.
 func (pt *partition) wrote(entity string) {
@@ -721,109 +486,6 @@ func (pt *partition) nudge(ctx goka.Context) {
 	ctx.Loopback(pt.tickKey, (&loopMsg{kind: loopNudge}).encode())
 }
 
-// closeDue emits the final totals of every window that stream time has closed and whose entity
-// Kafka holds as the local table does. It reads the entities' state from the local table and emits
-// from whatever callback advanced stream time: no message per entity, no write.
-func (pt *partition) closeDue(ctx goka.Context) {
-	st := pt.closeST()
-	for pt.due.Len() > 0 && pt.due.minAt() <= st {
-		entity := pt.due.minEntity()
-		if !pt.durable(entity) {
-			pt.due.remove(entity)
-			pt.waiting = append(pt.waiting, entity)
-			pt.countWaits()
-			pt.nudge(ctx)
-			continue
-		}
-		ent, err := pt.read(entity)
-		if err != nil {
-			pt.e.fail(ctx, fmt.Errorf("partition %d: state of %q: %w", pt.id, entity, err))
-			return
-		}
-		if ent == nil {
-			pt.due.remove(entity)
-			continue
-		}
-		pt.emitClosed(ctx, entity, ent)
-		pt.schedule(entity, ent) // moves its entry in place, or removes it
-	}
-	pt.scheduled.Set(float64(pt.due.Len()))
-}
-
-// emitClosed emits the final totals of the entity's windows closed at the partition's stream time
-// and not emitted yet by this process.
-func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Entity) {
-	e := pt.e
-	st := pt.closeST()
-	up := pt.emittedUpTo(entity)
-	n := 0
-	for i := range ent.Windows {
-		w := &ent.Windows[i]
-		if c := pt.windowClosesAt(w); c <= up || c > st {
-			continue
-		}
-		set := e.plan.Sets[w.Set]
-		values, err := e.values(set, ent, i)
-		if err != nil {
-			// User code (an aggregation's Decode or Value) failed on this window's state: its final
-			// total cannot be made. It is dead-lettered, and processing goes on; the window leaves
-			// with the entity's others.
-			e.m.panics.WithLabelValues("close").Inc()
-			e.log.Error("final total of a window cannot be computed: dead-lettered", "set", set.Name, "entity", entity, "window_start", w.Start, "err", err)
-			e.deadLetterFinal(ctx, pt.id, entity, set, w, err)
-			n++
-			continue
-		}
-		e.emit(ctx, entity, set, w, values, true)
-		n++
-	}
-	if n > 0 {
-		now := e.cfg.Now()
-		pt.emitted[entity] = append(pt.emitted[entity], emission{upTo: st, bound: e.cfg.Durability.Sent(), at: now})
-		if !pt.queued[entity] {
-			pt.queued[entity] = true
-			pt.prunes = append(pt.prunes, retainedEntry{at: now.Add(e.cfg.FinalRetention), entity: entity})
-		}
-		pt.windowsDelta(-n, 0)
-	}
-}
-
-// prune drops from ent the closed windows whose final totals Kafka acknowledged, and reports
-// whether it dropped any.
-func (pt *partition) prune(entity string, ent *state.Entity) bool {
-	ems := pt.emitted[entity]
-	if len(ems) == 0 {
-		return false
-	}
-	up := int64(math.MinInt64)
-	keep := ems[:0]
-	for _, em := range ems {
-		if em.bound <= pt.acked {
-			up = max(up, em.upTo)
-		} else {
-			keep = append(keep, em)
-		}
-	}
-	if len(keep) == 0 {
-		delete(pt.emitted, entity)
-	} else {
-		pt.emitted[entity] = keep
-	}
-	if up == math.MinInt64 {
-		return false
-	}
-	kept := ent.Windows[:0]
-	for _, w := range ent.Windows {
-		if pt.windowClosesAt(&w) > up {
-			kept = append(kept, w)
-		}
-	}
-	pruned := len(ent.Windows) - len(kept)
-	ent.Windows = kept
-	pt.windowsDelta(0, -pruned)
-	return pruned > 0
-}
-
 // covered reports whether the partition's acknowledged record holds the stream time, every
 // watermark the entity carries and offsets done past its fences, so that deleting the entity
 // loses nothing a restart or a replay needs.
@@ -852,86 +514,4 @@ func (pt *partition) windowsDelta(open, held int) {
 	pt.held += held
 	pt.openGauge.Set(float64(pt.open))
 	pt.heldGauge.Set(float64(pt.held))
-}
-
-// closeHeap is a min-heap of entities by the close time of their next window to emit, with one
-// entry per entity updated in place, so that its size follows the entities, not the events.
-type closeHeap struct {
-	at      []int64
-	entity  []string
-	indexOf map[string]int
-}
-
-func newCloseHeap() closeHeap { return closeHeap{indexOf: map[string]int{}} }
-
-func (h *closeHeap) Len() int          { return len(h.at) }
-func (h *closeHeap) minAt() int64      { return h.at[0] }
-func (h *closeHeap) minEntity() string { return h.entity[0] }
-
-func (h *closeHeap) set(entity string, at int64) {
-	if i, ok := h.indexOf[entity]; ok {
-		old := h.at[i]
-		h.at[i] = at
-		if at < old {
-			h.up(i)
-		} else {
-			h.down(i)
-		}
-		return
-	}
-	h.at = append(h.at, at)
-	h.entity = append(h.entity, entity)
-	h.indexOf[entity] = len(h.at) - 1
-	h.up(len(h.at) - 1)
-}
-
-func (h *closeHeap) remove(entity string) {
-	i, ok := h.indexOf[entity]
-	if !ok {
-		return
-	}
-	last := len(h.at) - 1
-	h.swap(i, last)
-	h.at, h.entity = h.at[:last], h.entity[:last]
-	delete(h.indexOf, entity)
-	if i < last {
-		h.down(i)
-		h.up(i)
-	}
-}
-
-func (h *closeHeap) swap(i, j int) {
-	h.at[i], h.at[j] = h.at[j], h.at[i]
-	h.entity[i], h.entity[j] = h.entity[j], h.entity[i]
-	h.indexOf[h.entity[i]] = i
-	h.indexOf[h.entity[j]] = j
-}
-
-func (h *closeHeap) up(i int) {
-	for i > 0 {
-		p := (i - 1) / 2
-		if h.at[p] <= h.at[i] {
-			return
-		}
-		h.swap(i, p)
-		i = p
-	}
-}
-
-func (h *closeHeap) down(i int) {
-	n := len(h.at)
-	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && h.at[l] < h.at[m] {
-			m = l
-		}
-		if r < n && h.at[r] < h.at[m] {
-			m = r
-		}
-		if m == i {
-			return
-		}
-		h.swap(i, m)
-		i = m
-	}
 }
