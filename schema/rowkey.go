@@ -4,17 +4,9 @@
 //
 // It is a leaf: it imports no abacus package but totals (the values it encodes), never talks to a
 // store, and a change to any encoding here must stay readable by queries of cells already written.
-package schema
-
-import (
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"math"
-
-	"github.com/twmb/murmur3"
-)
-
+//
+// # Row keys
+//
 // Row keys spread entities over N salt buckets (one leading byte), so that writes for many entities
 // hit every region of a table pre-split on the bucket boundaries, while all rows of one entity stay
 // contiguous and can be read with one prefix scan.
@@ -26,6 +18,30 @@ import (
 // 0x00 0xFF, the end is 0x00 0x01), so a prefix for entity "ab1" never matches "ab12" and the
 // components can be read back unambiguously. Reversed time is MaxInt64 - ms as 8 big-endian bytes:
 // the newest window or event of an entity sorts first.
+//
+// # Cells
+//
+// Aggregate cells. A window row holds one cell per aggregate, qualified by the aggregate's name,
+// plus MetaQualifier; every cell's timestamp is the window end (exclusive, ms), so every firing of
+// a window rewrites the same cells. Values have fixed widths after a kind byte, readable by HBase's
+// Java Bytes.toLong / toDouble:
+//
+//	kind 1 int:       1 byte 0x01, 8 bytes int64 big-endian
+//	kind 2 float:     1 byte 0x02, 8 bytes IEEE 754 float64 big-endian
+//	kind 3 quantiles: 1 byte 0x03, then per quantile 8 bytes q and 8 bytes value (float64 BE)
+//	kind 4 bytes:     1 byte 0x04, the bytes
+//
+// MetaQualifier holds 1 byte of flags (bit 0: final) and 8 bytes of revision (uint64 BE).
+package schema
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/twmb/murmur3"
+)
 
 // MaxSaltBuckets is the most buckets a one-byte salt allows.
 const MaxSaltBuckets = 256

@@ -10,18 +10,6 @@ import (
 	"github.com/abacus-stream/abacus/totals"
 )
 
-// Aggregate cells. A window row holds one cell per aggregate, qualified by the aggregate's name,
-// plus MetaQualifier; every cell's timestamp is the window end (exclusive, ms), so every firing of
-// a window rewrites the same cells. Values have fixed widths after a kind byte, readable by HBase's
-// Java Bytes.toLong / toDouble:
-//
-//	kind 1 int:       1 byte 0x01, 8 bytes int64 big-endian
-//	kind 2 float:     1 byte 0x02, 8 bytes IEEE 754 float64 big-endian
-//	kind 3 quantiles: 1 byte 0x03, then per quantile 8 bytes q and 8 bytes value (float64 BE)
-//	kind 4 bytes:     1 byte 0x04, the bytes
-//
-// MetaQualifier holds 1 byte of flags (bit 0: final) and 8 bytes of revision (uint64 BE).
-
 // MetaQualifier is the qualifier of a window row's final flag and revision. Aggregate names may not
 // start with '_' (ValidAggregateName), so it never meets one.
 const MetaQualifier = "_meta"

@@ -5,7 +5,8 @@
 // LevelDB with HBase's cell semantics.
 //
 // It must never hide a failed write (a cell is written or reported), and it is a leaf: it knows
-// nothing of Kafka, of the processors or of how rows are keyed (package schema).
+// nothing of Kafka or of the processors, and nothing of how rows are keyed; of package schema it
+// takes only the table layout (schema.TableLayout) that it creates and checks tables by.
 package store
 
 import (
