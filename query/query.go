@@ -6,6 +6,7 @@
 package query
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -263,3 +264,73 @@ func merge(stored, live []Window, o Options) []Window {
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// listEntities lists, sorted, up to limit entities that have windows of set (any set when set is
+// ""), start with prefix and pass match (nil: all). It does not read the table whole: in each salt
+// bucket it reads one row, takes its entity, and jumps past that entity's rows (or to its rows of
+// set), so each entity costs one or two one-row reads. It examines at most maxExamined entities,
+// and then returns what it found with errEntityScanLimit. more reports that more than limit
+// entities matched.
+func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
+	var found []string
+	examined := 0
+	escPrefix := schema.AppendComponent(nil, prefix)
+	escPrefix = escPrefix[:len(escPrefix)-2] // without the terminator: a prefix of every matching entity's component
+	var escSet []byte
+	if set != "" {
+		escSet = schema.AppendComponent(nil, set)
+	}
+	for b := 0; b < max(r.buckets, 1); b++ {
+		start := append([]byte{byte(b)}, escPrefix...)
+		stop := store.PrefixEnd(start)
+		cursor := start
+		jumped, last := "", "" // the entity whose rows of set the cursor was moved to; the last one seen
+		for {
+			if err := ctx.Err(); err != nil {
+				return nil, false, err
+			}
+			var row []byte
+			err := r.store.Scan(ctx, store.ScanSpec{Table: r.table, Family: r.family, Start: cursor, Stop: stop, Limit: 1},
+				func(k []byte, _ []store.Cell) bool { row = append([]byte(nil), k...); return false })
+			if err != nil {
+				return nil, false, fmt.Errorf("query: listing entities of %s: %w", r.table, err)
+			}
+			if row == nil {
+				break
+			}
+			entity, rest, err := schema.ReadComponent(row[1:])
+			if err != nil { // not an abacus aggregate row: step over it
+				cursor = append(row, 0)
+				continue
+			}
+			entityEnd := store.PrefixEnd(row[:len(row)-len(rest)])
+			if entity != last || last == "" {
+				last = entity
+				if examined++; examined > maxExamined {
+					sort.Strings(found)
+					return found, false, errEntityScanLimit
+				}
+			}
+			if set != "" && !bytes.HasPrefix(rest, escSet) {
+				if jumped != entity && bytes.Compare(rest, escSet) < 0 {
+					// Rows of sets sorting before set: jump to this entity's rows of set.
+					jumped = entity
+					cursor = append(row[:len(row)-len(rest):len(row)-len(rest)], escSet...)
+					continue
+				}
+				cursor = entityEnd // the entity has no rows of set
+				continue
+			}
+			if match == nil || match(entity) {
+				found = append(found, entity)
+				if len(found) > limit {
+					sort.Strings(found)
+					return found[:limit], true, nil
+				}
+			}
+			cursor = entityEnd
+		}
+	}
+	sort.Strings(found)
+	return found, false, nil
+}
