@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/schema"
@@ -152,15 +151,17 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 type EntityOptions struct {
 	// Limit is the most entities returned (default 100).
 	Limit int
-	// MaxRows bounds the rows read to find them (default 200,000): the listing is a scan of the
-	// table, and it stops there rather than read a large table whole.
+	// MaxRows bounds the entities looked at to find them (default 200,000): the listing skips
+	// from one entity's rows to the next, one short read each, and stops there rather than walk a
+	// huge table.
 	MaxRows int
 	// Prefix keeps only entities that start with it.
 	Prefix string
 }
 
 // Entities lists, in order, entities that have windows of set, and reports whether the listing
-// stopped at a bound before the end of the table.
+// stopped at a bound (Limit, or MaxRows) before the end of the table. It reads one row per entity
+// (listEntities), not every window of every entity.
 func (r *Reader) Entities(ctx context.Context, set string, o EntityOptions) ([]string, bool, error) {
 	if o.Limit <= 0 {
 		o.Limit = 100
@@ -168,24 +169,14 @@ func (r *Reader) Entities(ctx context.Context, set string, o EntityOptions) ([]s
 	if o.MaxRows <= 0 {
 		o.MaxRows = 200_000
 	}
-	seen := map[string]bool{}
-	var list []string
-	rows, stopped := 0, false
-	err := r.store.Scan(ctx, store.ScanSpec{Table: r.table, Family: r.family}, func(row []byte, _ []store.Cell) bool {
-		rows++
-		e, s, _, err := schema.ParseAggregateRow(row)
-		if err == nil && s == set && !seen[e] && strings.HasPrefix(e, o.Prefix) {
-			seen[e] = true
-			list = append(list, e)
-		}
-		stopped = len(list) >= o.Limit || rows >= o.MaxRows
-		return !stopped
-	})
-	if err != nil {
+	list, more, err := r.listEntities(ctx, set, o.Prefix, o.Limit, o.MaxRows, nil)
+	switch {
+	case errors.Is(err, errEntityScanLimit):
+		return list, true, nil
+	case err != nil:
 		return nil, false, fmt.Errorf("query: entities of %s: %w", set, err)
 	}
-	sort.Strings(list)
-	return list, stopped, nil
+	return list, more, nil
 }
 
 // Latest returns the n newest windows of an entity.

@@ -317,3 +317,33 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus
 	t.Fatalf("no metric %s", name)
 	return nil
 }
+
+// TestEntitiesSkipsFromEntityToEntity: Entities lists each entity of a set once, in order, with a
+// prefix, and says when a limit or its bound on entities stopped it; it reads one row per entity,
+// so a bound far below the number of rows is enough.
+func TestEntitiesSkipsFromEntityToEntity(t *testing.T) {
+	for name, mk := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			st, table := mk(t)
+			seed(t, st, table, 4) // ab1 and ab12, ten windows each
+			r := newReader(t, st, table)
+			ctx := context.Background()
+			list, more, err := r.Entities(ctx, "minute", EntityOptions{MaxRows: 3})
+			if err != nil || more || strings.Join(list, ",") != "ab1,ab12" {
+				t.Fatalf("entities %v (more %v, %v), want ab1,ab12 and no more: 20 rows, 2 entities", list, more, err)
+			}
+			if list, more, err := r.Entities(ctx, "minute", EntityOptions{Limit: 1}); err != nil || !more || len(list) != 1 {
+				t.Fatalf("limit 1: %v (more %v, %v), want one and more", list, more, err)
+			}
+			if list, more, err := r.Entities(ctx, "minute", EntityOptions{MaxRows: 1}); err != nil || !more || len(list) > 1 {
+				t.Fatalf("one entity looked at: %v (more %v, %v), want at most one and more", list, more, err)
+			}
+			if list, _, err := r.Entities(ctx, "minute", EntityOptions{Prefix: "ab12"}); err != nil || strings.Join(list, ",") != "ab12" {
+				t.Fatalf("prefix ab12: %v (%v)", list, err)
+			}
+			if list, _, err := r.Entities(ctx, "hour", EntityOptions{}); err != nil || len(list) != 0 {
+				t.Fatalf("a set with no windows: %v (%v)", list, err)
+			}
+		})
+	}
+}
