@@ -78,22 +78,6 @@ func HBaseConfig(t testing.TB) hbase.Config {
 	return cfg
 }
 
-// SecureHBase returns the configuration of the Kerberized test HBase with the client keytab, or
-// skips the test when its environment is absent (fails when ABACUS_REQUIRE_SECURE_HBASE=1).
-func SecureHBase(t testing.TB) hbase.Config {
-	t.Helper()
-	zk := os.Getenv(EnvSecureHBaseZK)
-	if zk == "" || os.Getenv(EnvKrbKeytab) == "" {
-		msg := "no Kerberized HBase (" + EnvSecureHBaseZK + ", " + EnvKrbKeytab + " unset): start it with " +
-			"SERVICES=\"kdc secure-hbase\" testenv/services.sh start and eval the output of its env command"
-		if os.Getenv(EnvRequireSecure) == "1" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return hbase.Config{ZooKeeper: find(t, "Kerberized HBase", EnvSecureHBaseZK, zk), Auth: hbase.AuthKerberos, Kerberos: kerberosSettings(t)}
-}
-
 func kerberosSettings(t testing.TB) hbase.KerberosConfig {
 	t.Helper()
 	k := hbase.KerberosConfig{
