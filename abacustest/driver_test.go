@@ -121,7 +121,7 @@ func TestPruneWithAckLag(t *testing.T) {
 	}
 }
 
-// TestDeterministic (issue 13): the same test run 50 times gives the same output, message for
+// TestDeterministic (DESIGN invariant 10): the same test run 50 times gives the same output, message for
 // message: totals, late records, dead letters (run it under -race too: run-tests.sh does).
 func TestDeterministic(t *testing.T) {
 	run := func() string {

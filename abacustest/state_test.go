@@ -29,7 +29,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	return sum
 }
 
-// TestStateFollowsOpenWindows (issue 10, item 12): a pipeline runs for years; its table must
+// TestStateFollowsOpenWindows (DESIGN invariant 11): a pipeline runs for years; its table must
 // follow the open windows, not every entity ever seen. 200,000 distinct entities over an hour of
 // event time with 1-minute windows leave, at the end, only those whose windows are open or closed
 // within the last retention; the close schedule has one entry per entity with an open window.
@@ -70,7 +70,7 @@ func TestStateFollowsOpenWindows(t *testing.T) {
 	}
 }
 
-// TestSessionScheduleOneEntryPerEntity (issue 10, item 13): many events into few long sessions
+// TestSessionScheduleOneEntryPerEntity (DESIGN invariant 11): many events into few long sessions
 // keep one schedule entry per entity, not one per event.
 func TestSessionScheduleOneEntryPerEntity(t *testing.T) {
 	b := topology.New("sessions")
@@ -93,7 +93,7 @@ func TestSessionScheduleOneEntryPerEntity(t *testing.T) {
 	}
 }
 
-// TestRepartitionFencesBounded (issue 10, item 12): an entity fed by re-keyed events from many
+// TestRepartitionFencesBounded (DESIGN invariant 11): an entity fed by re-keyed events from many
 // source partitions keeps fences only for the sources whose records its open windows may still
 // see replayed, not for every source it ever heard from.
 func TestRepartitionFencesBounded(t *testing.T) {

@@ -72,7 +72,7 @@ func send(r runner, topic string, e ev) {
 	r.send(topic, e.Entity, e.json(), time.UnixMilli(e.TS))
 }
 
-// TestIdleNotStarvedByRecordsThatDoNotAdvance (issue 10, item 1): a partition that keeps receiving
+// TestIdleNotStarvedByRecordsThatDoNotAdvance (DESIGN invariant 10): a partition that keeps receiving
 // records that move no stream time (undecodable, late, from the future, of a type no set takes,
 // keyed wrongly) is idle all the same: its quiet entity's window closes after the idle timeout,
 // while that traffic goes on.
@@ -105,7 +105,7 @@ func TestIdleNotStarvedByRecordsThatDoNotAdvance(t *testing.T) {
 	})
 }
 
-// TestOneFinalAcrossRestarts (issue 10, item 2): stream time that moved by an idle advance, or
+// TestOneFinalAcrossRestarts (DESIGN invariant 10): stream time that moved by an idle advance, or
 // past events of a type no set takes, is the stream time a restarted partition resumes from; a
 // straggler for a window already final is late, and the window keeps its one final total.
 func TestOneFinalAcrossRestarts(t *testing.T) {
@@ -142,7 +142,7 @@ func TestOneFinalAcrossRestarts(t *testing.T) {
 	}
 }
 
-// TestTwoSourcesIndependentOfInterleaving (issue 10, item 3): two sources, each in event-time
+// TestTwoSourcesIndependentOfInterleaving (DESIGN invariant 10): two sources, each in event-time
 // order, read one whole topic before the other (the worst interleaving a catch-up can give): no
 // event is late, and every window's final holds all its events.
 func TestTwoSourcesIndependentOfInterleaving(t *testing.T) {
@@ -174,7 +174,7 @@ func TestTwoSourcesIndependentOfInterleaving(t *testing.T) {
 	})
 }
 
-// TestLastAgreesAcrossWindowKinds (issue 10, item 4): among events at one event time, Last keeps
+// TestLastAgreesAcrossWindowKinds (DESIGN invariant 10): among events at one event time, Last keeps
 // the one applied last, in session windows as in tumbling ones.
 func TestLastAgreesAcrossWindowKinds(t *testing.T) {
 	eachRunner(t, func(t *testing.T) (*topology.Topology, runnerOptions) {
@@ -198,7 +198,7 @@ func TestLastAgreesAcrossWindowKinds(t *testing.T) {
 	})
 }
 
-// TestFutureJudgedByRecordTime (issue 10, item 5): an event is from the future when its time is
+// TestFutureJudgedByRecordTime (DESIGN invariants 1 and 7): an event is from the future when its time is
 // ahead of its own record's timestamp by more than MaxFutureSkew, whatever the processor's clock
 // says, so a replay next week judges it alike.
 func TestFutureJudgedByRecordTime(t *testing.T) {
@@ -224,7 +224,7 @@ func TestFutureJudgedByRecordTime(t *testing.T) {
 	})
 }
 
-// TestHoppingLateForSomeWindows (issue 10, item 6): a hopping event late for one of its windows
+// TestHoppingLateForSomeWindows (DESIGN invariants 7 and 10): a hopping event late for one of its windows
 // and on time for another is applied to the open one and counted (and routed) late for the set.
 func TestHoppingLateForSomeWindows(t *testing.T) {
 	eachRunner(t, func(t *testing.T) (*topology.Topology, runnerOptions) {
@@ -249,7 +249,7 @@ func TestHoppingLateForSomeWindows(t *testing.T) {
 	})
 }
 
-// TestBadKeysDeadLettered (issue 10, items 7 and 10): an entity that is a key the state keeps for
+// TestBadKeysDeadLettered (DESIGN invariants 7 and 12): an entity that is a key the state keeps for
 // itself (goka's "__offset", a partition's tick key), an empty key and a key too long go to the
 // dead-letter topic, and the processor goes on.
 func TestBadKeysDeadLettered(t *testing.T) {
@@ -297,7 +297,7 @@ var panicky = topology.UserDefined[ev, float64]{
 	},
 }
 
-// TestUserCodePanicDeadLetters (issue 10, item 8): a panic in user code (an extractor, an
+// TestUserCodePanicDeadLetters (DESIGN invariant 12): a panic in user code (an extractor, an
 // aggregation) dead-letters the record with reason panic; the processor goes on, and a restart
 // does not crash-loop on it.
 func TestUserCodePanicDeadLetters(t *testing.T) {
@@ -337,7 +337,7 @@ func TestUserCodePanicDeadLetters(t *testing.T) {
 	})
 }
 
-// TestTopologyChangeKeepsState (issue 10, item 9): a new version of the topology that reorders its
+// TestTopologyChangeKeepsState (DESIGN invariant 14): a new version of the topology that reorders its
 // sets, removes one, adds one, and adds and removes aggregations keeps the state of what stays
 // (state refers to sets and aggregations by name); a set whose window changed is refused at
 // start, with an error naming it.
@@ -386,7 +386,7 @@ func TestTopologyChangeKeepsState(t *testing.T) {
 	})
 }
 
-// TestStorageFolderLocked (issue 10, item 15): a second processor on a storage folder another
+// TestStorageFolderLocked (DESIGN invariant 5): a second processor on a storage folder another
 // process uses is refused at start, naming the folder, instead of taking the first one's tables
 // for a crashed run's and deleting them.
 func TestStorageFolderLocked(t *testing.T) {

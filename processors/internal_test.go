@@ -31,7 +31,7 @@ func tinyTopology(t *testing.T) *topology.Topology {
 	return topo
 }
 
-// TestProducersAreIdempotent (issue 10, item 14): the processor's producers are idempotent with
+// TestProducersAreIdempotent (DESIGN invariants 5 and 13): the processor's producers are idempotent with
 // one request in flight and acks from every in-sync replica: a retried batch can neither land
 // twice nor after a later one, which the offset fences and the changelog's order rely on.
 func TestProducersAreIdempotent(t *testing.T) {

@@ -206,7 +206,7 @@ func TestScenarioRealKafka(t *testing.T) {
 	runScenario(t, testenv.Kafka(t), false)
 }
 
-// TestDriverMatchesBroker (issue 13): the in-memory driver gives the same totals as a processor
+// TestDriverMatchesBroker (DESIGN invariant 10): the in-memory driver gives the same totals as a processor
 // group on the real broker, for the same records: every final total and every every-update total
 // alike, the same late and dead-lettered records.
 func TestDriverMatchesBroker(t *testing.T) {

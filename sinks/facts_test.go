@@ -16,7 +16,7 @@ func factsEncoder(extract func(*kgo.Record) (Fact, error)) *FactsEncoder {
 	return &FactsEncoder{Table: "t", Family: "f", SaltBuckets: 4, MaxFutureSkew: 5 * time.Minute, Extract: extract}
 }
 
-// TestFactsFutureByRecordTime (issue 10, item 5): the facts sink judges an event from the future
+// TestFactsFutureByRecordTime (DESIGN invariants 1 and 7): the facts sink judges an event from the future
 // as the processor does: by its record's timestamp, not by the sink's clock, so a replay next
 // week writes the same cells.
 func TestFactsFutureByRecordTime(t *testing.T) {
@@ -40,7 +40,7 @@ func TestFactsFutureByRecordTime(t *testing.T) {
 	}
 }
 
-// TestFactsRejectsLeftToProcessor (issue 15, item 4): with the processor running, the facts sink
+// TestFactsRejectsLeftToProcessor (DESIGN invariants 7 and 12): with the processor running, the facts sink
 // refuses the same bad records without a dead letter of its own (SkipError); alone, it writes one.
 func TestFactsRejectsLeftToProcessor(t *testing.T) {
 	enc := factsEncoder(func(*kgo.Record) (Fact, error) { return Fact{}, errors.New("not json") })
@@ -57,7 +57,7 @@ func TestFactsRejectsLeftToProcessor(t *testing.T) {
 	}
 }
 
-// TestFactsExtractPanic (issue 10, item 8): user code that panics in the facts sink refuses the
+// TestFactsExtractPanic (DESIGN invariant 12): user code that panics in the facts sink refuses the
 // record with reason panic; the sink goes on.
 func TestFactsExtractPanic(t *testing.T) {
 	enc := factsEncoder(func(r *kgo.Record) (Fact, error) {

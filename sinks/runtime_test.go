@@ -764,7 +764,7 @@ func (b brokenStore) Write(ctx context.Context, cells []store.Cell) ([]store.Cel
 	return []store.CellError{{Index: len(cells) + 7, Err: errors.New("no such cell"), Permanent: false}}, nil
 }
 
-// TestBrokenStoreContractIsFatal (issue 10, item 11): a store that breaks its contract makes Run
+// TestBrokenStoreContractIsFatal (DESIGN invariant 4): a store that breaks its contract makes Run
 // return the error, instead of the sink silently committing nothing for ever.
 func TestBrokenStoreContractIsFatal(t *testing.T) {
 	c := clusters(t)[0]

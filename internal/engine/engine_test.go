@@ -12,7 +12,7 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// TestRebalanceKeepsKeptPartitions (issue 10, item 2): a rebalance keeps the in-memory view (idle
+// TestRebalanceKeepsKeptPartitions (DESIGN invariant 10): a rebalance keeps the in-memory view (idle
 // clocks, what waits for acknowledgement) of the partitions the instance keeps, and forgets only
 // those it loses.
 func TestRebalanceKeepsKeptPartitions(t *testing.T) {
