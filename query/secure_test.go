@@ -2,6 +2,7 @@ package query
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -13,12 +14,14 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,7 +164,8 @@ func TestAuthentication(t *testing.T) {
 	// Rotation: the old token leaves the file; Watch notices.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go Watch(ctx, auth, 20*time.Millisecond, nil)
+	var watchLog lockedBuffer
+	go Watch(ctx, auth, 20*time.Millisecond, slog.New(slog.NewTextHandler(&watchLog, nil)))
 	writeFile(t, tokens, goodToken+"\n")
 	waitFor(t, "the rotated-out token to be refused", func() bool {
 		return do(t, nil, "GET", base+"/api/v1/topologies", nil, bearer(oldToken)).code == 401
@@ -173,7 +177,7 @@ func TestAuthentication(t *testing.T) {
 		strings.Contains(err.Error(), "short") {
 		t.Fatalf("short token: %v", err)
 	}
-	time.Sleep(100 * time.Millisecond) // Watch tries it too
+	waitFor(t, "Watch to try the broken file too", func() bool { return strings.Contains(watchLog.String(), "changed files not loaded") })
 	if a := do(t, nil, "GET", base+"/api/v1/topologies", nil, bearer(goodToken)); a.code != 200 {
 		t.Fatalf("after a broken change the token in use is refused: %d", a.code)
 	}
@@ -204,6 +208,24 @@ func authFailures(t *testing.T, srv *Server, reason string) float64 {
 		}
 	}
 	return 0
+}
+
+// lockedBuffer is a buffer that a goroutine writes (a logger) while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
