@@ -1,14 +1,18 @@
 package processors_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -602,10 +606,12 @@ func TestMissingSourceTopic(t *testing.T) {
 	brokers := kfakeBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	var logs lockedBuffer
 	newProc := func(name string) *processors.Processor {
 		b := topology.New(name)
 		source(b, name+"-in").Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
-		p, err := processors.New(build(t, b), processors.Config{Brokers: brokers, StoragePath: t.TempDir(), Logger: testLogger(t)})
+		logger := slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
+		p, err := processors.New(build(t, b), processors.Config{Brokers: brokers, StoragePath: t.TempDir(), Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,8 +631,15 @@ func TestMissingSourceTopic(t *testing.T) {
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	p := newProc(name)
+	logs.Reset()
 	go func() { done <- p.Run(runCtx) }()
-	time.Sleep(2 * time.Second)
+	for !strings.Contains(logs.String(), "source topic "+name+"-in does not exist") { // it waits for it
+		select {
+		case err := <-done:
+			t.Fatalf("processor stopped before it waited for its source: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	createTopic(ctx, t, brokers, name+"-in", 2)
 	deadline := time.Now().Add(30 * time.Second)
 	for p.Status().Partitions == 0 {
@@ -643,4 +656,28 @@ func TestMissingSourceTopic(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("stop: %v", err)
 	}
+}
+
+// lockedBuffer is a buffer that a logger writes from other goroutines while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *lockedBuffer) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
 }
