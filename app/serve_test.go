@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -18,28 +17,16 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/abacus-stream/abacus/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer that the command and the test may use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // serveInProcess runs `abacus serve` with the config until the test ends and returns the URL it
 // prints and its log.
-func serveInProcess(t *testing.T, config string) (string, *syncBuffer) {
+func serveInProcess(t *testing.T, config string) (string, *testenv.SyncBuffer) {
 	t.Helper()
 	// The configs name an embedded store and no live view: the real services' addresses that
 	// testenv/services.sh env exports must not apply over them.
@@ -47,7 +34,7 @@ func serveInProcess(t *testing.T, config string) (string, *syncBuffer) {
 		t.Setenv(k, "")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var stdout, stderr syncBuffer
+	var stdout, stderr testenv.SyncBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- program.Run(ctx, []string{"serve", "-config", config, "-log-level", "info"}, &stdout, &stderr)

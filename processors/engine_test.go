@@ -1,7 +1,6 @@
 package processors_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -606,7 +604,7 @@ func TestMissingSourceTopic(t *testing.T) {
 	brokers := kfakeBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var logs lockedBuffer
+	var logs testenv.SyncBuffer
 	newProc := func(name string) *processors.Processor {
 		b := topology.New(name)
 		source(b, name+"-in").Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
@@ -656,28 +654,4 @@ func TestMissingSourceTopic(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("stop: %v", err)
 	}
-}
-
-// lockedBuffer is a buffer that a logger writes from other goroutines while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *lockedBuffer) Reset() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.b.Reset()
 }

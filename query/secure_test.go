@@ -2,7 +2,6 @@ package query
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -21,10 +20,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/store"
 )
 
@@ -164,7 +163,7 @@ func TestAuthentication(t *testing.T) {
 	// Rotation: the old token leaves the file; Watch notices.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var watchLog lockedBuffer
+	var watchLog testenv.SyncBuffer
 	go Watch(ctx, auth, 20*time.Millisecond, slog.New(slog.NewTextHandler(&watchLog, nil)))
 	writeFile(t, tokens, goodToken+"\n")
 	waitFor(t, "the rotated-out token to be refused", func() bool {
@@ -208,24 +207,6 @@ func authFailures(t *testing.T, srv *Server, reason string) float64 {
 		}
 	}
 	return 0
-}
-
-// lockedBuffer is a buffer that a goroutine writes (a logger) while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {
