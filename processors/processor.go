@@ -63,8 +63,8 @@ type Processor struct {
 
 // New checks the configuration and prepares a processor; Run starts it.
 func New(topo *topology.Topology, cfg Config) (*Processor, error) {
-	if topo == nil {
-		return nil, errors.New("processors.New: topology is nil")
+	if plan.Of(topo) == nil {
+		return nil, errors.New("processors.New: topology is nil or zero (make it with topology.Builder.Build)")
 	}
 	cfg.EnsureDefaults(topo)
 	if err := cfg.Validate(); err != nil {

@@ -118,33 +118,43 @@ func (b *Builder) Limits(maxRecordBytes, maxEntityBytes int) *Builder {
 func (b *Builder) MaxMessageBytes(n int) *Builder { b.maxMessage = n; return b }
 
 // Topology is a checked, immutable topology, ready for processors.New. Its methods describe it.
+// Only Builder.Build makes one: the methods of a zero Topology describe an empty topology, and
+// processors.New, sinks and query refuse it.
 type Topology struct {
-	p *plan.Plan
+	// Compiled carries the plan the engine and sinks run to abacus's own packages (plan.Of);
+	// nothing outside the module can read it.
+	plan.Compiled
 }
 
-func init() {
-	plan.Register(func(t any) *plan.Plan {
-		if tp, _ := t.(*Topology); tp != nil {
-			return tp.p
-		}
-		return nil
-	})
+// empty is what a zero Topology describes.
+var empty = &plan.Plan{}
+
+// pl is the topology's plan; empty for a nil or zero Topology, so that describing one does not
+// panic.
+func (t *Topology) pl() *plan.Plan {
+	if t == nil {
+		return empty
+	}
+	if p := plan.Of(t); p != nil {
+		return p
+	}
+	return empty
 }
 
 // Name is the topology's name: the default processor group and topic prefix.
-func (t *Topology) Name() string { return t.p.Name }
+func (t *Topology) Name() string { return t.pl().Name }
 
 // TotalsTopic is the topic the window totals go to.
-func (t *Topology) TotalsTopic() string { return t.p.TotalsTopic }
+func (t *Topology) TotalsTopic() string { return t.pl().TotalsTopic }
 
 // DeadLetterTopic is the topic of records that cannot be processed, with their reasons.
-func (t *Topology) DeadLetterTopic() string { return t.p.DeadLetter }
+func (t *Topology) DeadLetterTopic() string { return t.pl().DeadLetter }
 
 // LateTopic is the topic late events are routed to, or "" when they are counted and dropped.
-func (t *Topology) LateTopic() string { return t.p.LateTopic }
+func (t *Topology) LateTopic() string { return t.pl().LateTopic }
 
 // MaxFutureSkew is how far ahead an event time may be before the event is dead-lettered.
-func (t *Topology) MaxFutureSkew() time.Duration { return t.p.MaxFutureSkew }
+func (t *Topology) MaxFutureSkew() time.Duration { return t.pl().MaxFutureSkew }
 
 // SourceInfo describes a source topic.
 type SourceInfo struct {
@@ -155,11 +165,11 @@ type SourceInfo struct {
 
 // Sources describes the source topics, in declaration order.
 func (t *Topology) Sources() []SourceInfo {
-	out := make([]SourceInfo, len(t.p.Sources))
-	for i, s := range t.p.Sources {
+	out := make([]SourceInfo, len(t.pl().Sources))
+	for i, s := range t.pl().Sources {
 		out[i] = SourceInfo{Topic: s.Topic, Repartition: s.Repartition}
 		for _, si := range s.Sets {
-			out[i].Sets = append(out[i].Sets, t.p.Sets[si].Name)
+			out[i].Sets = append(out[i].Sets, t.pl().Sets[si].Name)
 		}
 	}
 	return out
@@ -167,8 +177,8 @@ func (t *Topology) Sources() []SourceInfo {
 
 // SourceTopics lists the source topics, in declaration order.
 func (t *Topology) SourceTopics() []string {
-	out := make([]string, len(t.p.Sources))
-	for i, s := range t.p.Sources {
+	out := make([]string, len(t.pl().Sources))
+	for i, s := range t.pl().Sources {
 		out[i] = s.Topic
 	}
 	return out
@@ -187,26 +197,26 @@ type SetInfo struct {
 
 // Sets describes the aggregate sets, in declaration order.
 func (t *Topology) Sets() []SetInfo {
-	out := make([]SetInfo, len(t.p.Sets))
-	for i, s := range t.p.Sets {
-		out[i] = setInfo(t.p, s)
+	out := make([]SetInfo, len(t.pl().Sets))
+	for i, s := range t.pl().Sets {
+		out[i] = setInfo(t.pl(), s)
 	}
 	return out
 }
 
 // Set describes the aggregate set called name.
 func (t *Topology) Set(name string) (SetInfo, bool) {
-	s := t.p.SetByName(name)
+	s := t.pl().SetByName(name)
 	if s == nil {
 		return SetInfo{}, false
 	}
-	return setInfo(t.p, s), true
+	return setInfo(t.pl(), s), true
 }
 
 // SetNames lists the aggregate sets' names, in declaration order.
 func (t *Topology) SetNames() []string {
-	out := make([]string, len(t.p.Sets))
-	for i, s := range t.p.Sets {
+	out := make([]string, len(t.pl().Sets))
+	for i, s := range t.pl().Sets {
 		out[i] = s.Name
 	}
 	return out
@@ -228,10 +238,13 @@ func setInfo(p *plan.Plan, s *plan.Set) SetInfo {
 // Topics lists every topic the topology names: its sources, then the totals, dead-letter and (if
 // set) late topics.
 func (t *Topology) Topics() []string {
+	if t.pl() == empty {
+		return nil
+	}
 	out := t.SourceTopics()
-	out = append(out, t.p.TotalsTopic, t.p.DeadLetter)
-	if t.p.LateTopic != "" {
-		out = append(out, t.p.LateTopic)
+	out = append(out, t.pl().TotalsTopic, t.pl().DeadLetter)
+	if t.pl().LateTopic != "" {
+		out = append(out, t.pl().LateTopic)
 	}
 	return out
 }
@@ -246,7 +259,7 @@ func (t *Topology) WithTopicNames(prefix string, names map[string]string) (*Topo
 	var errs []error
 	for from, to := range names {
 		if !slices.Contains(declared, from) {
-			errs = append(errs, fmt.Errorf("%q is not a topic of topology %s (it has %v)", from, t.p.Name, declared))
+			errs = append(errs, fmt.Errorf("%q is not a topic of topology %s (it has %v)", from, t.pl().Name, declared))
 		}
 		if to == "" {
 			errs = append(errs, fmt.Errorf("%q is renamed to an empty name", from))
@@ -267,20 +280,20 @@ func (t *Topology) WithTopicNames(prefix string, names map[string]string) (*Topo
 		seen[to] = from
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w %q: topic names: %w", ErrInvalid, t.p.Name, errors.Join(errs...))
+		return nil, fmt.Errorf("%w %q: topic names: %w", ErrInvalid, t.pl().Name, errors.Join(errs...))
 	}
-	p := *t.p
+	p := *t.pl()
 	p.TotalsTopic, p.DeadLetter = rename(p.TotalsTopic), rename(p.DeadLetter)
 	if p.LateTopic != "" {
 		p.LateTopic = rename(p.LateTopic)
 	}
-	p.Sources = make([]*plan.Source, len(t.p.Sources))
-	for i, s := range t.p.Sources {
+	p.Sources = make([]*plan.Source, len(t.pl().Sources))
+	for i, s := range t.pl().Sources {
 		c := *s
 		c.Topic = rename(s.Topic)
 		p.Sources[i] = &c
 	}
-	return &Topology{p: &p}, nil
+	return &Topology{plan.Compile(&p)}, nil
 }
 
 // Build checks every declaration and returns the topology, or an error naming each field at fault.
@@ -349,5 +362,5 @@ func (b *Builder) Build() (*Topology, error) {
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w %q: %w", ErrInvalid, b.name, errors.Join(errs...))
 	}
-	return &Topology{p: t}, nil
+	return &Topology{plan.Compile(t)}, nil
 }

@@ -284,3 +284,19 @@ func TestZeroEmissionIsFinalOnly(t *testing.T) {
 		t.Fatalf("zero Emission built as mode %v, want EmitFinal", got)
 	}
 }
+
+// TestZeroTopologyDescribesNothing: a Topology not made by Build (nil or zero) describes an empty
+// topology instead of panicking; processors.New and live.New refuse it with an error.
+func TestZeroTopologyDescribesNothing(t *testing.T) {
+	for name, topo := range map[string]*topology.Topology{"nil": nil, "zero": {}} {
+		if topo.Name() != "" || len(topo.Sets()) != 0 || len(topo.Sources()) != 0 || topo.LateTopic() != "" {
+			t.Errorf("%s topology describes %q %v %v", name, topo.Name(), topo.Sets(), topo.Sources())
+		}
+		if _, ok := topo.Set("m"); ok {
+			t.Errorf("%s topology has a set", name)
+		}
+		if got := topo.Topics(); len(got) != 0 {
+			t.Errorf("%s topology's topics: %q, want none", name, got)
+		}
+	}
+}

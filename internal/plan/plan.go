@@ -9,6 +9,7 @@
 package plan
 
 import (
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -150,13 +151,30 @@ func (p *Plan) SourceByTopic(topic string) *Source {
 	return nil
 }
 
-var of func(topology any) *Plan
+// Compiled holds a Plan inside topology.Topology, which embeds it. Its one method is unexported, so
+// users' code, which can name neither this package nor the method, cannot reach the plan, while
+// the engine, sinks and query read it through Of with the type checked at compile time (plan
+// cannot import topology, which imports plan).
+type Compiled struct{ p *Plan }
 
-// Register is called once by package topology with the function that reads a Topology's plan.
-func Register(f func(topology any) *Plan) { of = f }
+// Compile wraps p for embedding in topology.Topology.
+func Compile(p *Plan) Compiled { return Compiled{p: p} }
 
-// Of returns the plan of a *topology.Topology (nil for a nil topology).
-func Of(topology any) *Plan { return of(topology) }
+func (c Compiled) compiled() *Plan { return c.p }
+
+// Holder is what carries a plan: a *topology.Topology.
+type Holder interface{ compiled() *Plan }
+
+// Of returns the plan of a *topology.Topology: nil for a nil or zero one (not made by Build).
+func Of(t Holder) *Plan {
+	if t == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(t); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil // a nil *topology.Topology: its promoted method would dereference it
+	}
+	return t.compiled()
+}
 
 // Layout is the shape of the plan's state: its sets, in order, with their windows and
 // aggregations (names and kinds), in order (state.Entity refers to it by hash).

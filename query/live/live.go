@@ -43,8 +43,8 @@ type View struct {
 
 // New prepares a view; Run must run for it to fill and follow the table.
 func New(topo *topology.Topology, cfg Config) (*View, error) {
-	if topo == nil {
-		return nil, errors.New("live.New: topology is nil")
+	if plan.Of(topo) == nil {
+		return nil, errors.New("live.New: topology is nil or zero (make it with topology.Builder.Build)")
 	}
 	if len(cfg.Brokers) == 0 {
 		return nil, errors.New("live: Brokers is empty")
