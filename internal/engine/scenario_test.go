@@ -1,4 +1,8 @@
-package abacustest_test
+// The engine's guarantees, scenario by scenario, with no broker: abacustest's in-memory driver runs
+// the engine as a processor would (stream time, idle closes, acknowledgements that lag, restarts
+// that keep or lose the local table). The same scenarios against kfake and a real broker are in
+// processors.
+package engine_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package abacustest_test
+package engine_test
 
 import (
 	"bytes"
