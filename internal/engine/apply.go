@@ -53,34 +53,13 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		return
 	}
 	before := len(ent.Windows)
-	var (
-		ups     []update
-		late    []*plan.Set
-		applied bool
-	)
-	for _, si := range src.Sets {
-		set := e.plan.Sets[si]
-		if !set.Accepts(typ) {
-			continue
-		}
-		var ok, isLate bool
-		var err error
-		if set.Window.Kind() == windows.KindSession {
-			ok, isLate, err = pt.addSession(ent, set, ev, t, judge, now, &ups)
-		} else {
-			ok, isLate, err = pt.addFixed(ent, set, ev, t, judge, now, &ups)
-		}
-		if err != nil {
-			// User code (an aggregation's Decode) refused the window's state: the event cannot
-			// be applied, and nothing of it is (ent is the callback's own copy).
-			e.m.panics.WithLabelValues("record").Inc()
-			e.deadLetterFenced(ctx, raw, deadletter.UserError, fmt.Sprintf("set %s, entity %q: %v", set.Name, ctx.Key(), err), at)
-			return
-		}
-		applied = applied || ok
-		if isLate {
-			late = append(late, set)
-		}
+	ups, late, applied, err := pt.addToSets(ctx.Key(), ent, src, ev, typ, t, judge, now)
+	if err != nil {
+		// User code (an aggregation's Decode) refused a window's state: the event cannot be
+		// applied, and nothing of it is (ent is the callback's own copy).
+		e.m.panics.WithLabelValues("record").Inc()
+		e.deadLetterFenced(ctx, raw, deadletter.UserError, err.Error(), at)
+		return
 	}
 	if applied {
 		// Checked before anything is sent: an entity the changelog would refuse stops the
@@ -110,14 +89,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		}
 		return
 	}
-	if t > og.wm {
-		wasMin := og.wm <= pt.eventST
-		og.wm, og.lastAdvance = t, now
-		pt.metaDirty = true
-		if wasMin {
-			pt.recomputeEventST()
-		}
-	}
+	pt.advanceOrigin(og, t, now)
 	pt.windowsDelta(len(ent.Windows)-before, len(ent.Windows)-before)
 	pt.prune(ctx.Key(), ent)
 	ent.Advance(from.topic, from.partition, at.Offset, og.wm)
@@ -135,6 +107,47 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		pt.lag.Set(float64(now.UnixMilli()-st) / 1000)
 	}
 	pt.closeDue(ctx)
+}
+
+// addToSets adds key's event of type typ at event time t to each of src's sets that takes it: the
+// windows it updated (ups), the sets it is late for, and whether any window took it. An error is
+// user code refusing a window's state, named with its set and entity; ent is then half updated
+// and must not be written.
+func (pt *partition) addToSets(key string, ent *state.Entity, src *plan.Source, ev plan.Event, typ string, t, judge int64, now time.Time) (ups []update, late []*plan.Set, applied bool, err error) {
+	for _, si := range src.Sets {
+		set := pt.e.plan.Sets[si]
+		if !set.Accepts(typ) {
+			continue
+		}
+		var ok, isLate bool
+		if set.Window.Kind() == windows.KindSession {
+			ok, isLate, err = pt.addSession(ent, set, ev, t, judge, now, &ups)
+		} else {
+			ok, isLate, err = pt.addFixed(ent, set, ev, t, judge, now, &ups)
+		}
+		if err != nil {
+			return nil, nil, false, fmt.Errorf("set %s, entity %q: %w", set.Name, key, err)
+		}
+		applied = applied || ok
+		if isLate {
+			late = append(late, set)
+		}
+	}
+	return ups, late, applied, nil
+}
+
+// advanceOrigin moves an origin's watermark to an applied event's time t when it is newer, and the
+// partition's event stream time with it when that origin held it back.
+func (pt *partition) advanceOrigin(og *origin, t int64, now time.Time) {
+	if t <= og.wm {
+		return
+	}
+	wasMin := og.wm <= pt.eventST
+	og.wm, og.lastAdvance = t, now
+	pt.metaDirty = true
+	if wasMin {
+		pt.recomputeEventST()
+	}
 }
 
 // replay handles an event the entity's fences say it applied already: the local table has it,

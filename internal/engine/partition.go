@@ -191,11 +191,7 @@ func (pt *partition) rebuild() error {
 		return fmt.Errorf("partition %d: iterate table: %w", pt.id, err)
 	}
 	defer it.Release()
-	type stored struct {
-		key string
-		ent *state.Entity
-	}
-	var ents []stored
+	var ents []storedEntity
 	var graces []state.SetGrace
 	now := e.cfg.Now()
 	for it.Next() {
@@ -205,29 +201,8 @@ func (pt *partition) rebuild() error {
 			return fmt.Errorf("partition %d: read table: %w", pt.id, err)
 		}
 		if strings.HasPrefix(key, plan.TickKeyPrefix) {
-			rec, err := state.DecodePartition(v)
-			if err != nil {
-				return fmt.Errorf("partition %d: record %q: %w", pt.id, key, err)
-			}
-			pt.idleST = max(pt.idleST, rec.IdleStreamTime)
-			pt.st = max(pt.st, rec.StreamTime)
-			pt.metaST = max(pt.metaST, rec.StreamTime)
-			for _, o := range rec.Origins {
-				k := originKey{o.Topic, o.Partition}
-				og := pt.originOf(k)
-				og.wm = max(og.wm, o.Watermark)
-				og.done = max(og.done, o.Done)
-				pt.metaWM[k] = max(pt.metaWM[k], o.Watermark)
-				pt.metaDone[k] = max(pt.metaDone[k], o.Done)
-			}
-			graces = rec.Graces
-			for _, l := range rec.Layouts {
-				if err := pt.knowLayout(l); err != nil {
-					return err
-				}
-				if l.Hash == e.layout.Hash {
-					pt.layoutHeld = true
-				}
+			if graces, err = pt.restoreRecord(key, v); err != nil {
+				return err
 			}
 			continue
 		}
@@ -240,7 +215,7 @@ func (pt *partition) rebuild() error {
 			og.wm = max(og.wm, f.Watermark)
 		}
 		pt.st = max(pt.st, ent.StreamTime)
-		ents = append(ents, stored{key, ent})
+		ents = append(ents, storedEntity{key, ent})
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("partition %d: iterate table: %w", pt.id, err)
@@ -256,21 +231,8 @@ func (pt *partition) rebuild() error {
 	if err := pt.knowLayout(e.layout); err != nil {
 		return err
 	}
-	// Layouts the record does not describe are described by one entity each (the describer): learn
-	// them all before converting any entity that follows them.
-	for _, s := range ents {
-		if _, known := pt.layouts[s.ent.Layout]; known || s.ent.Layout == e.layout.Hash || s.ent.Layout == 0 {
-			continue
-		}
-		desc, err := s.ent.Described()
-		if err != nil {
-			return fmt.Errorf("partition %d: entity %q: %w", pt.id, s.key, err)
-		}
-		if desc != nil {
-			if err := pt.knowLayout(*desc); err != nil {
-				return err
-			}
-		}
+	if err := pt.learnDescribedLayouts(ents); err != nil {
+		return err
 	}
 	for _, s := range ents {
 		if err := pt.convert(s.key, s.ent); err != nil {
@@ -283,6 +245,62 @@ func (pt *partition) rebuild() error {
 	pt.entities.Set(float64(len(ents)))
 	pt.windowsDelta(0, 0)
 	e.log.Debug("partition rebuilt", "partition", pt.id, "entities", len(ents), "windows", pt.held, "stream_time", pt.closeST())
+	return nil
+}
+
+// storedEntity is an entity read from the local table by rebuild.
+type storedEntity struct {
+	key string
+	ent *state.Entity
+}
+
+// restoreRecord takes the stream times, origins and layouts of the partition's record (key, v)
+// into pt, and returns the grace floors it holds.
+func (pt *partition) restoreRecord(key string, v []byte) ([]state.SetGrace, error) {
+	rec, err := state.DecodePartition(v)
+	if err != nil {
+		return nil, fmt.Errorf("partition %d: record %q: %w", pt.id, key, err)
+	}
+	pt.idleST = max(pt.idleST, rec.IdleStreamTime)
+	pt.st = max(pt.st, rec.StreamTime)
+	pt.metaST = max(pt.metaST, rec.StreamTime)
+	for _, o := range rec.Origins {
+		k := originKey{o.Topic, o.Partition}
+		og := pt.originOf(k)
+		og.wm = max(og.wm, o.Watermark)
+		og.done = max(og.done, o.Done)
+		pt.metaWM[k] = max(pt.metaWM[k], o.Watermark)
+		pt.metaDone[k] = max(pt.metaDone[k], o.Done)
+	}
+	for _, l := range rec.Layouts {
+		if err := pt.knowLayout(l); err != nil {
+			return nil, err
+		}
+		if l.Hash == pt.e.layout.Hash {
+			pt.layoutHeld = true
+		}
+	}
+	return rec.Graces, nil
+}
+
+// learnDescribedLayouts learns the layouts the record does not describe: one entity each (the
+// describer) describes them, and all must be known before any entity that follows them is
+// converted.
+func (pt *partition) learnDescribedLayouts(ents []storedEntity) error {
+	for _, s := range ents {
+		if _, known := pt.layouts[s.ent.Layout]; known || s.ent.Layout == pt.e.layout.Hash || s.ent.Layout == 0 {
+			continue
+		}
+		desc, err := s.ent.Described()
+		if err != nil {
+			return fmt.Errorf("partition %d: entity %q: %w", pt.id, s.key, err)
+		}
+		if desc != nil {
+			if err := pt.knowLayout(*desc); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
