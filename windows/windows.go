@@ -71,6 +71,22 @@ func (s Spec) Advance() int64 { return s.advance }
 // Gap is the session inactivity gap in ms (0 for other kinds).
 func (s Spec) Gap() int64 { return s.gap }
 
+// String describes the spec for people, as the query API and the CLI show it: "tumbling 1m0s",
+// "hopping 5m0s every 1m0s", "session, gap 30s". (The stored topology layout names specs its own,
+// fixed way, which must never change: see plan.WindowName.)
+func (s Spec) String() string {
+	ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
+	switch s.kind {
+	case KindTumbling:
+		return "tumbling " + ms(s.size)
+	case KindHopping:
+		return "hopping " + ms(s.size) + " every " + ms(s.advance)
+	case KindSession:
+		return "session, gap " + ms(s.gap)
+	}
+	return "unknown"
+}
+
 // ErrInvalidSpec is wrapped by every error Validate returns.
 var ErrInvalidSpec = errors.New("invalid window spec")
 

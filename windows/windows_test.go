@@ -159,3 +159,18 @@ func TestValidateNamesField(t *testing.T) {
 		}
 	}
 }
+
+// TestSpecString: the description the query API's /api/v1/topologies and the CLI show.
+func TestSpecString(t *testing.T) {
+	for spec, want := range map[Spec]string{
+		Tumbling(time.Minute):               "tumbling 1m0s",
+		Hopping(5*time.Minute, time.Minute): "hopping 5m0s every 1m0s",
+		Session(30 * time.Second):           "session, gap 30s",
+		Tumbling(1500 * time.Millisecond):   "tumbling 1.5s",
+		{}:                                  "unknown",
+	} {
+		if got := spec.String(); got != want {
+			t.Errorf("%#v: %q, want %q", spec, got, want)
+		}
+	}
+}

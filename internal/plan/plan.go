@@ -190,7 +190,9 @@ func (p *Plan) Layout() state.Layout {
 	return state.NewLayout(sets)
 }
 
-// WindowName names a window spec so that two specs with one name assign the same windows.
+// WindowName names a window spec so that two specs with one name assign the same windows. The
+// name is stored in every partition's layout description (state.LayoutSet.Window) and compared
+// at each restart, so it must never change; windows.Spec.String is the form shown to people.
 func WindowName(s windows.Spec) string {
 	switch s.Kind() {
 	case windows.KindHopping:
