@@ -38,7 +38,7 @@ func (d *deployment) topicSpecs(ctx context.Context, newPartitions int32) ([]pro
 	if parts == 0 {
 		parts = newPartitions
 	}
-	return processors.Topics(d.topo, d.processorConfig(nil), parts), nil
+	return processors.TopicSpecs(d.topo, d.processorConfig(nil), parts), nil
 }
 
 // ensureTopics creates the topics among specs that do not exist, with their partitions,

@@ -165,7 +165,7 @@ func (p *clusterPipe) alive(t *testing.T, when string) {
 
 // topics are the topics the pipe's processor uses, by role.
 func (p *clusterPipe) topics() []processors.TopicSpec {
-	return processors.Topics(p.topo, p.cfg, int32(p.parts))
+	return processors.TopicSpecs(p.topo, p.cfg, int32(p.parts))
 }
 
 // produce produces chunk i, spread over d (all at once when d is 0), and returns at once; the

@@ -39,12 +39,13 @@ type TopicSpec struct {
 	Config map[string]string
 }
 
-// Topics lists every topic that running topo with cfg needs: the sources, then the totals,
-// dead-letter and late topics, the group's loop topic and its table's changelog, all with the
-// given partition count (goka copartitions a group's inputs, loop and table) and cfg's
-// replication. The processor creates the ones missing when it starts, `abacus admin create`
-// creates them all, `abacus admin verify` checks them.
-func Topics(topo *topology.Topology, cfg Config, partitions int32) []TopicSpec {
+// TopicSpecs lists every topic that running topo with cfg needs, as it must be created: the
+// sources, then the totals, dead-letter and late topics, the group's loop topic and its table's
+// changelog, all with the given partition count (goka copartitions a group's inputs, loop and
+// table) and cfg's replication. The processor creates the ones missing when it starts, `abacus
+// admin create` creates them all, `abacus admin verify` checks them. (topology.Topology.Topics
+// names only the topics the topology itself declares.)
+func TopicSpecs(topo *topology.Topology, cfg Config, partitions int32) []TopicSpec {
 	cfg.EnsureDefaults(topo)
 	p := plan.Of(topo)
 	rf := int16(cfg.Replication)
@@ -138,7 +139,7 @@ func (p *Processor) ensureTopics() (int, error) {
 		}
 		npar = len(parts)
 	}
-	for _, t := range Topics(p.topo, p.cfg, int32(npar)) {
+	for _, t := range TopicSpecs(p.topo, p.cfg, int32(npar)) {
 		if t.Role == RoleSource {
 			continue
 		}
