@@ -15,6 +15,7 @@ import (
 	"github.com/abacus-stream/abacus/app"
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/rogpeppe/go-internal/testscript"
@@ -50,7 +51,7 @@ func TestCLI(t *testing.T) {
 // subcommand's happy path.
 func TestCLIRealServers(t *testing.T) {
 	brokers := testenv.Kafka(t)
-	quorum := testenv.HBaseZooKeeper(t)
+	quorum := gate.HBaseZooKeeper(t)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/real",

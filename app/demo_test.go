@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
 // TestDemo starts `abacus demo` and waits for its API to serve non-empty aggregates, with the
@@ -30,7 +31,7 @@ func TestDemo(t *testing.T) {
 		t.Run(mode, func(t *testing.T) {
 			args := []string{"demo", "-listen", "127.0.0.1:0", "-for", "6m"}
 			if mode == "real-servers" {
-				args = append(args, "-kafka", strings.Join(testenv.Kafka(t), ","), "-hbase", testenv.HBaseZooKeeper(t))
+				args = append(args, "-kafka", strings.Join(testenv.Kafka(t), ","), "-hbase", gate.HBaseZooKeeper(t))
 			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

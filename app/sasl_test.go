@@ -14,6 +14,7 @@ import (
 	"github.com/abacus-stream/abacus/app"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/hbasestore"
@@ -50,7 +51,7 @@ func saslEnv(t *testing.T, k testenv.KafkaSASL, dir string) map[string]string {
 // SCRAM-SHA-256 and PLAIN, each mechanism in at least one script.
 func TestCLISASL(t *testing.T) {
 	k := testenv.KafkaSASLListener(t)
-	quorum := testenv.HBaseZooKeeper(t)
+	quorum := gate.HBaseZooKeeper(t)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	secrets := t.TempDir()
 	env := saslEnv(t, k, secrets)
@@ -173,7 +174,7 @@ const failFast = 15 * time.Second
 // (its live view) and the demo against real brokers.
 func TestSASLFailsFast(t *testing.T) {
 	k := testenv.KafkaSASLListener(t)
-	quorum := testenv.HBaseZooKeeper(t)
+	quorum := gate.HBaseZooKeeper(t)
 	dir := t.TempDir()
 	u := k.Users["SCRAM-SHA-256"]
 	cfg := func(name, ca, password string) string {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/examples/devices"
-	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
 // lateProxy forwards TCP connections from addr to a server, once opened: until then nothing
@@ -94,7 +94,7 @@ func TestRolesWaitForServers(t *testing.T) {
 	}
 	e := newRolesEnv(t, "static")
 	kafka := newLateProxy(t, e.brokers[0])
-	zk := newLateProxy(t, testenv.HBaseZooKeeper(t))
+	zk := newLateProxy(t, gate.HBaseZooKeeper(t))
 	proc := e.start(&roleProc{name: "proc", role: "processor", instance: "wait", extraEnv: []string{"ABACUS_KAFKA_BROKERS=" + kafka.addr}})
 	agg := e.start(&roleProc{name: "agg", role: "aggregates-sink", instance: "wait", extraEnv: []string{"ABACUS_KAFKA_BROKERS=" + kafka.addr}})
 	facts := e.start(&roleProc{name: "facts", role: "facts-sink", instance: "wait", extraEnv: []string{"ABACUS_HBASE_ZK=" + zk.addr}})

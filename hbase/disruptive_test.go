@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"io"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -22,9 +20,7 @@ import (
 //
 //	ABACUS_DISRUPTIVE=1 go test -count=1 -run '^TestDisruptive' ./hbase/
 func TestDisruptiveServerRestart(t *testing.T) {
-	if os.Getenv("ABACUS_DISRUPTIVE") != "1" {
-		t.Skip("stops the shared HBase: runs only with ABACUS_DISRUPTIVE=1, as testenv/run-tests.sh does after the other tests")
-	}
+	gate.Disruptive(t)
 	c := testClient(t)
 	table := testTable(t, c, "restart", fam("f"), [][]byte{[]byte("m")})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -33,7 +29,7 @@ func TestDisruptiveServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	services := hbaseServices(ctx, t)
+	services := hbaseServices(t)
 	services("stop")
 	restarted := false
 	defer func() {
@@ -71,14 +67,12 @@ func TestDisruptiveServerRestart(t *testing.T) {
 // Client reads back every row it was told had landed: acknowledged edits live in the WAL and come
 // back through its recovery. Like TestDisruptiveServerRestart it runs only with ABACUS_DISRUPTIVE=1.
 func TestDisruptiveServerKilled(t *testing.T) {
-	if os.Getenv("ABACUS_DISRUPTIVE") != "1" {
-		t.Skip("kills the shared HBase: runs only with ABACUS_DISRUPTIVE=1, as testenv/run-tests.sh does after the other tests")
-	}
+	gate.Disruptive(t)
 	c := testClient(t)
 	table := testTable(t, c, "killed", fam("f"), [][]byte{[]byte("r5")})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	services := hbaseServices(ctx, t)
+	services := hbaseServices(t)
 	acked := 0
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
 		var ms []*Mutation
@@ -130,18 +124,9 @@ func countRowsErr(ctx context.Context, c *Client, s Scan) (int, error) {
 
 // hbaseServices returns a function that runs testenv/services.sh with a command (stop, start,
 // kill-hbase) for the shared HBase, failing the test if it fails.
-func hbaseServices(ctx context.Context, t *testing.T) func(cmd string) {
-	t.Helper()
-	script, err := filepath.Abs(filepath.Join("..", "testenv", "services.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+func hbaseServices(t *testing.T) func(cmd string) {
 	return func(cmd string) {
 		t.Helper()
-		sh := exec.CommandContext(ctx, script, cmd)
-		sh.Env = append(os.Environ(), "SERVICES=hbase")
-		if out, err := sh.CombinedOutput(); err != nil {
-			t.Fatalf("services.sh %s: %v\n%s", cmd, err, out)
-		}
+		gate.ServiceCommand(t, "hbase", cmd)
 	}
 }

@@ -3,9 +3,7 @@ package hbase
 import (
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"strings"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,25 +11,7 @@ import (
 
 // testQuorum returns the ZooKeeper quorum of the real test HBase, skipping the test when it is not
 // reachable, or failing it when ABACUS_REQUIRE_SERVICES=1 (the README's test command sets it).
-func testQuorum(t testing.TB) string {
-	t.Helper()
-	q := os.Getenv("ABACUS_HBASE_ZK")
-	if q == "" {
-		q = "127.0.0.1:2181"
-	}
-	first := strings.Split(q, ",")[0]
-	c, err := net.DialTimeout("tcp", first, 2*time.Second)
-	if err == nil {
-		c.Close()
-		return q
-	}
-	msg := fmt.Sprintf("HBase ZooKeeper not reachable at %s (ABACUS_HBASE_ZK): %v; start testenv/services.sh", first, err)
-	if os.Getenv("ABACUS_REQUIRE_SERVICES") == "1" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
+func testQuorum(t testing.TB) string { t.Helper(); return gate.HBaseZooKeeper(t) }
 
 func testContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

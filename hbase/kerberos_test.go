@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"io"
 	"net"
 	"os"
@@ -31,13 +32,13 @@ type secureEnv struct {
 func secureHBase(t *testing.T) secureEnv {
 	t.Helper()
 	e := secureEnv{
-		zk:               os.Getenv("ABACUS_SECURE_HBASE_ZK"),
-		krb5:             os.Getenv("ABACUS_KRB5_CONF"),
-		principal:        os.Getenv("ABACUS_KRB_PRINCIPAL"),
-		keytab:           os.Getenv("ABACUS_KRB_KEYTAB"),
+		zk:               os.Getenv(gate.EnvSecureHBaseZK),
+		krb5:             os.Getenv(gate.EnvKrb5Conf),
+		principal:        os.Getenv(gate.EnvKrbPrincipal),
+		keytab:           os.Getenv(gate.EnvKrbKeytab),
 		staleKeytab:      os.Getenv("ABACUS_KRB_STALE_KEYTAB"),
 		shortlivedKeytab: os.Getenv("ABACUS_KRB_SHORTLIVED_KEYTAB"),
-		serverPrincipal:  os.Getenv("ABACUS_KRB_SERVER_PRINCIPAL"),
+		serverPrincipal:  os.Getenv(gate.EnvKrbServerPrincipal),
 	}
 	const hint = "start it with SERVICES=\"kdc secure-hbase\" testenv/services.sh start and " +
 		"eval \"$(SERVICES=\"kdc secure-hbase\" testenv/services.sh env)\""
@@ -50,7 +51,7 @@ func secureHBase(t *testing.T) secureEnv {
 		c.Close()
 		return e
 	}
-	if os.Getenv("ABACUS_REQUIRE_SECURE_HBASE") == "1" {
+	if os.Getenv(gate.EnvRequireSecure) == "1" {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
 // TestDisruptiveBrokerRestart runs the oracle scenario on the single test broker while the broker
@@ -25,7 +26,7 @@ import (
 //
 //	ABACUS_DISRUPTIVE=1 go test -count=1 -run '^TestDisruptive' ./processors/
 func TestDisruptiveBrokerRestart(t *testing.T) {
-	testenv.Disruptive(t)
+	gate.Disruptive(t)
 	brokers := testenv.Kafka(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -38,7 +39,7 @@ func TestDisruptiveBrokerRestart(t *testing.T) {
 	p.start(t)
 	t.Cleanup(func() {
 		if t.Failed() { // whatever happened, the broker runs again for the tests that follow
-			testenv.StartService(t, "kafka")
+			gate.StartService(t, "kafka")
 		}
 	})
 
@@ -49,12 +50,12 @@ func TestDisruptiveBrokerRestart(t *testing.T) {
 		time.Sleep(3 * time.Second)
 		t0 := time.Now()
 		if how == "kill-broker" {
-			testenv.ServiceCommand(t, "kafka", "kill-broker", "1")
+			gate.ServiceCommand(t, "kafka", "kill-broker", "1")
 		} else {
-			testenv.StopService(t, "kafka")
+			gate.StopService(t, "kafka")
 		}
 		time.Sleep(5 * time.Second)
-		testenv.StartService(t, "kafka")
+		gate.StartService(t, "kafka")
 		t.Logf("broker %s and started again: %v down", map[string]string{"kill-broker": "SIGKILLed", "stop": "stopped"}[how],
 			time.Since(t0).Round(time.Millisecond))
 		p.await(t, "records produced while the broker was down", ch, 3*time.Minute)

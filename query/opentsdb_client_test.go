@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
 // pythonWithPyOpenTSDB is the Python that testenv/run-tests.sh installs the tests' packages for
@@ -24,7 +24,7 @@ func pythonWithPyOpenTSDB(t *testing.T) string {
 	}
 	if err := exec.Command(py, "-c", "import pyopentsdb").Run(); err != nil {
 		msg := py + " with pyopentsdb is missing (" + err.Error() + "): testenv/run-tests.sh installs testenv/python-requirements.txt into testenv/.venv"
-		if testenv.Required() {
+		if gate.Required() {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,7 +20,7 @@ import (
 // keep arriving: the sink must hold its poll, stay in its group (no partition revoked or
 // lost), commit nothing it has not written, and drain the lag once HBase is back, losing nothing.
 func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
-	testenv.Disruptive(t)
+	gate.Disruptive(t)
 	e := newE2E(t)
 	e.MaxBatch = 200
 	reg := prometheus.NewRegistry()
@@ -67,7 +68,7 @@ func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 	}()
 
 	waitFor(t, "first cells written", 60*time.Second, func() bool { return testutil.ToFloat64(m.commits) > 0 })
-	testenv.StopService(t, "hbase")
+	gate.StopService(t, "hbase")
 	stopped := time.Now()
 	waitFor(t, "the poll to be held", 60*time.Second, func() bool { return testutil.ToFloat64(m.held) > 0 })
 	committedAtPause := testutil.ToFloat64(m.commits)
@@ -75,7 +76,7 @@ func TestDisruptiveHBaseDownPausesAndDrains(t *testing.T) {
 	if got := testutil.ToFloat64(m.commits); got != committedAtPause {
 		t.Fatalf("commits went on while HBase was down: %v -> %v", committedAtPause, got)
 	}
-	testenv.StartService(t, "hbase")
+	gate.StartService(t, "hbase")
 	time.Sleep(2 * time.Second)
 	close(stopProducing)
 	<-producerDone

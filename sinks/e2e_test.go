@@ -18,6 +18,7 @@ import (
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/hbasestore"
@@ -54,7 +55,7 @@ func newE2EOn(t *testing.T, brokers []string, replication int16) *e2e {
 	t.Helper()
 	n := time.Now().UnixNano()
 	e := &e2e{
-		Brokers: brokers, Quorum: testenv.HBaseZooKeeper(t), HBase: testenv.HBaseConfig(t),
+		Brokers: brokers, Quorum: gate.HBaseZooKeeper(t), HBase: testenv.HBaseConfig(t),
 		Events: fmt.Sprintf("e2e-events-%d", n), Totals: fmt.Sprintf("e2e-totals-%d", n), DeadLetter: fmt.Sprintf("e2e-dlq-%d", n),
 		FactsTable: fmt.Sprintf("sinktest_facts_%d", n), AggTable: fmt.Sprintf("sinktest_agg_%d", n), Buckets: 8,
 		FactsGroup: fmt.Sprintf("e2e-facts-%d", n), AggGroup: fmt.Sprintf("e2e-agg-%d", n), MaxBatch: 300,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
 // outageDuration is how long TestDisruptiveHBaseDownFiveMinutes keeps HBase down: five minutes,
@@ -44,7 +44,7 @@ type outageSample struct {
 // held_partitions returns to 0, the commits cover the backlog, and both tables hold exactly the
 // cells the stream's oracle (package bench/chaos/stream) computes, one version each.
 func TestDisruptiveHBaseDownFiveMinutes(t *testing.T) {
-	testenv.Disruptive(t)
+	gate.Disruptive(t)
 	outage := outageDuration(t)
 	const rate = 400 // events a second of ~1.1 KB: about 26 MB of backlog a minute
 	p := startPipeline(t, "outage", rate, 1000)
@@ -59,12 +59,12 @@ func TestDisruptiveHBaseDownFiveMinutes(t *testing.T) {
 		return testutil.ToFloat64(p.factsM.commits) > 0 && testutil.ToFloat64(p.aggM.commits) > 0
 	})
 	time.Sleep(10 * time.Second) // a steady state before the outage
-	testenv.StopService(t, "hbase")
+	gate.StopService(t, "hbase")
 	stopped := time.Now()
 	restarted := false
 	defer func() {
 		if !restarted { // never leave the shared HBase down
-			testenv.StartService(t, "hbase")
+			gate.StartService(t, "hbase")
 		}
 	}()
 	waitFor(t, "both sinks to hold their poll", 90*time.Second, func() bool {
@@ -93,7 +93,7 @@ func TestDisruptiveHBaseDownFiveMinutes(t *testing.T) {
 	}
 	last := samples[len(samples)-1]
 	backlog := p.producedBytes.Load() - bytesAtFirst
-	testenv.StartService(t, "hbase")
+	gate.StartService(t, "hbase")
 	restarted = true
 	t.Logf("HBase back after %v down", time.Since(stopped).Round(time.Second))
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store/hbasestore"
@@ -114,7 +115,7 @@ type reading struct {
 // BenchmarkFactsSink runs abacus's facts sink from the start of the topic until every event is
 // written and committed.
 func BenchmarkFactsSink(b *testing.B) {
-	brokers, quorum := testenv.Kafka(b), testenv.HBaseZooKeeper(b)
+	brokers, quorum := testenv.Kafka(b), gate.HBaseZooKeeper(b)
 	t := produceOnce(b, brokers)
 	ctx := context.Background()
 	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: quorum})
@@ -161,7 +162,7 @@ func BenchmarkFactsSink(b *testing.B) {
 
 // BenchmarkJavaSinkLoop runs the Java loop (bench/sink/java, built by run.sh) on the same topic.
 func BenchmarkJavaSinkLoop(b *testing.B) {
-	brokers, quorum := testenv.Kafka(b), testenv.HBaseZooKeeper(b)
+	brokers, quorum := testenv.Kafka(b), gate.HBaseZooKeeper(b)
 	cpFile := filepath.Join("java", "target", "classpath.txt")
 	cp, err := os.ReadFile(cpFile)
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
 // Environment of the three-broker cluster that `KAFKA_BROKERS=3 testenv/services.sh start` runs;
@@ -332,7 +334,7 @@ func (c *Cluster) scriptCmd(t testing.TB, verb string, id int32) *exec.Cmd {
 	if err != nil {
 		t.Fatalf("%s: %v", EnvKafkaCluster, err)
 	}
-	cmd := exec.Command(servicesScript(t), verb, strconv.Itoa(int(id)))
+	cmd := exec.Command(gate.ServicesScript(t), verb, strconv.Itoa(int(id)))
 	cmd.Env = append(os.Environ(), "SERVICES=kafka", "ABACUS_TESTENV_DIR="+c.dir,
 		"KAFKA_BROKERS="+strconv.Itoa(len(c.Brokers)), "KAFKA_CLUSTER_PORT="+port)
 	return cmd

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
 // Environment variables of the single test broker's SASL_SSL listener; testenv/services.sh env
@@ -37,15 +39,15 @@ type KafkaSASL struct {
 func KafkaSASLListener(t testing.TB) KafkaSASL {
 	t.Helper()
 	if os.Getenv(EnvKafkaSASL) == "" {
-		msg := EnvKafkaSASL + " is unset: no SASL_SSL listener to test against; " + startHint +
+		msg := EnvKafkaSASL + " is unset: no SASL_SSL listener to test against; " + gate.StartHint +
 			" and eval \"$(testenv/services.sh env)\""
-		if Required() {
+		if gate.Required() {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
 	k := KafkaSASL{
-		Brokers:         strings.Split(find(t, "Kafka SASL_SSL listener", EnvKafkaSASL, ""), ","),
+		Brokers:         strings.Split(gate.Find(t, "Kafka SASL_SSL listener", EnvKafkaSASL, ""), ","),
 		CAFile:          os.Getenv(EnvKafkaCA),
 		UntrustedCAFile: os.Getenv(EnvKafkaUntrusted),
 		Users:           map[string]SASLUser{},

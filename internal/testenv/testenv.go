@@ -1,79 +1,37 @@
-// Package testenv lets integration tests find the real Kafka broker and HBase that
-// testenv/services.sh runs on loopback.
-//
-// A test asks for a service; when the service cannot be reached the test is skipped with a message
-// saying how to start it, unless ABACUS_REQUIRE_SERVICES=1 (set by testenv/run-tests.sh, the README's
-// test command): then a missing service fails the test, so a run that should prove something against
-// the real servers can never pass by skipping.
+// Package testenv gives integration tests clients of the real Kafka broker and HBase that
+// testenv/services.sh runs on loopback, and the Kafka cluster and SASL listener of its other
+// modes. Whether a test runs at all (skipped, or failed when the README's test command requires
+// the services) is package gate's decision, which every helper here goes through.
 package testenv
 
 import (
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
-// Environment variables read by this package; testenv/services.sh env prints them.
-const (
-	EnvKafka   = "ABACUS_KAFKA_BROKERS" // comma-separated host:port list
-	EnvHBaseZK = "ABACUS_HBASE_ZK"      // ZooKeeper quorum of the test HBase
-	EnvRequire = "ABACUS_REQUIRE_SERVICES"
-)
-
-const startHint = "start the real services with `testenv/services.sh start` " +
-	"(or run everything with `testenv/run-tests.sh`)"
-
-// Required reports whether missing services must fail tests rather than skip them.
-func Required() bool { return os.Getenv(EnvRequire) == "1" }
-
-// Kafka returns the seed brokers of the real test broker, or skips (fails when Required) the test.
+// Kafka returns the seed brokers of the real test broker, or skips (fails when gate.Required) the test.
 func Kafka(t testing.TB) []string {
 	t.Helper()
-	return strings.Split(find(t, "Kafka broker", EnvKafka, "127.0.0.1:9092"), ",")
+	return strings.Split(gate.Find(t, "Kafka broker", gate.EnvKafka, "127.0.0.1:9092"), ",")
 }
-
-// HBaseZooKeeper returns the ZooKeeper quorum of the real test HBase, or skips (fails when Required)
-// the test.
-func HBaseZooKeeper(t testing.TB) string {
-	t.Helper()
-	return find(t, "HBase", EnvHBaseZK, "127.0.0.1:2181")
-}
-
-// Environment of the Kerberized test HBase (testenv/services.sh secure mode, SERVICES="kdc
-// secure-hbase"); `testenv/services.sh env` prints them.
-const (
-	// EnvHBaseAuth set to "kerberos" makes HBaseConfig return the Kerberized cluster's settings, so
-	// that tests written against the plain HBase run unchanged against the secure one (with
-	// ABACUS_HBASE_ZK pointing at its ZooKeeper), as testenv/run-tests.sh's Kerberos stage does.
-	EnvHBaseAuth          = "ABACUS_HBASE_AUTH"
-	EnvSecureHBaseZK      = "ABACUS_SECURE_HBASE_ZK"
-	EnvKrb5Conf           = "ABACUS_KRB5_CONF"
-	EnvKrbPrincipal       = "ABACUS_KRB_PRINCIPAL"
-	EnvKrbKeytab          = "ABACUS_KRB_KEYTAB"
-	EnvKrbServerPrincipal = "ABACUS_KRB_SERVER_PRINCIPAL"
-	// EnvRequireSecure makes a missing Kerberized HBase fail tests that need it instead of skipping.
-	EnvRequireSecure = "ABACUS_REQUIRE_SECURE_HBASE"
-)
 
 // HBaseConfig returns the client configuration of the test HBase: the plain cluster of
-// HBaseZooKeeper, or with ABACUS_HBASE_AUTH=kerberos the same quorum with Kerberos authentication as
-// the secure mode's client principal and keytab. It skips (fails when Required) like HBaseZooKeeper.
+// gate.HBaseZooKeeper, or with ABACUS_HBASE_AUTH=kerberos the same quorum with Kerberos authentication as
+// the secure mode's client principal and keytab. It skips (fails when gate.Required) like gate.HBaseZooKeeper.
 func HBaseConfig(t testing.TB) hbase.Config {
 	t.Helper()
-	cfg := hbase.Config{ZooKeeper: HBaseZooKeeper(t)}
-	switch a := os.Getenv(EnvHBaseAuth); a {
+	cfg := hbase.Config{ZooKeeper: gate.HBaseZooKeeper(t)}
+	switch a := os.Getenv(gate.EnvHBaseAuth); a {
 	case "", hbase.AuthSimple:
 	case hbase.AuthKerberos:
 		cfg.Auth = hbase.AuthKerberos
 		cfg.Kerberos = kerberosSettings(t)
 	default:
-		t.Fatalf("%s=%q: want %q or %q", EnvHBaseAuth, a, hbase.AuthSimple, hbase.AuthKerberos)
+		t.Fatalf("%s=%q: want %q or %q", gate.EnvHBaseAuth, a, hbase.AuthSimple, hbase.AuthKerberos)
 	}
 	return cfg
 }
@@ -81,87 +39,14 @@ func HBaseConfig(t testing.TB) hbase.Config {
 func kerberosSettings(t testing.TB) hbase.KerberosConfig {
 	t.Helper()
 	k := hbase.KerberosConfig{
-		Principal:       os.Getenv(EnvKrbPrincipal),
-		Keytab:          os.Getenv(EnvKrbKeytab),
-		Krb5Conf:        os.Getenv(EnvKrb5Conf),
-		ServerPrincipal: os.Getenv(EnvKrbServerPrincipal),
+		Principal:       os.Getenv(gate.EnvKrbPrincipal),
+		Keytab:          os.Getenv(gate.EnvKrbKeytab),
+		Krb5Conf:        os.Getenv(gate.EnvKrb5Conf),
+		ServerPrincipal: os.Getenv(gate.EnvKrbServerPrincipal),
 	}
 	if k.Keytab == "" || k.Principal == "" || k.Krb5Conf == "" {
 		t.Fatalf("%s=kerberos needs %s, %s and %s (testenv/services.sh env prints them in secure mode)",
-			EnvHBaseAuth, EnvKrbPrincipal, EnvKrbKeytab, EnvKrb5Conf)
+			gate.EnvHBaseAuth, gate.EnvKrbPrincipal, gate.EnvKrbKeytab, gate.EnvKrb5Conf)
 	}
 	return k
-}
-
-// find returns the address list in env (or def when env is unset) if its first address accepts a
-// TCP connection.
-func find(t testing.TB, what, env, def string) string {
-	t.Helper()
-	addrs := os.Getenv(env)
-	if addrs == "" {
-		addrs = def
-	}
-	first := strings.Split(addrs, ",")[0]
-	c, err := net.DialTimeout("tcp", first, 2*time.Second)
-	if err == nil {
-		c.Close()
-		return addrs
-	}
-	msg := what + " not reachable at " + first + " (" + env + "): " + err.Error() + "; " + startHint
-	if Required() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
-}
-
-// EnvDisruptive enables tests that stop and restart the shared services. testenv/run-tests.sh runs
-// them on their own, after every other test, because they would break tests running beside them.
-const EnvDisruptive = "ABACUS_DISRUPTIVE"
-
-// Disruptive skips the test unless disruptive tests were asked for. Such tests are named
-// TestDisruptive* so the test command can run them apart.
-func Disruptive(t testing.TB) {
-	t.Helper()
-	if os.Getenv(EnvDisruptive) != "1" {
-		t.Skip("stops shared services: runs only with " + EnvDisruptive + "=1, as testenv/run-tests.sh does after the other tests")
-	}
-}
-
-// StopService stops "kafka" or "hbase" through testenv/services.sh.
-func StopService(t testing.TB, name string) { t.Helper(); ServiceCommand(t, name, "stop") }
-
-// StartService starts "kafka" or "hbase" through testenv/services.sh and waits until it answers.
-func StartService(t testing.TB, name string) { t.Helper(); ServiceCommand(t, name, "start") }
-
-// ServiceCommand runs testenv/services.sh with args (such as "kill-broker 1" or "kill-hbase")
-// for the service name ("kafka" or "hbase"), failing the test if it fails.
-func ServiceCommand(t testing.TB, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(servicesScript(t), args...)
-	cmd.Env = append(os.Environ(), "SERVICES="+name)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("testenv/services.sh %s (%s): %v\n%s", strings.Join(args, " "), name, err, out)
-	}
-	t.Logf("testenv/services.sh %s (%s):\n%s", strings.Join(args, " "), name, out)
-}
-
-// servicesScript returns the path of testenv/services.sh, found above the test's directory.
-func servicesScript(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "testenv", "services.sh")); err == nil {
-			return filepath.Join(dir, "testenv", "services.sh")
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("testenv/services.sh not found above the test's directory")
-		}
-		dir = parent
-	}
 }
