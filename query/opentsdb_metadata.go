@@ -62,6 +62,8 @@ const (
 	tagFinal    = "final"
 )
 
+// suggest answers /api/suggest: the metrics, tag keys or tag values starting with q, which
+// Grafana's query editor offers as completions.
 func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
 	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
 	if err != nil {
@@ -101,38 +103,11 @@ func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
 			add(k)
 		}
 	case "tagv":
-		vals := map[string]bool{"true": true, "false": true}
-		for i := range a.s.Topologies {
-			t := &a.s.Topologies[i]
-			for _, set := range t.Sets {
-				kinds, err := a.setKinds(r.Context(), t.Reader, set.Name)
-				if err != nil {
-					return nil, err
-				}
-				for _, qs := range kinds {
-					for _, q := range qs {
-						vals[formatQuantile(q)] = true
-					}
-				}
-			}
-			// Listed up to MaxLookup and cut after sorting, so that the first values come first.
-			list, _, err := t.Reader.listEntities(r.Context(), "", prefix, a.limits.MaxLookup, a.limits.MaxEntityScan, nil)
-			if errors.Is(err, errEntityScanLimit) {
-				err = nil // suggestions may be partial
-			}
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range list {
-				vals[e] = true
-			}
+		vals, err := a.tagValues(r.Context(), prefix)
+		if err != nil {
+			return nil, err
 		}
-		sorted := make([]string, 0, len(vals))
-		for v := range vals {
-			sorted = append(sorted, v)
-		}
-		sort.Strings(sorted)
-		for _, v := range sorted {
+		for _, v := range vals {
 			if !add(v) {
 				break
 			}
@@ -143,10 +118,64 @@ func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
 	return out, nil
 }
 
+// tagValues lists, sorted, the tag values a suggestion may offer: true and false (of final), the
+// quantiles of every set, and the entities that start with prefix, up to MaxLookup of them per
+// topology (a listing stopped at MaxEntityScan gives what it found: suggestions may be partial).
+func (a *tsdbAPI) tagValues(ctx context.Context, prefix string) ([]string, error) {
+	vals := map[string]bool{"true": true, "false": true}
+	for i := range a.s.Topologies {
+		t := &a.s.Topologies[i]
+		for _, set := range t.Sets {
+			kinds, err := a.setKinds(ctx, t.Reader, set.Name)
+			if err != nil {
+				return nil, err
+			}
+			for _, qs := range kinds {
+				for _, q := range qs {
+					vals[formatQuantile(q)] = true
+				}
+			}
+		}
+		// Listed up to MaxLookup and cut after sorting, so that the first values come first.
+		list, _, err := t.Reader.listEntities(ctx, "", prefix, a.limits.MaxLookup, a.limits.MaxEntityScan, nil)
+		if errors.Is(err, errEntityScanLimit) {
+			err = nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range list {
+			vals[e] = true
+		}
+	}
+	sorted := make([]string, 0, len(vals))
+	for v := range vals {
+		sorted = append(sorted, v)
+	}
+	sort.Strings(sorted)
+	return sorted, nil
+}
+
+// lookupResult is one series of a lookup answer. TSUID stays empty: abacus has no UIDs, but
+// clients expect the field.
 type lookupResult struct {
 	Metric string            `json:"metric"`
 	Tags   map[string]string `json:"tags"`
 	TSUID  string            `json:"tsuid"`
+}
+
+// lookupPair is a tag of the m parameter as the answer echoes it.
+type lookupPair struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// lookupQuery is the m parameter of a lookup: a metric name ("" or * for every metric) and its
+// tags, both as given (for the echo) and as filters.
+type lookupQuery struct {
+	metric  string
+	pairs   []lookupPair
+	filters []tagFilter
 }
 
 // lookup lists the series of a metric that match tag values: m=<metric>{<tagk>=<value>,...}, where
@@ -172,59 +201,82 @@ func (a *tsdbAPI) lookup(r *http.Request) (any, error) {
 	if limit <= 0 || limit > a.limits.MaxLookup {
 		limit = a.limits.MaxLookup
 	}
-	name, tags := m, ""
+	lq, err := parseLookupM(m)
+	if err != nil {
+		return nil, err
+	}
+	metrics, err := a.lookupMetrics(lq.metric)
+	if err != nil {
+		return nil, err
+	}
+	results, total, err := a.lookupSeries(r.Context(), metrics, lq.filters, limit)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"type": "LOOKUP", "metric": lq.metric, "tags": lq.pairs, "limit": limit,
+		"time": time.Since(t0).Milliseconds(), "results": results, "startIndex": 0, "totalResults": total}, nil
+}
+
+// parseLookupM reads <metric>{<tagk>=<value>,...}. A value with a * is a wildcard, any other one
+// exact: lookup takes no filter functions, unlike /api/query.
+func parseLookupM(m string) (lookupQuery, error) {
+	lq := lookupQuery{metric: m, pairs: []lookupPair{}}
+	tags := ""
 	if i := strings.IndexByte(m, '{'); i >= 0 {
 		if !strings.HasSuffix(m, "}") {
-			return nil, badRequest("parameter m: %q has no closing }", m)
+			return lq, badRequest("parameter m: %q has no closing }", m)
 		}
-		name, tags = m[:i], m[i+1:len(m)-1]
+		lq.metric, tags = m[:i], m[i+1:len(m)-1]
 	}
-	type pair struct {
-		Key   string `json:"key"`
-		Value string `json:"value"`
-	}
-	pairs := []pair{}
-	var filters []tagFilter
 	for _, kv := range splitTop(tags, ',') {
 		if strings.TrimSpace(kv) == "" {
 			continue
 		}
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return nil, badRequest("parameter m: tag %q is not <tagk>=<value>", kv)
+			return lq, badRequest("parameter m: tag %q is not <tagk>=<value>", kv)
 		}
 		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		pairs = append(pairs, pair{k, v})
+		lq.pairs = append(lq.pairs, lookupPair{k, v})
 		typ := "literal_or"
 		if strings.Contains(v, "*") {
 			typ = "wildcard"
 		}
 		f, err := newTagFilter(typ, k, v, true)
 		if err != nil {
-			return nil, err
+			return lq, err
 		}
-		filters = append(filters, f)
+		lq.filters = append(lq.filters, f)
 	}
-	var metrics []tsdbMetric
+	return lq, nil
+}
+
+// lookupMetrics is the metric a lookup names, or every metric for "" and *.
+func (a *tsdbAPI) lookupMetrics(name string) ([]tsdbMetric, error) {
 	if name == "" || name == "*" {
-		metrics = a.metrics()
-	} else {
-		met, err := a.metric(name)
-		if err != nil {
-			return nil, err
-		}
-		metrics = []tsdbMetric{met}
+		return a.metrics(), nil
 	}
+	met, err := a.metric(name)
+	if err != nil {
+		return nil, err
+	}
+	return []tsdbMetric{met}, nil
+}
+
+// lookupSeries lists up to limit series of metrics that pass filters, in metric order, and counts
+// the matching series it saw; a metric with more entities than limit counts one more, so that the
+// total says there are more than the results even where the rest was not read.
+func (a *tsdbAPI) lookupSeries(ctx context.Context, metrics []tsdbMetric, filters []tagFilter, limit int) ([]lookupResult, int, error) {
 	results := []lookupResult{}
 	total := 0
 	for _, met := range metrics {
-		ents, err := a.entities(r.Context(), met, filters, limit, false)
+		ents, err := a.entities(ctx, met, filters, limit, false)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
-		series, err := a.seriesTags(r.Context(), met, ents.list)
+		series, err := a.seriesTags(ctx, met, ents.list)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, tags := range series {
 			if !matchSeries(filters, tags, false) {
@@ -242,8 +294,7 @@ func (a *tsdbAPI) lookup(r *http.Request) (any, error) {
 			break
 		}
 	}
-	return map[string]any{"type": "LOOKUP", "metric": name, "tags": pairs, "limit": limit,
-		"time": time.Since(t0).Milliseconds(), "results": results, "startIndex": 0, "totalResults": total}, nil
+	return results, total, nil
 }
 
 // seriesTags lists the tags of a metric's series for the given entities: one per entity, or one
