@@ -23,20 +23,29 @@ const APIPrefix = "/api/v1"
 
 // Topology is what the HTTP API serves of one topology: its aggregate sets and where they are.
 type Topology struct {
-	Name   string
-	Sets   []SetInfo
+	// Name is what requests pick the topology by, and the first part of its OpenTSDB metrics.
+	Name string
+	// Sets are the aggregate sets clients may ask for: a set not listed is refused, whatever the
+	// table holds.
+	Sets []SetInfo
+	// Reader reads the topology's aggregate table (and its open windows, when it has them).
 	Reader *Reader
 }
 
 // SetInfo describes an aggregate set for clients choosing what to chart.
 type SetInfo struct {
-	Name       string   `json:"name"`
-	Window     string   `json:"window"` // e.g. "tumbling 1m0s"
+	// Name is what requests name the set by.
+	Name   string `json:"name"`
+	Window string `json:"window"` // e.g. "tumbling 1m0s"
+	// Aggregates are the set's aggregation names, each a series of the charts (and an OpenTSDB
+	// metric <topology>.<set>.<aggregate>).
 	Aggregates []string `json:"aggregates"`
 }
 
 // Server serves the HTTP API, health, readiness and metrics. Mount it with Handler.
 type Server struct {
+	// Topologies are what the API serves; a request may leave the topology out only when there
+	// is one.
 	Topologies []Topology
 	// Registry is served on /metrics; the query metrics are registered on it by Handler.
 	Registry *prometheus.Registry
@@ -45,7 +54,8 @@ type Server struct {
 	Ready func(ctx context.Context) error
 	// Healthy reports whether the process is alive and not failed, for /healthz; nil: always.
 	Healthy func() error
-	Logger  *slog.Logger
+	// Logger gets the failures that clients are answered without details; slog.Default when nil.
+	Logger *slog.Logger
 	// Now is the clock for relative times ("-1h"); time.Now when nil.
 	Now func() time.Time
 	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).

@@ -87,6 +87,7 @@ type tsdbError struct {
 	Message string
 }
 
+// Error is the message alone: it is what Grafana shows, so it must read as an answer to the user.
 func (e *tsdbError) Error() string { return e.Message }
 
 func badRequest(format string, args ...any) error {
