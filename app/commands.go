@@ -159,59 +159,34 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	if *limit > 0 {
-		o.Limit = *limit + 1 // one more tells whether the limit cut the answer
-	}
-	res, err := r.Many(ctx, *set, splitList(*entity), o)
+	page, err := r.Page(ctx, *set, splitList(*entity), o)
 	if err != nil {
 		return err
 	}
-	cut := truncate(res, *limit, o)
 	if *asJSON {
-		if err := printJSON(stdout, res); err != nil {
+		if err := printJSON(stdout, page.Windows); err != nil {
 			return err
 		}
-		printTruncated(stderr, cut, *limit) // stdout stays one JSON array
+		printTruncated(stderr, page) // stdout stays one JSON array
 		return nil
 	}
-	if err := printTable(stdout, info.Aggregations, res); err != nil {
+	if err := printTable(stdout, info.Aggregations, page.Windows); err != nil {
 		return err
 	}
-	printTruncated(stdout, cut, *limit)
+	printTruncated(stdout, page)
 	return nil
 }
 
-// truncated is an entity whose windows the limit cut, and the flag that asks for the next ones.
-type truncated struct {
-	entity string
-	next   string
-}
-
-// truncate cuts each entity's windows to limit and says where the next page starts.
-func truncate(res map[string][]query.Window, limit int, o query.Options) []truncated {
-	var cut []truncated
-	if limit <= 0 {
-		return nil
-	}
-	for _, e := range sortedKeys(res) {
-		ws := res[e]
-		if len(ws) <= limit {
-			continue
+// printTruncated says which entities the limit cut and the flag that reads their next windows:
+// the bound that moves in the order asked for, the other one being already on the command line.
+func printTruncated(w io.Writer, p query.Page) {
+	for _, e := range sortedKeys(p.Next) {
+		next := p.Next[e]
+		flag := "-to " + next.To.UTC().Format(time.RFC3339Nano) // older windows: starts before the last shown
+		if next.OldestFirst {
+			flag = "-from " + next.From.UTC().Format(time.RFC3339Nano)
 		}
-		res[e] = ws[:limit]
-		last := ws[limit-1].Start.UTC()
-		next := "-to " + last.Format(time.RFC3339Nano) // older windows: starts before the last shown
-		if o.OldestFirst {
-			next = "-from " + last.Add(time.Millisecond).Format(time.RFC3339Nano)
-		}
-		cut = append(cut, truncated{e, next})
-	}
-	return cut
-}
-
-func printTruncated(w io.Writer, cut []truncated, limit int) {
-	for _, c := range cut {
-		fmt.Fprintf(w, "%s: truncated at -limit %d windows; for the next ones repeat with %s (or -limit 0 for all)\n", c.entity, limit, c.next)
+		fmt.Fprintf(w, "%s: truncated at -limit %d windows; for the next ones repeat with %s (or -limit 0 for all)\n", e, next.Limit, flag)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -22,20 +23,29 @@ const APIPrefix = "/api/v1"
 
 // Topology is what the HTTP API serves of one topology: its aggregate sets and where they are.
 type Topology struct {
-	Name   string
-	Sets   []SetInfo
+	// Name is what requests pick the topology by, and the first part of its OpenTSDB metrics.
+	Name string
+	// Sets are the aggregate sets clients may ask for: a set not listed is refused, whatever the
+	// table holds.
+	Sets []SetInfo
+	// Reader reads the topology's aggregate table (and its open windows, when it has them).
 	Reader *Reader
 }
 
 // SetInfo describes an aggregate set for clients choosing what to chart.
 type SetInfo struct {
-	Name       string   `json:"name"`
-	Window     string   `json:"window"` // e.g. "tumbling 1m0s"
+	// Name is what requests name the set by.
+	Name   string `json:"name"`
+	Window string `json:"window"` // e.g. "tumbling 1m0s"
+	// Aggregates are the set's aggregation names, each a series of the charts (and an OpenTSDB
+	// metric <topology>.<set>.<aggregate>).
 	Aggregates []string `json:"aggregates"`
 }
 
 // Server serves the HTTP API, health, readiness and metrics. Mount it with Handler.
 type Server struct {
+	// Topologies are what the API serves; a request may leave the topology out only when there
+	// is one.
 	Topologies []Topology
 	// Registry is served on /metrics; the query metrics are registered on it by Handler.
 	Registry *prometheus.Registry
@@ -44,7 +54,8 @@ type Server struct {
 	Ready func(ctx context.Context) error
 	// Healthy reports whether the process is alive and not failed, for /healthz; nil: always.
 	Healthy func() error
-	Logger  *slog.Logger
+	// Logger gets the failures that clients are answered without details; slog.Default when nil.
+	Logger *slog.Logger
 	// Now is the clock for relative times ("-1h"); time.Now when nil.
 	Now func() time.Time
 	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
@@ -252,20 +263,28 @@ func jsonValue(v totals.Value) any {
 	return v.Bytes
 }
 
+// windowsJSON is the answer of /api/v1/windows.
+type windowsJSON struct {
+	Topology string                  `json:"topology"`
+	Set      string                  `json:"set"`
+	Entities map[string][]windowJSON `json:"entities"`
+	// Truncated says that the limit cut at least one entity's windows; Next gives, for each
+	// such entity, the from and to (ms) of the next page: windows go on past the last one
+	// returned, in the order asked for.
+	Truncated bool                        `json:"truncated"`
+	Next      map[string]map[string]int64 `json:"next,omitempty"`
+}
+
+// windows answers a page of the windows of entities of a set. Every answer is bounded (entities,
+// range, windows): without a limit each entity gets its share of MaxWindows, and the answer says
+// where the next page starts.
 func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	t, set, code, body := s.pick(r)
 	if t == nil {
 		return code, body
 	}
 	q := r.URL.Query()
-	var entities []string
-	for _, e := range q["entity"] {
-		for _, part := range strings.Split(e, ",") {
-			if part != "" {
-				entities = append(entities, part)
-			}
-		}
-	}
+	entities := entityList(q["entity"])
 	if len(entities) == 0 {
 		return badParam("entity", "required (repeat it or separate entities with commas)")
 	}
@@ -273,6 +292,38 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 		return badParam("entity", "%d entities asked for, over the limit of %d (%s)", n, most, limitMaxEntities)
 	}
 	var o Options
+	if code, body := s.windowsRange(q, &o); code != 0 {
+		return code, body
+	}
+	if code, body := s.windowsLimit(q, &o, len(entities)); code != 0 {
+		return code, body
+	}
+	if code, body := windowsOrderAndLive(q, &o); code != 0 {
+		return code, body
+	}
+	page, err := t.Reader.Page(r.Context(), set.Name, entities, o)
+	if err != nil {
+		return s.windowsFailed(r, set.Name, err)
+	}
+	return http.StatusOK, pageJSON(t.Name, set.Name, page)
+}
+
+// entityList reads the entity parameters, each one entity or several separated by commas.
+func entityList(values []string) []string {
+	var entities []string
+	for _, e := range values {
+		for _, part := range strings.Split(e, ",") {
+			if part != "" {
+				entities = append(entities, part)
+			}
+		}
+	}
+	return entities
+}
+
+// windowsRange reads from and to into o, refusing a range longer than MaxRange; an open-ended
+// range counts up to now, so that "from a year ago" cannot ask for more than a bounded one.
+func (s *Server) windowsRange(q url.Values, o *Options) (int, any) {
 	var err error
 	if o.From, err = s.parseTime(q.Get("from")); err != nil {
 		return badParam("from", "%v", err)
@@ -292,20 +343,32 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 			return badParam("from", "from..to spans %s, over the limit of %s (%s)", span.Round(time.Second), s.Limits.MaxRange, limitMaxRange)
 		}
 	}
+	return 0, nil
+}
+
+// windowsLimit reads limit into o, within MaxWindows for the whole answer.
+func (s *Server) windowsLimit(q url.Values, o *Options, entities int) (int, any) {
 	most := s.Limits.MaxWindows
-	if v := q.Get("limit"); v != "" {
-		if o.Limit, err = strconv.Atoi(v); err != nil || o.Limit < 1 || o.Limit > most {
-			return badParam("limit", "want a whole number from 1 to %d (%s), got %q", most, limitMaxWindows, v)
-		}
-		if o.Limit*len(entities) > most {
-			return badParam("limit", "%d windows for each of %d entities is %d, over the limit of %d windows per answer (%s)",
-				o.Limit, len(entities), o.Limit*len(entities), most, limitMaxWindows)
-		}
-	} else {
+	v := q.Get("limit")
+	if v == "" {
 		// Without a limit the answer is still bounded: each entity gets its share, and
 		// truncated/next say where the next page starts.
-		o.Limit = max(1, most/len(entities))
+		o.Limit = max(1, most/entities)
+		return 0, nil
 	}
+	var err error
+	if o.Limit, err = strconv.Atoi(v); err != nil || o.Limit < 1 || o.Limit > most {
+		return badParam("limit", "want a whole number from 1 to %d (%s), got %q", most, limitMaxWindows, v)
+	}
+	if o.Limit*entities > most {
+		return badParam("limit", "%d windows for each of %d entities is %d, over the limit of %d windows per answer (%s)",
+			o.Limit, entities, o.Limit*entities, most, limitMaxWindows)
+	}
+	return 0, nil
+}
+
+// windowsOrderAndLive reads order and live into o.
+func windowsOrderAndLive(q url.Values, o *Options) (int, any) {
 	switch q.Get("order") {
 	case "", "newest":
 	case "oldest":
@@ -320,61 +383,48 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	default:
 		return badParam("live", "want true or false, got %q", q.Get("live"))
 	}
-	// One window more than the limit tells whether the limit cut the answer.
-	limit := o.Limit
-	if limit > 0 {
-		o.Limit++
+	return 0, nil
+}
+
+// windowsFailed answers a read that failed: the request's fault is a 400; running out of the
+// request's time says which limit to ask within; anything else is the store's and is logged.
+func (s *Server) windowsFailed(r *http.Request, set string, err error) (int, any) {
+	if errors.Is(err, ErrInvalid) {
+		return http.StatusBadRequest, apiError{Error: err.Error()}
 	}
-	res, err := t.Reader.Many(r.Context(), set.Name, entities, o)
-	if err != nil {
-		if errors.Is(err, ErrInvalid) {
-			return http.StatusBadRequest, apiError{Error: err.Error()}
-		}
-		if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
-			return http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf(
-				"the request took longer than its limit of %s (%s): ask for fewer entities or a shorter range", s.Limits.RequestTimeout, limitRequestTimeout)}
-		}
-		s.Logger.Error("windows query failed", "set", set.Name, "err", err)
-		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
+		return http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf(
+			"the request took longer than its limit of %s (%s): ask for fewer entities or a shorter range", s.Limits.RequestTimeout, limitRequestTimeout)}
 	}
-	out := struct {
-		Topology string                  `json:"topology"`
-		Set      string                  `json:"set"`
-		Entities map[string][]windowJSON `json:"entities"`
-		// Truncated says that the limit cut at least one entity's windows; Next gives, for each
-		// such entity, the from and to (ms) of the next page: windows go on past the last one
-		// returned, in the order asked for.
-		Truncated bool                        `json:"truncated"`
-		Next      map[string]map[string]int64 `json:"next,omitempty"`
-	}{Topology: t.Name, Set: set.Name, Entities: map[string][]windowJSON{}}
-	for e, ws := range res {
-		if limit > 0 && len(ws) > limit {
-			ws = ws[:limit]
-			last := ws[limit-1].Start.UnixMilli()
-			page := map[string]int64{}
-			if o.OldestFirst {
-				page["from"] = last + 1
-				if !o.To.IsZero() {
-					page["to"] = o.To.UnixMilli()
-				}
-			} else {
-				page["to"] = last
-				if !o.From.IsZero() {
-					page["from"] = o.From.UnixMilli()
-				}
-			}
-			if out.Next == nil {
-				out.Next = map[string]map[string]int64{}
-			}
-			out.Truncated, out.Next[e] = true, page
-		}
+	s.Logger.Error("windows query failed", "set", set, "err", err)
+	return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+}
+
+// pageJSON is a page as /api/v1/windows answers it: each next page as the from and to (ms) to ask
+// with, a bound left out where the request had none.
+func pageJSON(topology, set string, p Page) windowsJSON {
+	out := windowsJSON{Topology: topology, Set: set, Entities: map[string][]windowJSON{}, Truncated: p.Truncated()}
+	for e, ws := range p.Windows {
 		js := make([]windowJSON, 0, len(ws))
 		for _, w := range ws {
 			js = append(js, toJSON(w))
 		}
 		out.Entities[e] = js
 	}
-	return http.StatusOK, out
+	for e, next := range p.Next {
+		page := map[string]int64{}
+		if !next.From.IsZero() {
+			page["from"] = next.From.UnixMilli()
+		}
+		if !next.To.IsZero() {
+			page["to"] = next.To.UnixMilli()
+		}
+		if out.Next == nil {
+			out.Next = map[string]map[string]int64{}
+		}
+		out.Next[e] = page
+	}
+	return out
 }
 
 // entities lists entities that have windows in a set, scanning at most maxRows rows: meant for

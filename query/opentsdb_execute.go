@@ -39,6 +39,7 @@ type reqState struct {
 	read        map[string][]Window // by topology, set and entity: sub-queries share reads
 }
 
+// query answers /api/query: each sub-query in turn, sharing the request's reads and its limits.
 func (a *tsdbAPI) query(r *http.Request) (any, error) {
 	req, err := a.parseQuery(r)
 	if err != nil {
@@ -56,95 +57,154 @@ func (a *tsdbAPI) query(r *http.Request) (any, error) {
 	return rawJSON(encodeResults(req, results)), nil
 }
 
+// run answers one sub-query: the metric's series of the entities its filters select, downsampled,
+// grouped and aggregated as it asks, within what the request may still read and answer.
 func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *subQuery) ([]tsdbResult, error) {
 	met, err := a.metric(sq.metric)
 	if err != nil {
 		return nil, err
 	}
-	if sq.aggregator == "" {
-		sq.aggregator = "sum" // what Grafana's editor shows for a query saved without one
-	}
-	agg, ok := aggregators[sq.aggregator]
-	if !ok {
-		return nil, badRequest("queries[%d]: unknown aggregator %q (/api/aggregators lists them)", sq.index, sq.aggregator)
+	agg, err := sq.aggregatorFunc()
+	if err != nil {
+		return nil, err
 	}
 	ents, err := a.entities(ctx, met, sq.filters, a.limits.MaxEntities, true)
 	if err != nil {
 		return nil, err
 	}
-	var finalFilters []tagFilter
-	for _, f := range sq.filters {
-		if f.Tagk == tagFinal {
-			if f.Type == "not_key" {
-				return nil, badRequest("queries[%d]: final is a pseudo key on every window; not_key cannot apply to it", sq.index)
-			}
-			finalFilters = append(finalFilters, f)
-		}
+	finalFilters, err := sq.finalFilters()
+	if err != nil {
+		return nil, err
 	}
-	// Raw series: one per entity, or per entity and quantile.
 	var raw []series
 	for _, e := range ents.list {
 		ws, err := a.read(ctx, st, met, e, req.start, req.end)
 		if err != nil {
 			return nil, err
 		}
-		byTags := map[string]*series{}
-		var order []string
-		for _, w := range ws {
-			final := strconv.FormatBool(w.Final)
-			keep := true
-			for _, f := range finalFilters {
-				keep = keep && f.match(final)
-			}
-			v, ok := w.Values[met.agg]
-			if !keep || !ok {
-				continue
-			}
-			add := func(tags map[string]string, x float64) {
-				if math.IsNaN(x) || math.IsInf(x, 0) {
-					return
-				}
-				k := tags[tagQuantile]
-				s := byTags[k]
-				if s == nil {
-					s = &series{tags: tags}
-					byTags[k] = s
-					order = append(order, k)
-				}
-				s.pts = append(s.pts, point{w.Start.UnixMilli(), x})
-			}
-			switch v.Kind {
-			case totals.KindQuantiles:
-				for _, q := range v.Quantiles {
-					add(map[string]string{tagEntity: e, tagQuantile: formatQuantile(q.Q)}, q.Value)
-				}
-			case totals.KindInt, totals.KindFloat:
-				add(map[string]string{tagEntity: e}, v.Number())
-			}
-		}
-		sort.Strings(order)
-		for _, k := range order {
-			if s := byTags[k]; matchSeries(sq.filters, s.tags, sq.explicitTags) {
-				raw = append(raw, *s)
+		for _, s := range entitySeries(e, met.agg, ws, finalFilters) {
+			if matchSeries(sq.filters, s.tags, sq.explicitTags) {
+				raw = append(raw, s)
 			}
 		}
 	}
-	// Downsample each series, bounded beforehand when a fill policy makes every bucket a point.
-	if ds := sq.downsample; ds != nil {
-		if ds.fill != "none" && ds.interval > 0 {
-			buckets := (req.end.UnixMilli()-floorTo(req.start.UnixMilli(), ds.interval))/ds.interval + 1
-			if buckets*int64(max(len(raw), 1)) > int64(st.pointsLeft) {
-				return nil, badRequest("queries[%d]: downsample %s with fill %s over this range makes %d points per series, more than the limit of %d points: use a longer interval or a shorter range",
-					sq.index, sq.dsText, ds.fill, buckets, a.limits.MaxPoints)
-			}
-		}
-		for i := range raw {
-			raw[i].pts = downsample(raw[i].pts, ds, req.start.UnixMilli(), req.end.UnixMilli())
-		}
+	if err := a.downsampleSeries(st, req, sq, raw); err != nil {
+		return nil, err
 	}
-	// Group: by the group-by keys of the filters, and always by quantile.
-	groupBy := map[string]bool{tagQuantile: true}
+	var out []tsdbResult
+	for _, g := range groupSeries(raw, sq.filters, agg != nil) {
+		res := combine(req, sq, met, agg, g)
+		st.pointsLeft -= len(res.pts)
+		if st.pointsLeft < 0 {
+			return nil, badRequest("the answer has more than %d data points, the limit: downsample to a longer interval, shorten the range or name fewer entities", a.limits.MaxPoints)
+		}
+		out = append(out, res)
+	}
+	return out, nil
+}
+
+// aggregatorFunc is the sub-query's aggregator; nil for none. A sub-query without one gets sum,
+// what Grafana's editor shows for a query saved without one, and echoes it.
+func (sq *subQuery) aggregatorFunc() (aggFunc, error) {
+	if sq.aggregator == "" {
+		sq.aggregator = "sum"
+	}
+	agg, ok := aggregators[sq.aggregator]
+	if !ok {
+		return nil, badRequest("queries[%d]: unknown aggregator %q (/api/aggregators lists them)", sq.index, sq.aggregator)
+	}
+	return agg, nil
+}
+
+// finalFilters are the filters on the pseudo key final: they select windows, where the other
+// filters select series.
+func (sq *subQuery) finalFilters() ([]tagFilter, error) {
+	var out []tagFilter
 	for _, f := range sq.filters {
+		if f.Tagk != tagFinal {
+			continue
+		}
+		if f.Type == "not_key" {
+			return nil, badRequest("queries[%d]: final is a pseudo key on every window; not_key cannot apply to it", sq.index)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// entitySeries is an entity's raw series of one aggregate, from its windows that pass the final
+// filters: one series, or one per quantile in quantile order. Values JSON cannot carry (NaN,
+// infinities) are left out.
+func entitySeries(entity, agg string, ws []Window, finalFilters []tagFilter) []series {
+	byTags := map[string]*series{}
+	var order []string
+	add := func(tags map[string]string, t int64, x float64) {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return
+		}
+		k := tags[tagQuantile]
+		s := byTags[k]
+		if s == nil {
+			s = &series{tags: tags}
+			byTags[k] = s
+			order = append(order, k)
+		}
+		s.pts = append(s.pts, point{t, x})
+	}
+	for _, w := range ws {
+		final := strconv.FormatBool(w.Final)
+		keep := true
+		for _, f := range finalFilters {
+			keep = keep && f.match(final)
+		}
+		v, ok := w.Values[agg]
+		if !keep || !ok {
+			continue
+		}
+		switch v.Kind {
+		case totals.KindQuantiles:
+			for _, q := range v.Quantiles {
+				add(map[string]string{tagEntity: entity, tagQuantile: formatQuantile(q.Q)}, w.Start.UnixMilli(), q.Value)
+			}
+		case totals.KindInt, totals.KindFloat:
+			add(map[string]string{tagEntity: entity}, w.Start.UnixMilli(), v.Number())
+		}
+	}
+	sort.Strings(order)
+	out := make([]series, 0, len(order))
+	for _, k := range order {
+		out = append(out, *byTags[k])
+	}
+	return out
+}
+
+// downsampleSeries downsamples each series in place. With a fill policy every bucket of the range
+// is a point, so the points are counted first: an interval too fine for the range is refused
+// before any is made.
+func (a *tsdbAPI) downsampleSeries(st *reqState, req *tsdbRequest, sq *subQuery, raw []series) error {
+	ds := sq.downsample
+	if ds == nil {
+		return nil
+	}
+	if ds.fill != "none" && ds.interval > 0 {
+		buckets := (req.end.UnixMilli()-floorTo(req.start.UnixMilli(), ds.interval))/ds.interval + 1
+		if buckets*int64(max(len(raw), 1)) > int64(st.pointsLeft) {
+			return badRequest("queries[%d]: downsample %s with fill %s over this range makes %d points per series, more than the limit of %d points: use a longer interval or a shorter range",
+				sq.index, sq.dsText, ds.fill, buckets, a.limits.MaxPoints)
+		}
+	}
+	for i := range raw {
+		raw[i].pts = downsample(raw[i].pts, ds, req.start.UnixMilli(), req.end.UnixMilli())
+	}
+	return nil
+}
+
+// groupSeries groups series by the group-by keys of the filters, and always by quantile (a sum of
+// different quantiles means nothing), in key order. Without aggregation (aggregator none) every
+// series is a group of its own, in the order given.
+func groupSeries(raw []series, filters []tagFilter, aggregate bool) [][]series {
+	groupBy := map[string]bool{tagQuantile: true}
+	for _, f := range filters {
 		if f.GroupBy && f.Tagk != tagFinal {
 			groupBy[f.Tagk] = true
 		}
@@ -152,8 +212,8 @@ func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *s
 	groups := map[string][]series{}
 	var keys []string
 	for i, s := range raw {
-		k := fmt.Sprintf("%09d", i) // aggregator none: every series on its own, in order
-		if agg != nil {
+		k := fmt.Sprintf("%09d", i)
+		if aggregate {
 			var b strings.Builder
 			for _, gk := range []string{tagEntity, tagQuantile} {
 				if groupBy[gk] {
@@ -168,29 +228,30 @@ func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *s
 		groups[k] = append(groups[k], s)
 	}
 	sort.Strings(keys)
-	var out []tsdbResult
+	out := make([][]series, 0, len(keys))
 	for _, k := range keys {
-		g := groups[k]
-		res := tsdbResult{metric: met.name, query: sq}
-		res.tags, res.aggTags = commonTags(g)
-		if agg == nil {
-			res.pts = g[0].pts
-		} else {
-			res.pts = aggregateSeries(g, agg)
-		}
-		if sq.rate {
-			res.pts = rate(res.pts, sq.rateOptions)
-		}
-		if !req.ms {
-			res.pts = toSeconds(res.pts, agg)
-		}
-		st.pointsLeft -= len(res.pts)
-		if st.pointsLeft < 0 {
-			return nil, badRequest("the answer has more than %d data points, the limit: downsample to a longer interval, shorten the range or name fewer entities", a.limits.MaxPoints)
-		}
-		out = append(out, res)
+		out = append(out, groups[k])
 	}
-	return out, nil
+	return out
+}
+
+// combine makes one answered series of a group: its series aggregated (agg nil: the group's one
+// series), then the rate, then timestamps in seconds unless the request asked for milliseconds.
+func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g []series) tsdbResult {
+	res := tsdbResult{metric: met.name, query: sq}
+	res.tags, res.aggTags = commonTags(g)
+	if agg == nil {
+		res.pts = g[0].pts
+	} else {
+		res.pts = aggregateSeries(g, agg)
+	}
+	if sq.rate {
+		res.pts = rate(res.pts, sq.rateOptions)
+	}
+	if !req.ms {
+		res.pts = toSeconds(res.pts, agg)
+	}
+	return res
 }
 
 // read returns the windows of an entity whose start is in [start, end], oldest first, once per

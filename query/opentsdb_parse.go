@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
@@ -55,63 +56,100 @@ type subQueryJSON struct {
 	TSUIDs       []string       `json:"tsuids"`
 }
 
+// parseQuery reads an /api/query request from its query string or its JSON body, as OpenTSDB
+// takes either, and refuses what abacus cannot answer (writes, calendar downsampling, UIDs) rather
+// than answer something else.
 func (a *tsdbAPI) parseQuery(r *http.Request) (*tsdbRequest, error) {
 	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
 	if err != nil {
 		return nil, err
 	}
 	req := &tsdbRequest{}
-	if req.ms, err = boolParam(q, body, "msResolution", "ms"); err != nil {
+	if err := req.parseFlags(q, body); err != nil {
 		return nil, err
+	}
+	if err := req.parseRange(q, body, a.s.Now(), a.limits.MaxRange); err != nil {
+		return nil, err
+	}
+	if req.queries, err = parseSubQueries(q, body); err != nil {
+		return nil, err
+	}
+	if len(req.queries) == 0 {
+		return nil, badRequest("no sub-query: give queries (JSON body) or m= (query string)")
+	}
+	if len(req.queries) > a.limits.MaxSubQueries {
+		return nil, badRequest("%d sub-queries, more than the limit of %d", len(req.queries), a.limits.MaxSubQueries)
+	}
+	return req, nil
+}
+
+// parseFlags reads the request's boolean parameters. One that asks for what abacus does not do
+// (delete, calendar downsampling) is refused when true rather than ignored: ignoring it would
+// answer something other than what was asked.
+func (req *tsdbRequest) parseFlags(q url.Values, body map[string]json.RawMessage) error {
+	var err error
+	if req.ms, err = boolParam(q, body, "msResolution", "ms"); err != nil {
+		return err
 	}
 	if req.arrays, err = boolParam(q, body, "arrays"); err != nil {
-		return nil, err
+		return err
 	}
 	if req.showQuery, err = boolParam(q, body, "showQuery", "show_query"); err != nil {
-		return nil, err
+		return err
 	}
 	for _, refused := range []string{"delete", "useCalendar", "use_calendar"} {
 		if on, err := boolParam(q, body, refused); err != nil || on {
 			if err == nil {
 				err = badRequest("parameter %s: abacus does not support it (it only reads, and downsamples on UTC boundaries)", refused)
 			}
-			return nil, err
+			return err
 		}
 	}
+	return nil
+}
+
+// parseRange reads start (required) and end (default now), in the request's timezone for the
+// forms that have none, and bounds the range by maxRange.
+func (req *tsdbRequest) parseRange(q url.Values, body map[string]json.RawMessage, now time.Time, maxRange time.Duration) error {
 	loc := time.UTC
 	if tz, ok, err := param(q, body, "timezone", "tz"); err != nil {
-		return nil, err
+		return err
 	} else if ok && tz != "" {
 		if loc, err = time.LoadLocation(tz); err != nil {
-			return nil, badRequest("parameter timezone: %v", err)
+			return badRequest("parameter timezone: %v", err)
 		}
 	}
-	now := a.s.Now()
 	start, ok, err := param(q, body, "start")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if !ok || start == "" {
-		return nil, badRequest("parameter start: required (e.g. 1h-ago, seconds or milliseconds since the epoch, 2026/11/30-12:00:00)")
+		return badRequest("parameter start: required (e.g. 1h-ago, seconds or milliseconds since the epoch, 2026/11/30-12:00:00)")
 	}
 	if req.start, err = tsdbTime(start, now, loc); err != nil {
-		return nil, badRequest("parameter start: %v", err)
+		return badRequest("parameter start: %v", err)
 	}
 	req.end = now
 	if end, ok, err := param(q, body, "end"); err != nil {
-		return nil, err
+		return err
 	} else if ok && end != "" {
 		if req.end, err = tsdbTime(end, now, loc); err != nil {
-			return nil, badRequest("parameter end: %v", err)
+			return badRequest("parameter end: %v", err)
 		}
 	}
 	if !req.end.After(req.start) {
-		return nil, badRequest("end %s is not after start %s", req.end.UTC().Format(time.RFC3339), req.start.UTC().Format(time.RFC3339))
+		return badRequest("end %s is not after start %s", req.end.UTC().Format(time.RFC3339), req.start.UTC().Format(time.RFC3339))
 	}
-	if span := req.end.Sub(req.start); span > a.limits.MaxRange {
-		return nil, badRequest("the range from start to end is %s, longer than the limit of %s: ask for a shorter range", span.Round(time.Second), a.limits.MaxRange)
+	if span := req.end.Sub(req.start); span > maxRange {
+		return badRequest("the range from start to end is %s, longer than the limit of %s: ask for a shorter range", span.Round(time.Second), maxRange)
 	}
-	// Sub-queries: a JSON array in the body, or m= parameters in the query string.
+	return nil
+}
+
+// parseSubQueries reads the sub-queries: a JSON array in the body, then m= parameters in the query
+// string, numbered in that order.
+func parseSubQueries(q url.Values, body map[string]json.RawMessage) ([]subQuery, error) {
+	var out []subQuery
 	if raw, ok := body["queries"]; ok {
 		var list []json.RawMessage
 		if err := json.Unmarshal(raw, &list); err != nil {
@@ -126,26 +164,20 @@ func (a *tsdbAPI) parseQuery(r *http.Request) (*tsdbRequest, error) {
 			if err != nil {
 				return nil, err
 			}
-			req.queries = append(req.queries, s)
+			out = append(out, s)
 		}
 	}
 	for _, m := range q["m"] {
-		s, err := parseM(m, len(req.queries))
+		s, err := parseM(m, len(out))
 		if err != nil {
 			return nil, err
 		}
-		req.queries = append(req.queries, s)
+		out = append(out, s)
 	}
 	if len(q["tsuid"])+len(q["tsuids"]) > 0 {
 		return nil, badRequest("tsuid queries are not supported: abacus has no UIDs; query by metric")
 	}
-	if len(req.queries) == 0 {
-		return nil, badRequest("no sub-query: give queries (JSON body) or m= (query string)")
-	}
-	if len(req.queries) > a.limits.MaxSubQueries {
-		return nil, badRequest("%d sub-queries, more than the limit of %d", len(req.queries), a.limits.MaxSubQueries)
-	}
-	return req, nil
+	return out, nil
 }
 
 func (sq subQueryJSON) compile(index int) (subQuery, error) {
@@ -224,12 +256,29 @@ func parseM(m string, index int) (subQuery, error) {
 	bad := func(format string, args ...any) error {
 		return badRequest("parameter m=%s: %s", m, fmt.Sprintf(format, args...))
 	}
-	rest := m
-	agg, rest, ok := strings.Cut(rest, ":")
+	agg, rest, ok := strings.Cut(m, ":")
 	if !ok {
 		return s, bad("want <aggregator>:<metric>")
 	}
 	s.aggregator = agg
+	rest, err := s.parseMOptions(rest, bad)
+	if err != nil {
+		return s, err
+	}
+	name, braces := rest, ""
+	if i := strings.IndexByte(rest, '{'); i >= 0 {
+		name, braces = rest[:i], rest[i:]
+	}
+	if name == "" {
+		return s, bad("no metric")
+	}
+	s.metric = name
+	return s, s.parseMTags(braces, bad)
+}
+
+// parseMOptions reads the options between the aggregator and the metric, in any order (rate,
+// explicit_tags, a downsample), and returns what follows them.
+func (s *subQuery) parseMOptions(rest string, bad func(string, ...any) error) (string, error) {
 	for {
 		switch {
 		case strings.HasPrefix(rest, "rate{") || strings.HasPrefix(rest, "rate:"):
@@ -238,23 +287,10 @@ func parseM(m string, index int) (subQuery, error) {
 			if strings.HasPrefix(rest, "{") {
 				end := strings.IndexByte(rest, '}')
 				if end < 0 {
-					return s, bad("rate options have no closing }")
+					return rest, bad("rate options have no closing }")
 				}
-				opts := strings.Split(rest[1:end], ",")
-				s.rateOptions.Counter = opts[0] == "counter"
-				for i, o := range opts[1:] {
-					if o == "" {
-						continue
-					}
-					v, err := strconv.ParseFloat(o, 64)
-					if err != nil {
-						return s, bad("rate option %q is not a number", o)
-					}
-					if i == 0 {
-						s.rateOptions.CounterMax = &v
-					} else {
-						s.rateOptions.ResetValue = &v
-					}
+				if err := s.rateOptions.parse(rest[1:end], bad); err != nil {
+					return rest, err
 				}
 				rest = rest[end+1:]
 			}
@@ -266,39 +302,48 @@ func parseM(m string, index int) (subQuery, error) {
 			continue
 		}
 		end := strings.IndexAny(rest, ":{")
-		if end >= 0 && rest[end] == ':' {
-			if err := s.setDownsample(rest[:end]); err != nil {
-				return s, err
-			}
-			rest = rest[end+1:]
+		if end < 0 || rest[end] != ':' {
+			return rest, nil
+		}
+		if err := s.setDownsample(rest[:end]); err != nil {
+			return rest, err
+		}
+		rest = rest[end+1:]
+	}
+}
+
+// parse reads the rate options of m=: counter[,max[,reset]], where an empty max or reset keeps
+// OpenTSDB's default.
+func (o *rateOptions) parse(text string, bad func(string, ...any) error) error {
+	opts := strings.Split(text, ",")
+	o.Counter = opts[0] == "counter"
+	for i, opt := range opts[1:] {
+		if opt == "" {
 			continue
 		}
-		break
+		v, err := strconv.ParseFloat(opt, 64)
+		if err != nil {
+			return bad("rate option %q is not a number", opt)
+		}
+		if i == 0 {
+			o.CounterMax = &v
+		} else {
+			o.ResetValue = &v
+		}
 	}
-	name := rest
-	braces := ""
-	if i := strings.IndexByte(rest, '{'); i >= 0 {
-		name, braces = rest[:i], rest[i:]
-	}
-	if name == "" {
-		return s, bad("no metric")
-	}
-	s.metric = name
+	return nil
+}
+
+// parseMTags reads the tag groups after the metric: the first {...} holds group-by filters, the
+// second the filters that only select.
+func (s *subQuery) parseMTags(braces string, bad func(string, ...any) error) error {
 	for group := 0; braces != ""; group++ {
 		if group > 1 || braces[0] != '{' {
-			return s, bad("want at most two {...} tag groups after the metric")
+			return bad("want at most two {...} tag groups after the metric")
 		}
-		end := strings.IndexByte(braces, '}')
-		for end >= 0 && strings.Count(braces[:end], "(") > strings.Count(braces[:end], ")") {
-			next := strings.IndexByte(braces[end+1:], '}')
-			if next < 0 {
-				end = -1
-				break
-			}
-			end += next + 1
-		}
+		end := tagGroupEnd(braces)
 		if end < 0 {
-			return s, bad("a { has no closing }")
+			return bad("a { has no closing }")
 		}
 		for _, kv := range splitTop(braces[1:end], ',') {
 			if kv == "" {
@@ -306,11 +351,11 @@ func parseM(m string, index int) (subQuery, error) {
 			}
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
-				return s, bad("tag %q is not <tagk>=<value>", kv)
+				return bad("tag %q is not <tagk>=<value>", kv)
 			}
 			f, err := tagValueFilter(k, v, group == 0)
 			if err != nil {
-				return s, err
+				return err
 			}
 			s.filters = append(s.filters, f)
 			if group == 0 {
@@ -319,7 +364,21 @@ func parseM(m string, index int) (subQuery, error) {
 		}
 		braces = braces[end+1:]
 	}
-	return s, nil
+	return nil
+}
+
+// tagGroupEnd is the index of the } that closes the tag group braces starts with, or -1: a } inside
+// a filter's parentheses (regexp(a{1,3})) does not close it.
+func tagGroupEnd(braces string) int {
+	end := strings.IndexByte(braces, '}')
+	for end >= 0 && strings.Count(braces[:end], "(") > strings.Count(braces[:end], ")") {
+		next := strings.IndexByte(braces[end+1:], '}')
+		if next < 0 {
+			return -1
+		}
+		end += next + 1
+	}
+	return end
 }
 
 var (

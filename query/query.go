@@ -21,6 +21,7 @@ import (
 
 // Window is one entity's aggregates over one window of an aggregate set.
 type Window struct {
+	// Entity and Set say whose window it is, as answers hold several entities' windows.
 	Entity   string
 	Set      string
 	Start    time.Time // inclusive
@@ -28,7 +29,8 @@ type Window struct {
 	Final    bool      // false while the window may still change
 	Revision uint64    // events applied to the window when this total was emitted
 	Live     bool      // read from the processors' state, not yet from the table
-	Values   map[string]totals.Value
+	// Values are the window's aggregates, by aggregation name.
+	Values map[string]totals.Value
 }
 
 // Options select windows by start time and bound how many come back.
@@ -187,7 +189,8 @@ func (r *Reader) Latest(ctx context.Context, set, entity string, n int) ([]Windo
 	return r.Windows(ctx, set, entity, Options{Limit: n})
 }
 
-// Many returns the windows of several entities, each selected by o.
+// Many returns the windows of several entities, each selected by o. It does not say whether
+// o.Limit cut an entity's windows: Page does, and says where the next page starts.
 func (r *Reader) Many(ctx context.Context, set string, entities []string, o Options) (map[string][]Window, error) {
 	if len(entities) == 0 {
 		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
