@@ -463,7 +463,9 @@ func TestEntitiesDescribeLayoutOnlyAtFirst(t *testing.T) {
 	topo := build(t, b)
 	storage := t.TempDir()
 	reg := prometheus.NewRegistry()
-	stop := runProcessor(t, topo, processors.Config{Brokers: brokers, StoragePath: storage, Logger: testLogger(t),
+	var logs testenv.SyncBuffer
+	logger := slog.New(slog.NewTextHandler(io.MultiWriter(t.Output(), &logs), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	stop := runProcessor(t, topo, processors.Config{Brokers: brokers, StoragePath: storage, Logger: logger,
 		Registerer: reg, IdleTimeout: 5 * time.Minute, TickInterval: time.Minute})
 	waitIn := func(n float64) {
 		t.Helper()
@@ -478,7 +480,12 @@ func TestEntitiesDescribeLayoutOnlyAtFirst(t *testing.T) {
 	ins = append(ins, input{key: "first", value: ev{Entity: "first", TS: ms(0), V: 1}.json()})
 	produce(ctx, t, brokers, name+"-in", ins)
 	waitIn(1)
-	time.Sleep(500 * time.Millisecond) // the record's round trip through Kafka
+	for !strings.Contains(logs.String(), "partition record describing the topology layout acknowledged") {
+		if ctx.Err() != nil {
+			t.Fatal("the partition's record was never acknowledged")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	ins = ins[:0]
 	for i := range 50 {
 		k := fmt.Sprintf("e%02d", i)

@@ -442,7 +442,10 @@ func (pt *partition) catchUp(ctx goka.Context) {
 			pt.metaDone[k] = max(pt.metaDone[k], d)
 		}
 		pt.metaST = max(pt.metaST, pt.metaFlight[0].st)
-		pt.layoutHeld = pt.layoutHeld || pt.metaFlight[0].layout
+		if !pt.layoutHeld && pt.metaFlight[0].layout {
+			pt.layoutHeld = true
+			pt.e.log.Debug("partition record describing the topology layout acknowledged", "partition", pt.id)
+		}
 		pt.metaFlight = pt.metaFlight[1:]
 	}
 	if len(pt.writes) > 1024 {
