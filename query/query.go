@@ -181,14 +181,6 @@ func (r *Reader) Entities(ctx context.Context, set string, o EntityOptions) ([]s
 	return list, more, nil
 }
 
-// Latest returns the n newest windows of an entity.
-func (r *Reader) Latest(ctx context.Context, set, entity string, n int) ([]Window, error) {
-	if n <= 0 {
-		return nil, fmt.Errorf("%w: n must be positive, got %d", ErrInvalid, n)
-	}
-	return r.Windows(ctx, set, entity, Options{Limit: n})
-}
-
 // Many returns the windows of several entities, each selected by o. It does not say whether
 // o.Limit cut an entity's windows: Page does, and says where the next page starts.
 func (r *Reader) Many(ctx context.Context, set string, entities []string, o Options) (map[string][]Window, error) {
