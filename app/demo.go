@@ -22,50 +22,31 @@ import (
 // embedded cell store as HBase, so nothing needs installing; with -kafka and -hbase against real
 // servers.
 func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	kafka := fs.String("kafka", "", "real Kafka brokers (default: an in-process broker)")
-	hbaseZK := fs.String("hbase", "", "real HBase ZooKeeper quorum (default: the embedded cell store)")
-	listen := fs.String("listen", "127.0.0.1:8080", "address of the query API and dashboard")
-	data := fs.String("data", "", "folder for the demo's state and cells (default: a temporary folder, removed at exit)")
-	topoName := fs.String("topology", "", "topology to run (default: the only one, or the first)")
-	run := fs.Duration("for", 0, "stop after this long (default: until Ctrl-C)")
-	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
-	if err := parse(fs, args, stderr); err != nil {
-		return err
-	}
-	log, err := logger(*logLevel, stderr)
+	f, err := parseDemoFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	topos, names, err := p.topologies()
+	log, err := logger(f.logLevel, stderr)
 	if err != nil {
 		return err
 	}
-	if len(names) == 0 {
-		return errors.New("this binary has no topology")
+	topo, names, err := p.demoTopology(f.topology)
+	if err != nil {
+		return err
 	}
-	name := *topoName
-	if name == "" {
-		name = p.firstTopology(topos)
-	}
-	topo, ok := topos[name]
-	if !ok {
-		return usagef("-topology %q: this binary has %v", name, names)
-	}
-	if *run > 0 {
+	if f.run > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *run)
+		ctx, cancel = context.WithTimeout(ctx, f.run)
 		defer cancel()
 	}
-	dir := *data
+	dir := f.data
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "abacus-demo-"); err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
 	}
-
-	brokers := splitList(*kafka)
+	brokers := splitList(f.kafka)
 	if len(brokers) == 0 {
 		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
 		if err != nil {
@@ -74,29 +55,7 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 		defer cluster.Close()
 		brokers = cluster.ListenAddrs()
 	}
-	cfg := &Config{Topology: name, Kafka: KafkaConfig{Brokers: brokers}, Query: QueryConfig{Listen: *listen}}
-	if len(splitList(*kafka)) > 0 {
-		cfg.applyKafkaSecurityEnv(os.Getenv) // real brokers: TLS and SASL from ABACUS_KAFKA_TLS_*, ABACUS_KAFKA_SASL_*
-	}
-	if *hbaseZK != "" {
-		cfg.HBase.ZooKeeper = *hbaseZK
-	} else {
-		cfg.HBase.Embedded = filepath.Join(dir, "cells")
-	}
-	cfg.Processor.StoragePath = filepath.Join(dir, "state")
-	// Short idle timeout and flushes: the demo's streams are small and people watch them.
-	cfg.Processor.IdleTimeout = Duration(15 * time.Second)
-	cfg.Sinks.FlushInterval = Duration(500 * time.Millisecond)
-	// One process, fresh groups: no instance to come back to, so no static membership.
-	cfg.Membership.Mode = "dynamic"
-	if len(splitList(*kafka)) > 0 {
-		// Against real servers, keep the demo's groups apart from earlier runs'.
-		suffix := fmt.Sprintf("-demo-%d", time.Now().Unix())
-		cfg.Processor.Group = name + suffix
-		cfg.Sinks.Aggregates.Group = name + "-aggregates" + suffix
-		cfg.Sinks.Facts.Group = name + "-facts" + suffix
-	}
-	cfg.EnsureDefaults()
+	cfg := f.config(topo.Name(), brokers, dir)
 	if err := cfg.Validate(names); err != nil {
 		return err
 	}
@@ -107,6 +66,92 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	defer d.shutdown()
 	// The query server's /readyz and /healthz speak for every role of the demo.
 	d.ops, d.opsOnQuery = newOps(d.reg), true
+	if err := p.prepareDemo(ctx, d, f.realKafka()); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "abacus demo: topology %q, broker %v, %s\n", cfg.Topology, brokers, storeName(cfg))
+	err = p.runDemo(ctx, d, stdout)
+	if ctx.Err() != nil {
+		fmt.Fprintln(stdout, "abacus demo: stopped")
+		return nil
+	}
+	return err
+}
+
+// demoFlags is the demo's command line.
+type demoFlags struct {
+	kafka, hbaseZK, listen, data, topology, logLevel string
+	run                                              time.Duration
+}
+
+// parseDemoFlags reads the demo's command line.
+func parseDemoFlags(args []string, stderr io.Writer) (demoFlags, error) {
+	var f demoFlags
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.StringVar(&f.kafka, "kafka", "", "real Kafka brokers (default: an in-process broker)")
+	fs.StringVar(&f.hbaseZK, "hbase", "", "real HBase ZooKeeper quorum (default: the embedded cell store)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:8080", "address of the query API and dashboard")
+	fs.StringVar(&f.data, "data", "", "folder for the demo's state and cells (default: a temporary folder, removed at exit)")
+	fs.StringVar(&f.topology, "topology", "", "topology to run (default: the only one, or the first)")
+	fs.DurationVar(&f.run, "for", 0, "stop after this long (default: until Ctrl-C)")
+	fs.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
+	return f, parse(fs, args, stderr)
+}
+
+// realKafka reports whether the demo runs against real brokers rather than its own.
+func (f demoFlags) realKafka() bool { return len(splitList(f.kafka)) > 0 }
+
+// demoTopology is the topology -topology names (by default the first), and the names of all.
+func (p Program) demoTopology(name string) (*topology.Topology, []string, error) {
+	topos, names, err := p.topologies()
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(names) == 0 {
+		return nil, nil, errors.New("this binary has no topology")
+	}
+	if name == "" {
+		name = p.firstTopology(topos)
+	}
+	topo, ok := topos[name]
+	if !ok {
+		return nil, nil, usagef("-topology %q: this binary has %v", name, names)
+	}
+	return topo, names, nil
+}
+
+// config is the demo's deployment of topology name on brokers, its state and cells under dir,
+// defaults filled.
+func (f demoFlags) config(name string, brokers []string, dir string) *Config {
+	cfg := &Config{Topology: name, Kafka: KafkaConfig{Brokers: brokers}, Query: QueryConfig{Listen: f.listen}}
+	if f.realKafka() {
+		cfg.applyKafkaSecurityEnv(os.Getenv) // real brokers: TLS and SASL from ABACUS_KAFKA_TLS_*, ABACUS_KAFKA_SASL_*
+	}
+	if f.hbaseZK != "" {
+		cfg.HBase.ZooKeeper = f.hbaseZK
+	} else {
+		cfg.HBase.Embedded = filepath.Join(dir, "cells")
+	}
+	cfg.Processor.StoragePath = filepath.Join(dir, "state")
+	// Short idle timeout and flushes: the demo's streams are small and people watch them.
+	cfg.Processor.IdleTimeout = Duration(15 * time.Second)
+	cfg.Sinks.FlushInterval = Duration(500 * time.Millisecond)
+	// One process, fresh groups: no instance to come back to, so no static membership.
+	cfg.Membership.Mode = "dynamic"
+	if f.realKafka() {
+		// Against real servers, keep the demo's groups apart from earlier runs'.
+		suffix := fmt.Sprintf("-demo-%d", time.Now().Unix())
+		cfg.Processor.Group = name + suffix
+		cfg.Sinks.Aggregates.Group = name + "-aggregates" + suffix
+		cfg.Sinks.Facts.Group = name + "-facts" + suffix
+	}
+	cfg.EnsureDefaults()
+	return cfg
+}
+
+// prepareDemo creates the tables and topics (with at least as many partitions as the program's
+// DemoTopics ask for); against real brokers it starts the demo's groups at the topics' ends.
+func (p Program) prepareDemo(ctx context.Context, d *deployment, realKafka bool) error {
 	if err := d.ensureTables(ctx); err != nil {
 		return err
 	}
@@ -121,12 +166,14 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := d.ensureTopics(ctx, specs); err != nil {
 		return err
 	}
-	if len(splitList(*kafka)) > 0 {
-		if err := startAtEnd(ctx, d.kafka, cfg, d.topo.SourceTopics(), d.topo.TotalsTopic()); err != nil {
-			return err
-		}
+	if realKafka {
+		return startAtEnd(ctx, d.kafka, d.cfg, d.topo.SourceTopics(), d.topo.TotalsTopic())
 	}
-	fmt.Fprintf(stdout, "abacus demo: topology %q, broker %v, %s\n", name, brokers, storeName(cfg))
+	return nil
+}
+
+// runDemo runs every role, and the program's generator if it has one, until ctx ends or one fails.
+func (p Program) runDemo(ctx context.Context, d *deployment, stdout io.Writer) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return d.run(gctx, AllRoles, nil, func(url string) {
@@ -143,12 +190,7 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 			return p.DemoGenerator(gctx, cl)
 		})
 	}
-	err = g.Wait()
-	if ctx.Err() != nil {
-		fmt.Fprintln(stdout, "abacus demo: stopped")
-		return nil
-	}
-	return err
+	return g.Wait()
 }
 
 // firstTopology is the topology the demo runs by default: the first one the program lists.
@@ -164,6 +206,7 @@ func (p Program) firstTopology(topos map[string]*topology.Topology) string {
 	return ""
 }
 
+// storeName says where the demo keeps its cells, for its first line of output.
 func storeName(cfg *Config) string {
 	if cfg.HBase.ZooKeeper != "" {
 		return "HBase at " + cfg.HBase.ZooKeeper

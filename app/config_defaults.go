@@ -1,0 +1,76 @@
+package app
+
+import (
+	"strings"
+	"time"
+
+	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/processors"
+)
+
+// EnsureDefaults fills unset fields from the topology's name.
+func (c *Config) EnsureDefaults() {
+	name := c.Topology
+	group := c.Topics.Prefix + name // groups of one environment stay apart from another's
+	if c.Processor.Group == "" {
+		c.Processor.Group = group
+	}
+	if c.Processor.IdleTimeout == 0 {
+		c.Processor.IdleTimeout = Duration(processors.DefaultIdleTimeout)
+	}
+	if c.Processor.Replication == 0 {
+		c.Processor.Replication = processors.DefaultReplication
+	}
+	fill := func(t *SinkTable, kind string) {
+		if t.Table == "" {
+			t.Table = strings.ReplaceAll(name, "-", "_") + "_" + kind
+		}
+		if t.Family == "" {
+			t.Family = "d"
+		}
+		if t.SaltBuckets == 0 {
+			t.SaltBuckets = 16
+		}
+		if t.Versions == 0 {
+			t.Versions = 1
+		}
+		if t.Group == "" {
+			t.Group = group + "-" + kind + "-sink"
+		}
+	}
+	fill(&c.Sinks.Aggregates, "aggregates")
+	fill(&c.Sinks.Facts, "facts")
+	if c.Sinks.Offsets == "" {
+		c.Sinks.Offsets = "kafka"
+	}
+	if c.Sinks.OffsetsTable == "" {
+		c.Sinks.OffsetsTable = "abacus_offsets"
+	}
+	if c.Sinks.Durability == "" {
+		c.Sinks.Durability = "table_default"
+	}
+	if c.Query.Listen == "" {
+		c.Query.Listen = "127.0.0.1:8080"
+	}
+	if c.Query.ReloadInterval == 0 {
+		c.Query.ReloadInterval = Duration(10 * time.Second)
+	}
+	if c.Membership.Mode == "" {
+		c.Membership.Mode = "static"
+	}
+	if c.Membership.InstanceID == "" && c.Membership.Static() {
+		c.Membership.InstanceID, c.hostErr = membership.HostID()
+	}
+	if c.Membership.SessionTimeout == 0 {
+		c.Membership.SessionTimeout = Duration(DefaultSessionTimeout)
+	}
+}
+
+// DefaultSessionTimeout is membership.session_timeout's default: franz-go's and the Java
+// client's, long enough for a crashed process to be restarted and find its partitions waiting.
+const DefaultSessionTimeout = 45 * time.Second
+
+// heartbeatInterval is how often every member heartbeats its group. A rebalance (a member left or
+// joined) reaches the others with their next heartbeat, so this bounds how long a clean stop's
+// partitions wait for their new owner; the clients' default is 3 s.
+const heartbeatInterval = time.Second

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/abacus-stream/abacus/bench/chaos/stream"
+)
+
+// summary is what a run found.
+type summary struct {
+	o               *options
+	id, form        string
+	kinds           map[stream.Kind]int64
+	produceFailures int64
+	faults          *faults
+	roles           []*role
+	oracle          *stream.Oracle
+	refRan          bool
+
+	chaosAgg, chaosFacts, refAgg, refFacts stream.Diff
+	chaosVsRefAgg, chaosVsRefFacts         stream.Diff
+	chaosDLQ, refDLQ                       *dlqCheck
+	chaosLate, refLate                     *lateCheck
+
+	produce, drain, reference, compare time.Duration
+	failures                           []string
+}
+
+// printSummary prints the run's summary and says whether it passed. Each section adds what
+// it finds wrong to the failures, which the summary lists last.
+func (d *driver) printSummary(s *summary) bool {
+	w := d.logw
+	fmt.Fprintf(w, "\n===== abacus chaos run %s (%s form), seed %d =====\n", s.id, s.form, s.o.seed)
+	s.printEvents(w)
+	if s.faults != nil {
+		s.printFaults(w)
+	}
+	if s.oracle != nil {
+		printOracle(w, s.oracle)
+	}
+	var t cellTally
+	ran := s.oracle != nil
+	s.printDiff(w, &t, "chaos aggregates vs oracle", s.chaosAgg, ran)
+	s.printDiff(w, &t, "chaos facts vs oracle", s.chaosFacts, ran)
+	s.printDiff(w, &t, "reference aggregates vs oracle", s.refAgg, ran && s.refRan)
+	s.printDiff(w, &t, "reference facts vs oracle", s.refFacts, ran && s.refRan)
+	s.printDiff(w, &t, "chaos aggregates vs reference", s.chaosVsRefAgg, ran && s.refRan)
+	s.printDiff(w, &t, "chaos facts vs reference", s.chaosVsRefFacts, ran && s.refRan)
+	s.printDeadLetters(w, "chaos dead letters", s.chaosDLQ, false)
+	s.printDeadLetters(w, "reference dead letters", s.refDLQ, true)
+	s.printLateRecords(w, "chaos late records", s.chaosLate, false)
+	s.printLateRecords(w, "reference late records", s.refLate, true)
+	fmt.Fprintf(w, "timings:  produce %v, drain after the faults %v, reference run %v, oracle and comparison %v; total %v\n",
+		s.produce.Round(time.Second), s.drain.Round(time.Second), s.reference.Round(time.Second), s.compare.Round(time.Second),
+		time.Since(d.t0).Round(time.Second))
+	fmt.Fprintf(w, "summary:  %d events, %d cells compared, %d mismatches, %d extra versions\n", s.kinds[stream.OnTime]+s.kinds[stream.Straggler]+s.kinds[stream.Late]+s.kinds[stream.Future]+s.kinds[stream.Malformed], t.compared, t.mismatches, t.extraVersions)
+	if len(s.failures) == 0 {
+		fmt.Fprintf(w, "RESULT:   PASS\n")
+		return true
+	}
+	fmt.Fprintf(w, "RESULT:   FAIL\n")
+	for _, f := range s.failures {
+		fmt.Fprintf(w, "          %s\n", f)
+	}
+	return false
+}
+
+// printEvents prints what was produced, by kind.
+func (s *summary) printEvents(w io.Writer) {
+	var kinds []string
+	var events int64
+	for _, k := range stream.Kinds() {
+		if n := s.kinds[k]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+			events += n
+		}
+	}
+	fmt.Fprintf(w, "events:   %d records produced over %d partitions (%s)\n", events, s.o.partitions, strings.Join(kinds, ", "))
+	if s.produceFailures > 0 {
+		fmt.Fprintf(w, "          %d records failed to produce\n", s.produceFailures)
+	}
+}
+
+// printFaults prints the faults the run injected and what the roles rode out or did not.
+func (s *summary) printFaults(w io.Writer) {
+	f := s.faults
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var kills []string
+	totalKills := 0
+	var exits []string
+	for _, r := range s.roles {
+		k, starts, ex := r.counts()
+		totalKills += k
+		kills = append(kills, fmt.Sprintf("%s %d (started %d times)", r.name, k, starts))
+		for _, e := range ex {
+			exits = append(exits, r.name+" at "+e)
+		}
+	}
+	fmt.Fprintf(w, "kills:    %d SIGKILLs (%s)\n", totalKills, strings.Join(kills, ", "))
+	fmt.Fprintf(w, "outages:  HBase stopped %d times, SIGKILLed %d times: down %.1f minutes in all; broker restarted %d times (%d by SIGKILL)\n",
+		f.count[faultHBaseOutage], f.count[faultHBaseKill], f.outage.Minutes(), f.count[faultBrokerRestart], f.brokerKills)
+	var splits []string
+	for k, n := range f.count {
+		if strings.HasPrefix(k, faultSplit+" ") {
+			splits = append(splits, fmt.Sprintf("%s %d", strings.TrimPrefix(k, faultSplit+" "), n))
+		}
+	}
+	sort.Strings(splits)
+	fmt.Fprintf(w, "regions:  %d splits (%s), %d unassign/assigns\n", f.count[faultSplit], strings.Join(splits, ", "), f.count[faultBounce])
+	for _, sk := range f.skipped {
+		fmt.Fprintf(w, "          fault not done: %s\n", sk)
+	}
+	if len(f.revived) > 0 {
+		fmt.Fprintf(w, "          HBase found dead and restarted by the suite's supervisor %d times (no planned fault; a region server aborted?):\n", len(f.revived))
+		for _, r := range f.revived {
+			fmt.Fprintf(w, "          %s\n", r)
+		}
+	}
+	reruns, waits := 0, 0
+	for _, r := range s.roles {
+		reruns += r.logLines(msgGroupRunAgain)
+		waits += r.logLines(msgStartWaited)
+	}
+	fmt.Fprintf(w, "rode out: the processor ran its group again in process %d times (broker outages); roles retried a start step %d times waiting for a server\n",
+		reruns, waits)
+	fmt.Fprintf(w, "exits:    %d unplanned exits of a role (restarted after 2 s)\n", len(exits))
+	for _, e := range exits {
+		fmt.Fprintf(w, "          %s\n", e)
+	}
+}
+
+// printOracle prints what the oracle expects.
+func printOracle(w io.Writer, o *stream.Oracle) {
+	fmt.Fprintf(w, "oracle:   %d records read back, %d applied, late for every window (%s), %d bad; expects %d aggregate and %d fact cells, late records (%s) for %d events\n",
+		o.Records, o.Applied, countsBySet(o.LateFor), len(o.Bad), o.Aggregates.Len(), o.Facts.Len(), countsBySet(o.LateRecords), len(o.Late))
+}
+
+// countsBySet lists per-set counts as "set n", sorted.
+func countsBySet(m map[string]int64) string {
+	out := []string{}
+	for set, n := range m {
+		out = append(out, fmt.Sprintf("%s %d", set, n))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ", ")
+}
+
+// cellTally adds up the table comparisons for the summary's last line.
+type cellTally struct{ compared, mismatches, extraVersions int64 }
+
+// printDiff prints one table comparison (if it ran) and adds it to t.
+func (s *summary) printDiff(w io.Writer, t *cellTally, what string, dd stream.Diff, ran bool) {
+	if !ran {
+		return
+	}
+	t.compared += dd.Compared
+	t.mismatches += dd.Missing + dd.Extra + dd.WrongValue
+	t.extraVersions += dd.ExtraVersions
+	fmt.Fprintf(w, "%-34s %9d cells compared: %d missing, %d extra, %d wrong, %d extra versions\n", what+":", dd.Compared, dd.Missing, dd.Extra, dd.WrongValue, dd.ExtraVersions)
+	for _, e := range dd.Examples {
+		fmt.Fprintf(w, "          %s\n", e)
+	}
+	if dd.Mismatches() > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%s: %d differences", what, dd.Mismatches()))
+	}
+}
+
+// printDeadLetters prints one deployment's dead-letter check (if it ran). clean says that the
+// deployment never crashed, so that no bad record may have more than one dead letter.
+func (s *summary) printDeadLetters(w io.Writer, what string, c *dlqCheck, clean bool) {
+	if c == nil {
+		return
+	}
+	fmt.Fprintf(w, "%-34s %d records for %d bad source records: %d once, %d repeated identically, %d repeated differently, %d missing, %d unexpected, %d wrong reason\n",
+		what+":", c.Records, c.Bad, c.Once, c.Identical, c.Different, c.Missing, c.Unexpected, c.WrongReason)
+	var hist []string
+	for n, k := range c.Distinct {
+		hist = append(hist, fmt.Sprintf("%d with %d", k, n))
+	}
+	sort.Strings(hist)
+	if len(hist) > 0 || c.OrderOnly > 0 {
+		fmt.Fprintf(w, "          bad records by distinct dead letters: %s; %d whose repeats differ only in header order\n", strings.Join(hist, ", "), c.OrderOnly)
+	}
+	for _, e := range c.Examples {
+		fmt.Fprintf(w, "          %s\n", e)
+	}
+	if c.Different+c.Missing+c.Unexpected+c.WrongReason > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%s: dead letters missing, unexpected or differing", what))
+	}
+	if clean && c.Identical > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%s: %d bad records dead-lettered more than once in a run without crashes", what, c.Identical))
+	}
+}
+
+// printLateRecords prints one deployment's late-record check (if it ran). clean says that the
+// deployment never crashed, so that no (event, set) may have more than one late record.
+func (s *summary) printLateRecords(w io.Writer, what string, c *lateCheck, clean bool) {
+	if c == nil {
+		return
+	}
+	fmt.Fprintf(w, "%-34s %d records for %d expected (event, set): %d found (%d once, %d repeated identically, %d repeated differently), %d missing, %d unexpected, %d wrong content\n",
+		what+":", c.Records, c.Expected, c.Found(), c.Once, c.Identical, c.Different, c.Missing, c.Unexpected, c.WrongContent)
+	fmt.Fprintf(w, "          timestamps: %d of %d records carry their source record's; %d repeated (event, set) with differing timestamps\n",
+		c.SourceTimestamp, c.Records, c.TimestampDiffers)
+	for _, e := range c.Examples {
+		fmt.Fprintf(w, "          %s\n", e)
+	}
+	if c.Different+c.Missing+c.Unexpected+c.WrongContent > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%s: %d missing, %d unexpected, %d repeated differently, %d with wrong content",
+			what, c.Missing, c.Unexpected, c.Different, c.WrongContent))
+	}
+	if clean && c.Identical > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%s: %d late (event, set) sent more than once in a run without crashes", what, c.Identical))
+	}
+	// The processor produces a set-aside record with its source record's timestamp, so that a
+	// repeat is the same record in every field.
+	if c.SourceTimestamp != c.Records || c.TimestampDiffers > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%s: %d of %d records without their source record's timestamp, %d repeats with another",
+			what, c.Records-c.SourceTimestamp, c.Records, c.TimestampDiffers))
+	}
+}
