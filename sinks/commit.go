@@ -14,6 +14,17 @@ import (
 func (s *FlushThenCommit) finish(r writeResult) {
 	r.b.done, r.b.err = true, r.err
 	s.flushNow = true
+	offsets, records := s.takeLanded()
+	if len(offsets) == 0 || s.abandoned {
+		return
+	}
+	s.commit(offsets, records)
+}
+
+// takeLanded takes the batches at the head of inflight that are done, and returns the offsets
+// they reach in the partitions still owned, with how many records they hold. A batch that failed
+// stops all commits from then on. Called with mu held.
+func (s *FlushThenCommit) takeLanded() (map[string]map[int32]kgo.EpochOffset, int) {
 	offsets := map[string]map[int32]kgo.EpochOffset{}
 	records := 0
 	for len(s.inflight) > 0 && s.inflight[0].done {
@@ -47,9 +58,12 @@ func (s *FlushThenCommit) finish(r writeResult) {
 			}
 		}
 	}
-	if len(offsets) == 0 || s.abandoned {
-		return
-	}
+	return offsets, records
+}
+
+// commit stores offsets whose records have all landed, and moves the lag metric on. Called with mu
+// held.
+func (s *FlushThenCommit) commit(offsets map[string]map[int32]kgo.EpochOffset, records int) {
 	t0 := time.Now()
 	ctx, cancel := context.WithTimeout(s.writeCtx, s.cfg.RevokeTimeout)
 	defer cancel()

@@ -27,6 +27,32 @@ func (s *FlushThenCommit) release() {
 	s.m.setHeld(0)
 }
 
+// dropHeld stops counting partitions that were taken away as held: the metric must not show a
+// partition this member no longer owns. Called with mu held.
+func (s *FlushThenCommit) dropHeld(parts map[string][]int32) {
+	if s.held == nil {
+		return
+	}
+	for t, ps := range parts {
+		var keep []int32
+	outer:
+		for _, q := range s.held[t] {
+			for _, p := range ps {
+				if p == q {
+					continue outer
+				}
+			}
+			keep = append(keep, q)
+		}
+		if len(keep) == 0 {
+			delete(s.held, t)
+		} else {
+			s.held[t] = keep
+		}
+	}
+	s.m.setHeld(countParts(s.held))
+}
+
 func countParts(m map[string][]int32) int {
 	n := 0
 	for _, ps := range m {

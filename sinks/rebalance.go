@@ -50,6 +50,7 @@ func (s *FlushThenCommit) onLost(_ context.Context, _ *kgo.Client, parts map[str
 	s.log.Warn("partitions lost; their buffered records are dropped uncommitted", "partitions", parts)
 }
 
+// unassign forgets the partitions: their ownership, lag and hold. Called with mu held.
 func (s *FlushThenCommit) unassign(parts map[string][]int32) {
 	for t, ps := range parts {
 		for _, p := range ps {
@@ -60,26 +61,7 @@ func (s *FlushThenCommit) unassign(parts map[string][]int32) {
 		}
 	}
 	s.nparts.Store(int64(s.countAssigned()))
-	if s.held != nil {
-		for t, ps := range parts {
-			var keep []int32
-		outer:
-			for _, q := range s.held[t] {
-				for _, p := range ps {
-					if p == q {
-						continue outer
-					}
-				}
-				keep = append(keep, q)
-			}
-			if len(keep) == 0 {
-				delete(s.held, t)
-			} else {
-				s.held[t] = keep
-			}
-		}
-		s.m.setHeld(countParts(s.held))
-	}
+	s.dropHeld(parts)
 }
 
 // countAssigned counts the partitions owned. Called with mu held.

@@ -190,21 +190,7 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 			s.cl.AllowRebalance()
 			return s.stop()
 		}
-		var fatal error
-		fetches.EachError(func(topic string, p int32, err error) {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				return
-			}
-			if errors.Is(err, kgo.ErrClientClosed) {
-				fatal = err
-				return
-			}
-			if s.cfg.InstanceID != "" && errors.Is(err, kerr.FencedInstanceID) {
-				s.fenced.CompareAndSwap(nil, &membership.FencedError{Group: s.cfg.Group, InstanceID: s.cfg.InstanceID, Err: err})
-				return
-			}
-			s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
-		})
+		fatal := s.fetchErrors(fetches)
 		if fatal != nil {
 			return fmt.Errorf("sinks: poll: %w", fatal)
 		}
@@ -224,6 +210,29 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 			return s.fail(fatal)
 		}
 	}
+}
+
+// fetchErrors sorts a poll's errors: its own timeout and the wake-up of a finished write are not
+// errors, a closed client ends Run (returned), a fenced static member is noted for Run to stop
+// with, and anything else is only logged, since the client goes on fetching and a record it could
+// not fetch is never committed past.
+func (s *FlushThenCommit) fetchErrors(fetches kgo.Fetches) error {
+	var fatal error
+	fetches.EachError(func(topic string, p int32, err error) {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+			return
+		}
+		if errors.Is(err, kgo.ErrClientClosed) {
+			fatal = err
+			return
+		}
+		if s.cfg.InstanceID != "" && errors.Is(err, kerr.FencedInstanceID) {
+			s.fenced.CompareAndSwap(nil, &membership.FencedError{Group: s.cfg.Group, InstanceID: s.cfg.InstanceID, Err: err})
+			return
+		}
+		s.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+	})
+	return fatal
 }
 
 // pollWait keeps the loop responsive to write completions and flush deadlines.

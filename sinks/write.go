@@ -41,25 +41,9 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 			s.m.failedActions("unavailable", len(cells))
 			s.log.Warn("write failed; retrying the batch", "cells", len(cells), "err", err, "backoff", backoff)
 		} else {
-			var retry []int
-			var dead []deadLetter
-			seen := map[*kgo.Record]bool{}
-			for _, f := range failed {
-				if f.Index < 0 || f.Index >= len(pending) {
-					return fmt.Errorf("sinks: store reported failure of cell %d of %d", f.Index, len(pending))
-				}
-				orig := pending[f.Index]
-				if !f.Permanent {
-					retry = append(retry, orig)
-					s.m.failedActions("retriable", 1)
-					continue
-				}
-				s.m.failedActions("permanent", 1)
-				rec := b.src[orig]
-				if !seen[rec] {
-					seen[rec] = true
-					dead = append(dead, deadLetter{rec: rec, reason: deadletter.Rejected, detail: f.Err.Error()})
-				}
+			retry, dead, err := s.sortFailures(b, pending, failed)
+			if err != nil {
+				return err
 			}
 			if err := s.produceDead(ctx, dead); err != nil {
 				return err
@@ -81,4 +65,32 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 		backoff = min(backoff*2, s.cfg.MaxRetryBackoff)
 	}
 	return nil
+}
+
+// sortFailures splits the cells a write reported failed into those to resend (indexes into
+// b.cells) and the dead letters of those refused for good: one per source record, however many of
+// its cells HBase refused, so a record is set aside once. pending maps the write's cell indexes to
+// b.cells.
+func (s *FlushThenCommit) sortFailures(b *batch, pending []int, failed []store.CellError) ([]int, []deadLetter, error) {
+	var retry []int
+	var dead []deadLetter
+	seen := map[*kgo.Record]bool{}
+	for _, f := range failed {
+		if f.Index < 0 || f.Index >= len(pending) {
+			return nil, nil, fmt.Errorf("sinks: store reported failure of cell %d of %d", f.Index, len(pending))
+		}
+		orig := pending[f.Index]
+		if !f.Permanent {
+			retry = append(retry, orig)
+			s.m.failedActions("retriable", 1)
+			continue
+		}
+		s.m.failedActions("permanent", 1)
+		rec := b.src[orig]
+		if !seen[rec] {
+			seen[rec] = true
+			dead = append(dead, deadLetter{rec: rec, reason: deadletter.Rejected, detail: f.Err.Error()})
+		}
+	}
+	return retry, dead, nil
 }
