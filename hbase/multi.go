@@ -65,95 +65,13 @@ type multiRequest struct {
 // applyRound sends every action in todo once and returns those to retry; errs gets every outcome,
 // sent marks the actions put on the wire.
 func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, errs []error, sent []bool) []int {
-	// Group by server, then region, in input order within a region.
-	type serverGroup struct {
-		regions map[string]*regionActions
-		order   []string
-	}
-	servers := map[string]*serverGroup{}
-	var retry []int
-	var retryMu sync.Mutex
-	// A table whose lookup failed in this round is not looked up again for its other keys until
-	// the next round: a missing table or an unreachable hbase:meta would otherwise cost one RPC per
-	// mutation. A lookup that found its region in transition (closed, opening, split) holds back
-	// only the keys of that region's range; the table's other regions are looked up and written.
-	lookupFailed := map[string]error{}
-	type transit struct {
-		r   *region
-		err error
-	}
-	var transits []transit
-	for _, i := range todo {
-		m := ms[i]
-		r := c.regions.lookup(m.Table, m.Row)
-		if r == nil {
-			err := lookupFailed[m.Table]
-			for _, tr := range transits {
-				if err == nil && tr.r.table == m.Table && tr.r.contains(m.Row) {
-					err = tr.err
-				}
-			}
-			if err == nil {
-				r, err = c.locate(ctx, m.Table, m.Row)
-				var it *inTransition
-				if errors.As(err, &it) {
-					transits = append(transits, transit{it.r, err})
-				} else if err != nil {
-					lookupFailed[m.Table] = err
-				}
-			}
-			if err != nil {
-				errs[i] = err
-				if retryHere(err) {
-					retry = append(retry, i)
-				}
-				continue
-			}
-		}
-		sg := servers[r.addr]
-		if sg == nil {
-			sg = &serverGroup{regions: map[string]*regionActions{}}
-			servers[r.addr] = sg
-		}
-		ra := sg.regions[string(r.name)]
-		if ra == nil {
-			ra = &regionActions{r: r}
-			sg.regions[string(r.name)] = ra
-			sg.order = append(sg.order, string(r.name))
-		}
-		ra.idx = append(ra.idx, i)
-	}
-	// Cut each server's actions into requests under the action and byte caps, packing regions in
-	// sorted order: one request carries actions for as many regions as fit.
-	var wg sync.WaitGroup
-	for addr, sg := range servers {
-		sort.Strings(sg.order) // a fixed region order lets requests take region slots without deadlock
-		var reqs []*multiRequest
-		cur := &multiRequest{addr: addr}
-		n, size := 0, 0
-		for _, name := range sg.order {
-			ra := sg.regions[name]
-			start := 0
-			for k, i := range ra.idx {
-				sz := ms[i].size()
-				if n > 0 && (n+1 > c.cfg.MaxBatchActions || size+sz > c.cfg.MaxBatchBytes) {
-					if k > start {
-						cur.regions = append(cur.regions, regionActions{r: ra.r, idx: ra.idx[start:k]})
-					}
-					reqs = append(reqs, cur)
-					cur = &multiRequest{addr: addr}
-					n, size, start = 0, 0, k
-				}
-				n++
-				size += sz
-			}
-			if start < len(ra.idx) {
-				cur.regions = append(cur.regions, regionActions{r: ra.r, idx: ra.idx[start:]})
-			}
-		}
-		if n > 0 {
-			reqs = append(reqs, cur)
-		}
+	servers, retry := c.groupByServer(ctx, ms, todo, errs)
+	var (
+		wg      sync.WaitGroup
+		retryMu sync.Mutex
+	)
+	for addr, sa := range servers {
+		reqs := c.cutRequests(addr, sa, ms)
 		// At most MaxInFlightPerServer workers per server; the client-wide semaphores also bound
 		// concurrent Apply calls together.
 		next := make(chan *multiRequest, len(reqs))
@@ -178,6 +96,121 @@ func (c *Client) applyRound(ctx context.Context, ms []*Mutation, todo []int, err
 	}
 	wg.Wait()
 	return retry
+}
+
+// serverActions are one round's actions for one region server, by region, in input order within
+// a region.
+type serverActions struct {
+	regions map[string]*regionActions
+	order   []string // region names
+}
+
+func (sa *serverActions) add(r *region, i int) {
+	ra := sa.regions[string(r.name)]
+	if ra == nil {
+		ra = &regionActions{r: r}
+		sa.regions[string(r.name)] = ra
+		sa.order = append(sa.order, string(r.name))
+	}
+	ra.idx = append(ra.idx, i)
+}
+
+// groupByServer finds each action's region and groups the actions by server. Actions whose region
+// cannot be found get their error in errs; it returns those of them to retry.
+func (c *Client) groupByServer(ctx context.Context, ms []*Mutation, todo []int, errs []error) (map[string]*serverActions, []int) {
+	servers := map[string]*serverActions{}
+	var retry []int
+	lookups := roundLookups{failed: map[string]error{}}
+	for _, i := range todo {
+		r, err := c.regionOf(ctx, &lookups, ms[i])
+		if err != nil {
+			errs[i] = err
+			if retryHere(err) {
+				retry = append(retry, i)
+			}
+			continue
+		}
+		sa := servers[r.addr]
+		if sa == nil {
+			sa = &serverActions{regions: map[string]*regionActions{}}
+			servers[r.addr] = sa
+		}
+		sa.add(r, i)
+	}
+	return servers, retry
+}
+
+// roundLookups are the region lookups that failed in one round. A table whose lookup failed is
+// not looked up again for its other keys until the next round: a missing table or an unreachable
+// hbase:meta would otherwise cost one RPC per mutation. A lookup that found its region in
+// transition (closed, opening, split) holds back only the keys of that region's range; the
+// table's other regions are looked up and written.
+type roundLookups struct {
+	failed   map[string]error // by table
+	transits []transit
+}
+
+type transit struct {
+	r   *region
+	err error
+}
+
+// regionOf is the region m goes to: the cached one, else located, unless a lookup that failed in
+// this round covers m already.
+func (c *Client) regionOf(ctx context.Context, l *roundLookups, m *Mutation) (*region, error) {
+	if r := c.regions.lookup(m.Table, m.Row); r != nil {
+		return r, nil
+	}
+	err := l.failed[m.Table]
+	for _, tr := range l.transits {
+		if err == nil && tr.r.table == m.Table && tr.r.contains(m.Row) {
+			err = tr.err
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.locate(ctx, m.Table, m.Row)
+	var it *inTransition
+	if errors.As(err, &it) {
+		l.transits = append(l.transits, transit{it.r, err})
+	} else if err != nil {
+		l.failed[m.Table] = err
+	}
+	return r, err
+}
+
+// cutRequests cuts one server's actions into requests under the action and byte caps, packing
+// regions in sorted order: one request carries actions for as many regions as fit.
+func (c *Client) cutRequests(addr string, sa *serverActions, ms []*Mutation) []*multiRequest {
+	sort.Strings(sa.order) // a fixed region order lets requests take region slots without deadlock
+	var reqs []*multiRequest
+	cur := &multiRequest{addr: addr}
+	n, size := 0, 0
+	for _, name := range sa.order {
+		ra := sa.regions[name]
+		start := 0
+		for k, i := range ra.idx {
+			sz := ms[i].size()
+			if n > 0 && (n+1 > c.cfg.MaxBatchActions || size+sz > c.cfg.MaxBatchBytes) {
+				if k > start {
+					cur.regions = append(cur.regions, regionActions{r: ra.r, idx: ra.idx[start:k]})
+				}
+				reqs = append(reqs, cur)
+				cur = &multiRequest{addr: addr}
+				n, size, start = 0, 0, k
+			}
+			n++
+			size += sz
+		}
+		if start < len(ra.idx) {
+			cur.regions = append(cur.regions, regionActions{r: ra.r, idx: ra.idx[start:]})
+		}
+	}
+	if n > 0 {
+		reqs = append(reqs, cur)
+	}
+	return reqs
 }
 
 // sendMulti sends one Multi request and records each action's outcome; it returns the indexes to
