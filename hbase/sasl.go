@@ -120,6 +120,9 @@ type gssContext struct {
 // a service ticket and its session key. It returns the context, whose qop says whether traffic
 // must be wrapped. The exchange ends by ctx's deadline, or after timeout when ctx has none, so that
 // a server that never answers cannot hang the dial.
+//
+// The exchange is GSSAPI over SASL (RFC 4752), in SASL tokens: our AP-REQ, the server's AP-REP,
+// then the security layers the server offers and the one we take.
 func saslHandshake(ctx context.Context, nc net.Conn, auth *kerberosAuth, tkt messages.Ticket, key types.EncryptionKey, spn string, timeout time.Duration) (*gssContext, error) {
 	dl, ok := ctx.Deadline()
 	if !ok {
@@ -127,28 +130,45 @@ func saslHandshake(ctx context.Context, nc net.Conn, auth *kerberosAuth, tkt mes
 	}
 	_ = nc.SetDeadline(dl)
 	defer nc.SetDeadline(time.Time{})
-	// AP-REQ with an authenticator whose GSS checksum asks for mutual authentication, integrity
-	// and confidentiality (the last two only make them available; the server decides).
+	authn, err := sendAPReq(nc, auth, tkt, key)
+	if err != nil {
+		return nil, err
+	}
+	g, err := readAPRep(nc, key, authn, spn)
+	if err != nil {
+		return nil, err
+	}
+	if err := negotiateSecurityLayer(nc, g, auth.cfg.Protection); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// sendAPReq sends the AP-REQ, with an authenticator whose GSS checksum asks for mutual
+// authentication, integrity and confidentiality (the last two only make them available; the
+// server decides). It returns the authenticator, which the server's AP-REP must answer.
+func sendAPReq(nc net.Conn, auth *kerberosAuth, tkt messages.Ticket, key types.EncryptionKey) (types.Authenticator, error) {
 	authn, err := types.NewAuthenticator(auth.realm, auth.principal)
 	if err != nil {
-		return nil, fmt.Errorf("authenticator: %w", err)
+		return authn, fmt.Errorf("authenticator: %w", err)
 	}
 	authn.Cksum = types.Checksum{CksumType: chksumtype.GSSAPI, Checksum: gssChecksum(gssapi.ContextFlagMutual | gssapi.ContextFlagInteg | gssapi.ContextFlagConf)}
 	apReq, err := messages.NewAPReq(tkt, key, authn)
 	if err != nil {
-		return nil, fmt.Errorf("AP-REQ: %w", err)
+		return authn, fmt.Errorf("AP-REQ: %w", err)
 	}
 	types.SetFlag(&apReq.APOptions, flags.APOptionMutualRequired)
 	apBytes, err := apReq.Marshal()
 	if err != nil {
-		return nil, fmt.Errorf("AP-REQ: %w", err)
+		return authn, fmt.Errorf("AP-REQ: %w", err)
 	}
 	tok := append(binary.BigEndian.AppendUint16(append([]byte{}, krb5OID...), gssTokAPReq), apBytes...)
-	if err := writeSASLToken(nc, asn1tools.AddASNAppTag(tok, 0)); err != nil {
-		return nil, err
-	}
+	return authn, writeSASLToken(nc, asn1tools.AddASNAppTag(tok, 0))
+}
 
-	// AP-REP: the server proves it holds the service key by returning our authenticator's time.
+// readAPRep reads the server's AP-REP, in which it proves it holds the service key by returning
+// our authenticator's time, and starts the security context on the key it names.
+func readAPRep(nc net.Conn, key types.EncryptionKey, authn types.Authenticator, spn string) (*gssContext, error) {
 	reply, err := readSASLReply(nc)
 	if err != nil {
 		return nil, err
@@ -187,25 +207,29 @@ func saslHandshake(ctx context.Context, nc net.Conn, auth *kerberosAuth, tkt mes
 	if len(part.Subkey.KeyValue) > 0 {
 		g.key, g.acceptorSubkey = part.Subkey, true
 	}
+	return g, nil
+}
 
-	// Security layer: an empty token, then the server's wrapped offer.
+// negotiateSecurityLayer sends an empty token, unwraps the server's offer of protections, and
+// answers with the least of them that protection (Config.Kerberos.Protection) allows, in g.qop.
+func negotiateSecurityLayer(nc net.Conn, g *gssContext, protection string) error {
 	if err := writeSASLToken(nc, nil); err != nil {
-		return nil, err
+		return err
 	}
-	reply, err = readSASLReply(nc)
+	reply, err := readSASLReply(nc)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	offer, err := g.unwrap(reply)
 	if err != nil {
-		return nil, fmt.Errorf("security layer offer: %w", err)
+		return fmt.Errorf("security layer offer: %w", err)
 	}
 	if len(offer) != 4 {
-		return nil, fmt.Errorf("security layer offer of %d bytes, want 4", len(offer))
+		return fmt.Errorf("security layer offer of %d bytes, want 4", len(offer))
 	}
-	g.qop, err = chooseQOP(offer[0], auth.cfg.Protection)
+	g.qop, err = chooseQOP(offer[0], protection)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	answer := []byte{g.qop, 0, 0, 0}
 	if g.qop != qopAuth {
@@ -214,12 +238,9 @@ func saslHandshake(ctx context.Context, nc net.Conn, auth *kerberosAuth, tkt mes
 	// No authorization id: the server then takes the authenticated principal.
 	wrapped, err := g.wrap(answer, false)
 	if err != nil {
-		return nil, fmt.Errorf("security layer answer: %w", err)
+		return fmt.Errorf("security layer answer: %w", err)
 	}
-	if err := writeSASLToken(nc, wrapped); err != nil {
-		return nil, err
-	}
-	return g, nil
+	return writeSASLToken(nc, wrapped)
 }
 
 // GSS-API Kerberos token ids (RFC 4121 4.1).

@@ -361,16 +361,7 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 			}
 		}
 		if sc.scannerID == 0 && sc.region == nil {
-			var err error
-			switch {
-			case sc.s.Reversed && sc.before:
-				sc.region, err = c.locateBefore(ctx, sc.s.Table, sc.start)
-			case sc.s.Reversed && len(sc.start) == 0:
-				sc.region, err = c.locateLast(ctx, sc.s.Table)
-			default:
-				sc.region, err = c.locate(ctx, sc.s.Table, sc.start)
-			}
-			if err != nil {
+			if err := sc.locateStart(ctx); err != nil {
 				if retryHere(err) {
 					last = err
 					continue
@@ -378,32 +369,12 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 				return err
 			}
 		}
-		p := getBuf()
-		if sc.scannerID == 0 {
-			open := sc.s
-			open.StartRow = sc.start
-			*p = appendScanRequest(*p, sc.region.name, &open, scanParams{
-				rows: uint32(sc.s.Caching), excludeStart: sc.excludeStart, includeStop: sc.includeStop})
-		} else {
-			*p = appendScanRequest(*p, nil, &sc.s, scanParams{scannerID: sc.scannerID, rows: uint32(sc.s.Caching)})
-		}
-		resp, cb, err := c.rpc(ctx, serviceClient, sc.region.addr, "Scan", p, nil)
+		resp, cb, err := c.rpc(ctx, serviceClient, sc.region.addr, "Scan", sc.request(), nil)
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || errors.Is(err, ErrAuthentication) || (e.Kind == KindPermanent && !strings.HasSuffix(e.Class, "UnknownScannerException") &&
-				!strings.HasSuffix(e.Class, "OutOfOrderScannerNextException") && !strings.HasSuffix(e.Class, "ScannerResetException")) {
+			if !sc.lost(err) {
 				return err
 			}
-			// The scanner is gone (lease expired, region moved, server restarted): reopen after
-			// the last row handed out, on a freshly located region.
 			last = err
-			sc.scannerID = 0
-			if e.Kind == KindRelocate {
-				c.relocate(sc.region, err)
-			} else if e.Kind == KindReconnect {
-				c.invalidate(sc.region)
-			}
-			sc.region = nil
 			continue
 		}
 		sr, err := parseScanResponse(resp, cb)
@@ -418,36 +389,91 @@ func (sc *Scanner) fetch(ctx context.Context) error {
 			last = &Error{Op: "scan " + sc.s.Table, Server: sc.region.addr, Kind: KindBackoff, Message: "scanner closed by the server"}
 			continue
 		}
-		sc.scannerID = sr.scannerID
-		sc.lastRPC = time.Now()
-		if sr.ttl > 0 {
-			sc.ttl = time.Duration(sr.ttl) * time.Millisecond
-		}
-		sc.buf = append(sc.buf, sr.results...)
-		if lr := sc.lastRow(); lr != nil {
-			// Resume point if the scanner has to be reopened.
-			sc.start, sc.excludeStart, sc.before = lr, true, false
-		}
-		regionDone := len(sr.results) == 0
-		if sr.moreResultsInRegion != nil {
-			regionDone = !*sr.moreResultsInRegion
-		}
-		if sr.moreResults != nil && !*sr.moreResults {
-			// The server reached the stop row (or the scan's end) and closed the scanner.
-			sc.scannerID = 0
-			sc.done = true
-			return nil
-		}
-		if regionDone {
-			if sc.scannerID != 0 && sr.moreResultsInRegion == nil {
-				sc.closeScanner()
-			}
-			sc.scannerID = 0
-			sc.nextRegion()
-		}
+		sc.take(sr)
 		return nil
 	}
 	return last
+}
+
+// locateStart finds the region the next scanner opens on: the one holding start, or for a
+// reversed scan the one ending at start (after a region is done) or the table's last.
+func (sc *Scanner) locateStart(ctx context.Context) error {
+	var err error
+	switch {
+	case sc.s.Reversed && sc.before:
+		sc.region, err = sc.c.locateBefore(ctx, sc.s.Table, sc.start)
+	case sc.s.Reversed && len(sc.start) == 0:
+		sc.region, err = sc.c.locateLast(ctx, sc.s.Table)
+	default:
+		sc.region, err = sc.c.locate(ctx, sc.s.Table, sc.start)
+	}
+	return err
+}
+
+// request is the next ScanRequest: an open at start on the current region, or a next on the open
+// scanner.
+func (sc *Scanner) request() *[]byte {
+	p := getBuf()
+	if sc.scannerID == 0 {
+		open := sc.s
+		open.StartRow = sc.start
+		*p = appendScanRequest(*p, sc.region.name, &open, scanParams{
+			rows: uint32(sc.s.Caching), excludeStart: sc.excludeStart, includeStop: sc.includeStop})
+	} else {
+		*p = appendScanRequest(*p, nil, &sc.s, scanParams{scannerID: sc.scannerID, rows: uint32(sc.s.Caching)})
+	}
+	return p
+}
+
+// lost reports whether a failed scan RPC only lost the scanner (lease expired, region moved,
+// server restarted), and if so forgets it and its region, so that the next round reopens after
+// the last row handed out, on a freshly located region. Any other error ends the scan.
+func (sc *Scanner) lost(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || errors.Is(err, ErrAuthentication) || (e.Kind == KindPermanent && !strings.HasSuffix(e.Class, "UnknownScannerException") &&
+		!strings.HasSuffix(e.Class, "OutOfOrderScannerNextException") && !strings.HasSuffix(e.Class, "ScannerResetException")) {
+		return false
+	}
+	sc.scannerID = 0
+	if e.Kind == KindRelocate {
+		sc.c.relocate(sc.region, err)
+	} else if e.Kind == KindReconnect {
+		sc.c.invalidate(sc.region)
+	}
+	sc.region = nil
+	return true
+}
+
+// take buffers a response's rows, keeps where to reopen, and moves on to the next region when the
+// server says this one is exhausted, or ends the scan when it says the scan is.
+func (sc *Scanner) take(sr scanResponse) {
+	sc.scannerID = sr.scannerID
+	sc.lastRPC = time.Now()
+	if sr.ttl > 0 {
+		sc.ttl = time.Duration(sr.ttl) * time.Millisecond
+	}
+	sc.buf = append(sc.buf, sr.results...)
+	if lr := sc.lastRow(); lr != nil {
+		// Resume point if the scanner has to be reopened.
+		sc.start, sc.excludeStart, sc.before = lr, true, false
+	}
+	regionDone := len(sr.results) == 0
+	if sr.moreResultsInRegion != nil {
+		regionDone = !*sr.moreResultsInRegion
+	}
+	if sr.moreResults != nil && !*sr.moreResults {
+		// The server reached the stop row (or the scan's end) and closed the scanner.
+		sc.scannerID = 0
+		sc.done = true
+		return
+	}
+	if regionDone {
+		if sc.scannerID != 0 && sr.moreResultsInRegion == nil {
+			sc.closeScanner()
+		}
+		sc.scannerID = 0
+		sc.nextRegion()
+	}
 }
 
 // nextRegion moves the scan to the region after (or, reversed, before) the current one, or ends it.

@@ -1,0 +1,96 @@
+package sinks
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// write lands a batch: dead letters first, then the cells, retrying what failed for a transient
+// cause until it lands or ctx ends; permanent failures send their source records to the dead-letter
+// topic and are never resent.
+func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
+	if err := s.produceDead(ctx, b.dead); err != nil {
+		return err
+	}
+	pending := make([]int, len(b.cells))
+	for i := range pending {
+		pending[i] = i
+	}
+	backoff := s.cfg.RetryBackoff
+	cells := make([]store.Cell, 0, len(b.cells))
+	for len(pending) > 0 {
+		cells = cells[:0]
+		for _, i := range pending {
+			cells = append(cells, b.cells[i])
+		}
+		t0 := time.Now()
+		failed, err := s.store.Write(ctx, cells)
+		s.m.wrote(len(cells), b.bytes, time.Since(t0))
+		if err == nil && len(failed) == 0 {
+			return nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			s.m.failedActions("unavailable", len(cells))
+			s.log.Warn("write failed; retrying the batch", "cells", len(cells), "err", err, "backoff", backoff)
+		} else {
+			retry, dead, err := s.sortFailures(b, pending, failed)
+			if err != nil {
+				return err
+			}
+			if err := s.produceDead(ctx, dead); err != nil {
+				return err
+			}
+			for range dead {
+				s.m.deadLettered(string(deadletter.Rejected))
+			}
+			pending = retry
+			if len(pending) == 0 {
+				return nil
+			}
+			s.log.Warn("cells failed; retrying them", "cells", len(pending), "first", failed[0].Err, "backoff", backoff)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, s.cfg.MaxRetryBackoff)
+	}
+	return nil
+}
+
+// sortFailures splits the cells a write reported failed into those to resend (indexes into
+// b.cells) and the dead letters of those refused for good: one per source record, however many of
+// its cells HBase refused, so a record is set aside once. pending maps the write's cell indexes to
+// b.cells.
+func (s *FlushThenCommit) sortFailures(b *batch, pending []int, failed []store.CellError) ([]int, []deadLetter, error) {
+	var retry []int
+	var dead []deadLetter
+	seen := map[*kgo.Record]bool{}
+	for _, f := range failed {
+		if f.Index < 0 || f.Index >= len(pending) {
+			return nil, nil, fmt.Errorf("sinks: store reported failure of cell %d of %d", f.Index, len(pending))
+		}
+		orig := pending[f.Index]
+		if !f.Permanent {
+			retry = append(retry, orig)
+			s.m.failedActions("retriable", 1)
+			continue
+		}
+		s.m.failedActions("permanent", 1)
+		rec := b.src[orig]
+		if !seen[rec] {
+			seen[rec] = true
+			dead = append(dead, deadLetter{rec: rec, reason: deadletter.Rejected, detail: f.Err.Error()})
+		}
+	}
+	return retry, dead, nil
+}
