@@ -42,7 +42,7 @@ type outageSample struct {
 // processor keeps up with the stream and keeps emitting totals, and the live heap stays within a
 // fixed bound while a backlog several times larger builds up in Kafka. After: the lag drains,
 // held_partitions returns to 0, the commits cover the backlog, and both tables hold exactly the
-// cells the stream's oracle (package bench/chaos/stream) computes, one version each.
+// cells the stream's oracle (package internal/chaos/stream) computes, one version each.
 func TestDisruptiveHBaseDownFiveMinutes(t *testing.T) {
 	gate.Disruptive(t)
 	outage := outageDuration(t)

@@ -16,7 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/bench/chaos/stream"
+	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
@@ -28,7 +28,7 @@ import (
 )
 
 // pipeline is the whole abacus pipeline in the test process, on the real Kafka and HBase: the
-// processor of the chaos topology (package bench/chaos/stream), the aggregates sink and the facts
+// processor of the chaos topology (package internal/chaos/stream), the aggregates sink and the facts
 // sink, each sink with an HBase client of its own, fed by a steady generated stream. The stream's
 // oracle says which cells the tables must hold at the end (verify).
 type pipeline struct {

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/abacus-stream/abacus/bench/chaos/stream"
+	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/twmb/franz-go/pkg/kgo"

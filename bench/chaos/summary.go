@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/bench/chaos/stream"
+	"github.com/abacus-stream/abacus/internal/chaos/stream"
 )
 
 // summary is what a run found.

@@ -48,12 +48,12 @@ func TestImportsRunOneWay(t *testing.T) {
 		"processors":      above("sinks", "query", "app", "cmd"),
 		"sinks":           above("processors", "internal/engine", "query", "app", "cmd"),
 		// Queries read the schema through the store; they never link the write path.
-		"query":      above("sinks", "processors", "internal/engine", "app", "cmd", "github.com/twmb/franz-go", "github.com/lovoo/goka"),
+		"query":      above("sinks", "processors", "internal/engine", "app", "cmd", "github.com/twmb/franz-go", "github.com/lovoo/goka", "github.com/IBM/sarama"),
 		"query/live": above("sinks", "processors", "internal/engine", "app", "cmd"),
 	}
 	// Clients that import nothing else from abacus but utilities, which are leaves themselves.
 	utilities := []string{mod + "internal/smallfile"}
-	for _, leaf := range []string{"hbase", "kafkasec", "deadletter", "partitioner", "internal/wire", "internal/localtable", "windows", "internal/smallfile"} {
+	for _, leaf := range []string{"hbase", "kafkasec", "deadletter", "partitioner", "internal/wire", "internal/localtable", "windows", "internal/smallfile", "internal/testenv/gate"} {
 		for _, d := range deps(t, leaf) {
 			if strings.HasPrefix(d, mod) && !slices.Contains(utilities, d) {
 				t.Errorf("%s imports %s: it must import nothing else from abacus", leaf, d)
@@ -85,6 +85,27 @@ func TestLeavesLinkNoKafkaClient(t *testing.T) {
 				if d == c || strings.HasPrefix(d, c+"/") {
 					t.Errorf("%s links %s", leaf, d)
 				}
+			}
+		}
+	}
+}
+
+// TestTestsImportNoBench fails when the tests of a package users build on import a benchmark or
+// command package: tests of the product test it with the product's own parts (abacustest,
+// internal test support), so a change to a benchmark cannot break or weaken them.
+func TestTestsImportNoBench(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", mod+"...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], mod+"bench/") || strings.HasPrefix(f[0], mod+"cmd/") {
+			continue
+		}
+		for _, imp := range f[1:] {
+			if strings.HasPrefix(imp, mod+"bench/") || strings.HasPrefix(imp, mod+"cmd/") {
+				t.Errorf("tests of %s import %s", strings.TrimPrefix(f[0], mod), strings.TrimPrefix(imp, mod))
 			}
 		}
 	}

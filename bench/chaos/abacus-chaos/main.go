@@ -1,11 +1,11 @@
 // Command abacus-chaos is the abacus command with the chaos topology (package
-// bench/chaos/stream) compiled in, built the way users build theirs (README, "Build your binary").
+// internal/chaos/stream) compiled in, built the way users build theirs (README, "Build your binary").
 // The failure suite (bench/chaos) runs its roles as separate processes and kills them.
 package main
 
 import (
 	"github.com/abacus-stream/abacus/app"
-	"github.com/abacus-stream/abacus/bench/chaos/stream"
+	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/topology"
 )
 
