@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -71,8 +72,10 @@ type result struct {
 	err       error
 }
 
+// startup is how long the process took to process its first record.
 func (r *result) startup() time.Duration { return r.first.Sub(r.spawn) }
 
+// throughput is input records per second, from the first record processed to the last committed.
 func (r *result) throughput() float64 {
 	d := r.committed.Sub(r.first).Seconds()
 	if d <= 0 {
@@ -81,6 +84,7 @@ func (r *result) throughput() float64 {
 	return float64(r.records) / d
 }
 
+// cpuPerMillion is the CPU seconds the work took per million input records.
 func (r *result) cpuPerMillion() float64 {
 	return r.cpu.Seconds() / (float64(r.records) / 1e6)
 }
@@ -96,28 +100,16 @@ func (s *step) run(ctx context.Context, adm *admin, log *slog.Logger) *result {
 	return res
 }
 
+// runInner starts the step's process and watches it until it is done, then stops it and checks
+// what it wrote; every failure path stops the process too, with less grace.
 func (s *step) runInner(ctx context.Context, adm *admin, log *slog.Logger, res *result) error {
-	if s.minProgress == 0 {
-		s.minProgress = s.in.total
-	}
-	if s.stopGrace == 0 {
-		s.stopGrace = 90 * time.Second
-	}
-	if s.committed == nil {
-		s.committed = func(ctx context.Context) (int64, error) { return adm.committed(ctx, s.group, s.in.topic) }
-	}
+	s.ensureDefaults(adm)
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "# %s\n# %s\n", time.Now().Format(time.RFC3339), strings.Join(s.cmd.Args, " "))
-	s.cmd.Stderr = logf
-	stdin, err := s.cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	stdout, err := s.cmd.StdoutPipe()
+	p, err := s.prepare(logf)
 	if err != nil {
 		return err
 	}
@@ -134,139 +126,215 @@ func (s *step) runInner(ctx context.Context, adm *admin, log *slog.Logger, res *
 	}
 
 	res.spawn = time.Now()
-	if err := s.cmd.Start(); err != nil {
+	if err := p.start(logf, res); err != nil {
+		return err
+	}
+	log.Info("step started", "step", s.name, "pid", p.pid, "log", s.logPath)
+	defer p.stop(min(10*time.Second, s.stopGrace)) // on every failure path
+
+	if err := s.watch(ctx, p, out, res); err != nil {
+		return err
+	}
+	if err := p.stop(s.stopGrace); err != nil {
+		return err
+	}
+	p.linesMu.Lock()
+	defer p.linesMu.Unlock()
+	if out == nil {
+		return nil
+	}
+	return s.checkOutput(ctx, adm, out, stopReader, res)
+}
+
+// ensureDefaults fills the fields a step may leave unset.
+func (s *step) ensureDefaults(adm *admin) {
+	if s.minProgress == 0 {
+		s.minProgress = s.in.total
+	}
+	if s.stopGrace == 0 {
+		s.stopGrace = 90 * time.Second
+	}
+	if s.committed == nil {
+		s.committed = func(ctx context.Context) (int64, error) { return adm.committed(ctx, s.group, s.in.topic) }
+	}
+}
+
+// stepProcess is a step's process while it runs: what its stdout says, and how to stop it.
+type stepProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	pid    int
+	// progress is the newest "progress <records>" count; chatter counts the other lines, signs
+	// of life too (restores report their progress this way).
+	progress, chatter atomic.Int64
+	linesMu           sync.Mutex // guards the result's lines while stdout is read
+	exited            chan error // the process's exit, once stdout is drained
+	stopped           bool       // stop was called, or exited was read
+}
+
+// prepare writes the step's header to its log, sends the process's stderr there and opens its
+// stdin and stdout.
+func (s *step) prepare(logf *os.File) (*stepProcess, error) {
+	fmt.Fprintf(logf, "# %s\n# %s\n", time.Now().Format(time.RFC3339), strings.Join(s.cmd.Args, " "))
+	s.cmd.Stderr = logf
+	p := &stepProcess{cmd: s.cmd, exited: make(chan error, 1)}
+	var err error
+	if p.stdin, err = s.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if p.stdout, err = s.cmd.StdoutPipe(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// start starts the process and reads its stdout: progress lines into p.progress, the others
+// into res.lines and the log.
+func (p *stepProcess) start(logf io.Writer, res *result) error {
+	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	pid := s.cmd.Process.Pid
-	log.Info("step started", "step", s.name, "pid", pid, "log", s.logPath)
-
-	var progress, chatter atomic.Int64
-	var linesMu sync.Mutex
-	exited := make(chan error, 1)
+	p.pid = p.cmd.Process.Pid
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(p.stdout)
 		for sc.Scan() {
 			line := sc.Text()
 			if n, ok := strings.CutPrefix(line, "progress "); ok {
 				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
-					progress.Store(v)
+					p.progress.Store(v)
 				}
 				continue
 			}
-			// Any other line is a sign of life too: restores report their progress this way.
-			chatter.Add(1)
-			linesMu.Lock()
+			p.chatter.Add(1)
+			p.linesMu.Lock()
 			res.lines = append(res.lines, line)
-			linesMu.Unlock()
+			p.linesMu.Unlock()
 			fmt.Fprintln(logf, line)
 		}
 		// Wait only after stdout is drained (os/exec's rule for StdoutPipe).
-		exited <- s.cmd.Wait()
+		p.exited <- p.cmd.Wait()
 	}()
-	// stop closes the process's stdin (its cue to commit and exit) and waits up to grace, then
-	// kills it. A step that failed gives it little time: the reason is known, and a stalled
-	// process rarely reacts.
-	stopped := false
-	stop := func(grace time.Duration) error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		stdin.Close()
-		select {
-		case err := <-exited:
-			if err != nil {
-				return fmt.Errorf("did not stop cleanly: %w", err)
-			}
-			return nil
-		case <-time.After(grace):
-			s.cmd.Process.Kill()
-			<-exited
-			return fmt.Errorf("did not stop within %v of its stdin closing: killed", grace)
-		}
-	}
-	defer stop(min(10*time.Second, s.stopGrace)) // on every failure path
+	return nil
+}
 
-	var committed int64
-	var lastCommitPoll time.Time
-	lastMove := time.Now()
-	var seen struct{ progress, chatter, committed, finals int64 }
-	var cpuFirst time.Duration
+// stop closes the process's stdin (its cue to commit and exit) and waits up to grace, then
+// kills it. A step that failed gives it little time: the reason is known, and a stalled
+// process rarely reacts. Only the first call does anything.
+func (p *stepProcess) stop(grace time.Duration) error {
+	if p.stopped {
+		return nil
+	}
+	p.stopped = true
+	p.stdin.Close()
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			return fmt.Errorf("did not stop cleanly: %w", err)
+		}
+		return nil
+	case <-time.After(grace):
+		p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("did not stop within %v of its stdin closing: killed", grace)
+	}
+}
+
+// progressWatch is what watch has seen of a step so far.
+type progressWatch struct {
+	committed      int64 // records the group has committed on the input, at the last poll
+	lastCommitPoll time.Time
+	lastMove       time.Time
+	seen           struct{ progress, chatter, committed, finals int64 }
+	cpuFirst       time.Duration // the process's CPU time when it processed its first record
+}
+
+// watch looks at the process every 100 ms until the step is done, or fails when the process
+// exits before it was asked to, when nothing has moved for the stall limit, or at the timeout.
+func (s *step) watch(ctx context.Context, p *stepProcess, out *outputReader, res *result) error {
+	w := &progressWatch{lastMove: time.Now()}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("interrupted: %w", ctx.Err())
-		case err := <-exited:
-			stopped = true
-			return fmt.Errorf("process exited before it was done (%v): %s", err, s.where(progress.Load(), committed, out))
+		case err := <-p.exited:
+			p.stopped = true
+			return fmt.Errorf("process exited before it was done (%v): %s", err, s.where(p.progress.Load(), w.committed, out))
 		case <-tick.C:
 		}
-		now := time.Now()
-		p := progress.Load()
-		if time.Since(lastCommitPoll) >= 250*time.Millisecond {
-			lastCommitPoll = now
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := s.committed(cctx)
-			cancel()
-			if err != nil {
-				return err
-			}
-			committed = c
-		}
-		var finals int64
-		if out != nil {
-			if err := out.failed(); err != nil {
-				return err
-			}
-			finals = out.received()
-		}
-		ch := chatter.Load()
-		if p != seen.progress || ch != seen.chatter || committed != seen.committed || finals != seen.finals {
-			seen.progress, seen.chatter, seen.committed, seen.finals = p, ch, committed, finals
-			lastMove = now
-		}
-		if res.first.IsZero() && p > 0 {
-			res.first = now
-			if cpuFirst, err = procCPU(pid); err != nil {
-				return err
-			}
-		}
-		if res.ready.IsZero() && p >= s.minProgress {
-			res.ready = now
-		}
-		if res.committed.IsZero() && committed >= s.in.total {
-			res.committed = now
-		}
-		done := !res.ready.IsZero() && !res.committed.IsZero()
-		if s.expect != nil && (out == nil || out.received() < int64(s.expect.finals)) {
-			done = false
-		}
-		if done {
-			cpu, err := procCPU(pid)
-			if err != nil {
-				return err
-			}
-			res.cpu = cpu - cpuFirst
-			res.rss = procPeakRSS(pid)
-			break
-		}
-		if now.Sub(lastMove) > s.stall {
-			return fmt.Errorf("stalled: nothing moved for %v: %s", s.stall, s.where(p, committed, out))
-		}
-		if now.Sub(res.spawn) > s.timeout {
-			return fmt.Errorf("timed out after %v: %s", s.timeout, s.where(p, committed, out))
+		if done, err := s.look(ctx, p, out, res, w); done || err != nil {
+			return err
 		}
 	}
-	if err := stop(s.stopGrace); err != nil {
-		return err
+}
+
+// look takes one look at a running step: it notes what moved and the moments of the result, and
+// says whether the step is done (then it measures the CPU time and memory the work took).
+func (s *step) look(ctx context.Context, p *stepProcess, out *outputReader, res *result, w *progressWatch) (bool, error) {
+	now := time.Now()
+	pr := p.progress.Load()
+	if time.Since(w.lastCommitPoll) >= 250*time.Millisecond {
+		w.lastCommitPoll = now
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := s.committed(cctx)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		w.committed = c
 	}
-	linesMu.Lock()
-	defer linesMu.Unlock()
-	if out == nil {
-		return nil
+	var finals int64
+	if out != nil {
+		if err := out.failed(); err != nil {
+			return false, err
+		}
+		finals = out.received()
 	}
+	ch := p.chatter.Load()
+	if pr != w.seen.progress || ch != w.seen.chatter || w.committed != w.seen.committed || finals != w.seen.finals {
+		w.seen.progress, w.seen.chatter, w.seen.committed, w.seen.finals = pr, ch, w.committed, finals
+		w.lastMove = now
+	}
+	if res.first.IsZero() && pr > 0 {
+		res.first = now
+		var err error
+		if w.cpuFirst, err = procCPU(p.pid); err != nil {
+			return false, err
+		}
+	}
+	if res.ready.IsZero() && pr >= s.minProgress {
+		res.ready = now
+	}
+	if res.committed.IsZero() && w.committed >= s.in.total {
+		res.committed = now
+	}
+	done := !res.ready.IsZero() && !res.committed.IsZero()
+	if s.expect != nil && (out == nil || out.received() < int64(s.expect.finals)) {
+		done = false
+	}
+	if done {
+		cpu, err := procCPU(p.pid)
+		if err != nil {
+			return false, err
+		}
+		res.cpu = cpu - w.cpuFirst
+		res.rss = procPeakRSS(p.pid)
+		return true, nil
+	}
+	if now.Sub(w.lastMove) > s.stall {
+		return false, fmt.Errorf("stalled: nothing moved for %v: %s", s.stall, s.where(pr, w.committed, out))
+	}
+	if now.Sub(res.spawn) > s.timeout {
+		return false, fmt.Errorf("timed out after %v: %s", s.timeout, s.where(pr, w.committed, out))
+	}
+	return false, nil
+}
+
+// checkOutput reads what the system wrote to the end, once it has exited, and checks the finals
+// and the late records against the expectation.
+func (s *step) checkOutput(ctx context.Context, adm *admin, out *outputReader, stopReader func(), res *result) error {
 	// Everything the system wrote is in the topic once it has exited: read to the end, so a
 	// final written twice, or one too many, is seen.
 	out.drain(2 * time.Second)
