@@ -47,6 +47,7 @@ func main() {
 	os.Exit(harnessMain(os.Args[1:]))
 }
 
+// envOr is the environment variable name, or def when it is unset or empty.
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
@@ -54,6 +55,7 @@ func envOr(name, def string) string {
 	return def
 }
 
+// list reads a comma-separated flag, dropping empty items.
 func list(s string) []string {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
@@ -64,6 +66,7 @@ func list(s string) []string {
 	return out
 }
 
+// parseFlags reads the harness's flags and checks the systems and workloads they name.
 func parseFlags(args []string) (*config, error) {
 	fl := flag.NewFlagSet("procbench", flag.ContinueOnError)
 	c := &config{}
@@ -126,6 +129,8 @@ func parseFlags(args []string) (*config, error) {
 	return c, nil
 }
 
+// harnessMain runs the benchmark: exit status 0 when every step passed, 1 when one failed, 2
+// for a bad command line.
 func harnessMain(args []string) int {
 	cfg, err := parseFlags(args)
 	if err != nil {
@@ -152,37 +157,19 @@ func harnessMain(args []string) int {
 // harness runs every workload and system, prints the tables, and reports whether every step
 // passed.
 func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
-	if cfg.workdir == "" {
-		d, err := os.MkdirTemp("", "procbench-")
-		if err != nil {
-			return false, err
-		}
-		cfg.workdir = d
-	} else if err := os.MkdirAll(cfg.workdir, 0o755); err != nil {
+	if err := makeFolders(cfg); err != nil {
 		return false, err
 	}
-	if cfg.cpuprofile != "" {
-		if err := os.MkdirAll(cfg.cpuprofile, 0o755); err != nil {
-			return false, err
-		}
-	}
-	adm, err := newAdmin(cfg.brokers)
+	adm, err := connectAdmin(ctx, cfg.brokers)
 	if err != nil {
 		return false, err
 	}
 	defer adm.close()
-	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	_, err = adm.adm.ListBrokers(pctx)
-	cancel()
-	if err != nil {
-		return false, fmt.Errorf("no Kafka broker answers at %s (start one: testenv/services.sh start): %w", strings.Join(cfg.brokers, ","), err)
-	}
 	// Every topic and group of this run starts with runPrefix, so it can all go at the end.
 	runPrefix := fmt.Sprintf("pb%d", time.Now().Unix())
 	log.Info("procbench", "brokers", cfg.brokers, "run", runPrefix, "workdir", cfg.workdir)
 
-	allOK := true
-	var all []jsonResult
+	t := &tally{ok: true}
 	abacusRuns := map[string][]*result{} // by workload, for the late events' table
 	for _, wname := range cfg.workloads {
 		w, _ := newWorkload(wname, cfg.events, cfg.entities)
@@ -190,58 +177,122 @@ func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		byRun := map[string][]*result{}
-		for run := range cfg.runs {
-			for _, sname := range cfg.systems {
-				sys, _ := systemByName(sname)
-				res := runSystem(ctx, cfg, adm, log, runPrefix, in, sys, run)
-				if res.err != nil {
-					allOK = false
-					log.Error("step failed", "err", res.err)
-				} else {
-					log.Info("step done", "workload", wname, "system", sname, "run", run+1,
-						"events/s", int(res.throughput()), "cpu-s/M", fmt.Sprintf("%.2f", res.cpuPerMillion()))
-				}
-				byRun[sname] = append(byRun[sname], res)
-				all = append(all, toJSON(wname, run, res))
-				if ctx.Err() != nil {
-					return false, ctx.Err()
-				}
-			}
+		byRun, err := runWorkload(ctx, cfg, adm, log, runPrefix, in, t)
+		if err != nil {
+			return false, err
 		}
 		printTable(os.Stdout, in, cfg, byRun)
 		abacusRuns[wname] = byRun["abacus"]
 	}
 	printLate(os.Stdout, cfg, cfg.workloads, abacusRuns)
-	if cfg.restore {
-		rep, err := runRestore(ctx, cfg, adm, log, runPrefix)
-		if err != nil {
-			allOK = false
-			log.Error("state and restore measurement failed", "err", err)
-		}
-		if rep != nil {
-			rep.print(os.Stdout)
-		}
+	if cfg.restore && !printRestore(ctx, cfg, adm, log, runPrefix) {
+		t.ok = false
 	}
 	if cfg.jsonOut != "" {
-		b, _ := json.MarshalIndent(all, "", "  ")
+		b, _ := json.MarshalIndent(t.all, "", "  ")
 		if err := os.WriteFile(cfg.jsonOut, b, 0o644); err != nil {
 			return false, err
 		}
 	}
-	if !allOK {
+	if !t.ok {
 		fmt.Fprintf(os.Stderr, "\nprocbench: AT LEAST ONE STEP FAILED (see the errors above); topics with prefix %s and %s are kept\n", runPrefix, cfg.workdir)
 		return false, nil
 	}
 	if !cfg.keep {
-		dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := adm.dropRun(dctx, runPrefix); err != nil {
-			log.Warn("cleanup", "err", err)
-		}
-		os.RemoveAll(cfg.workdir)
+		cleanupRun(adm, log, cfg, runPrefix)
 	}
 	return true, nil
+}
+
+// makeFolders makes the work folder (a new temporary one unless -workdir) and the -cpuprofile
+// folder.
+func makeFolders(cfg *config) error {
+	if cfg.workdir == "" {
+		d, err := os.MkdirTemp("", "procbench-")
+		if err != nil {
+			return err
+		}
+		cfg.workdir = d
+	} else if err := os.MkdirAll(cfg.workdir, 0o755); err != nil {
+		return err
+	}
+	if cfg.cpuprofile != "" {
+		if err := os.MkdirAll(cfg.cpuprofile, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// connectAdmin is the harness's admin client, once a broker has answered: without one, every
+// step would fail on its own timeout.
+func connectAdmin(ctx context.Context, brokers []string) (*admin, error) {
+	adm, err := newAdmin(brokers)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	_, err = adm.adm.ListBrokers(pctx)
+	cancel()
+	if err != nil {
+		adm.close()
+		return nil, fmt.Errorf("no Kafka broker answers at %s (start one: testenv/services.sh start): %w", strings.Join(brokers, ","), err)
+	}
+	return adm, nil
+}
+
+// tally is what the steps found: whether every one passed, and their measurements for -json.
+type tally struct {
+	ok  bool
+	all []jsonResult
+}
+
+// runWorkload runs every system cfg.runs times over one workload's input, and returns the
+// results by system. A failed step is logged and counted in t; the next one still runs.
+func runWorkload(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, runPrefix string, in *input, t *tally) (map[string][]*result, error) {
+	byRun := map[string][]*result{}
+	for run := range cfg.runs {
+		for _, sname := range cfg.systems {
+			sys, _ := systemByName(sname)
+			res := runSystem(ctx, cfg, adm, log, runPrefix, in, sys, run)
+			if res.err != nil {
+				t.ok = false
+				log.Error("step failed", "err", res.err)
+			} else {
+				log.Info("step done", "workload", in.w.name, "system", sname, "run", run+1,
+					"events/s", int(res.throughput()), "cpu-s/M", fmt.Sprintf("%.2f", res.cpuPerMillion()))
+			}
+			byRun[sname] = append(byRun[sname], res)
+			t.all = append(t.all, toJSON(in.w.name, run, res))
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+		}
+	}
+	return byRun, nil
+}
+
+// printRestore measures and prints abacus's state size and restore times, and reports whether
+// the measurement succeeded.
+func printRestore(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, runPrefix string) bool {
+	rep, err := runRestore(ctx, cfg, adm, log, runPrefix)
+	if err != nil {
+		log.Error("state and restore measurement failed", "err", err)
+	}
+	if rep != nil {
+		rep.print(os.Stdout)
+	}
+	return err == nil
+}
+
+// cleanupRun deletes the run's topics and groups and its work folder, after a run that passed.
+func cleanupRun(adm *admin, log *slog.Logger, cfg *config, runPrefix string) {
+	dctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := adm.dropRun(dctx, runPrefix); err != nil {
+		log.Warn("cleanup", "err", err)
+	}
+	os.RemoveAll(cfg.workdir)
 }
 
 // runSystem runs one system once over the input.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -71,8 +72,10 @@ type result struct {
 	err       error
 }
 
+// startup is how long the process took to process its first record.
 func (r *result) startup() time.Duration { return r.first.Sub(r.spawn) }
 
+// throughput is input records per second, from the first record processed to the last committed.
 func (r *result) throughput() float64 {
 	d := r.committed.Sub(r.first).Seconds()
 	if d <= 0 {
@@ -81,6 +84,7 @@ func (r *result) throughput() float64 {
 	return float64(r.records) / d
 }
 
+// cpuPerMillion is the CPU seconds the work took per million input records.
 func (r *result) cpuPerMillion() float64 {
 	return r.cpu.Seconds() / (float64(r.records) / 1e6)
 }
@@ -96,28 +100,16 @@ func (s *step) run(ctx context.Context, adm *admin, log *slog.Logger) *result {
 	return res
 }
 
+// runInner starts the step's process and watches it until it is done, then stops it and checks
+// what it wrote; every failure path stops the process too, with less grace.
 func (s *step) runInner(ctx context.Context, adm *admin, log *slog.Logger, res *result) error {
-	if s.minProgress == 0 {
-		s.minProgress = s.in.total
-	}
-	if s.stopGrace == 0 {
-		s.stopGrace = 90 * time.Second
-	}
-	if s.committed == nil {
-		s.committed = func(ctx context.Context) (int64, error) { return adm.committed(ctx, s.group, s.in.topic) }
-	}
+	s.ensureDefaults(adm)
 	logf, err := os.OpenFile(s.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
-	fmt.Fprintf(logf, "# %s\n# %s\n", time.Now().Format(time.RFC3339), strings.Join(s.cmd.Args, " "))
-	s.cmd.Stderr = logf
-	stdin, err := s.cmd.StdinPipe()
-	if err != nil {
-		return err
-	}
-	stdout, err := s.cmd.StdoutPipe()
+	p, err := s.prepare(logf)
 	if err != nil {
 		return err
 	}
@@ -134,139 +126,215 @@ func (s *step) runInner(ctx context.Context, adm *admin, log *slog.Logger, res *
 	}
 
 	res.spawn = time.Now()
-	if err := s.cmd.Start(); err != nil {
+	if err := p.start(logf, res); err != nil {
+		return err
+	}
+	log.Info("step started", "step", s.name, "pid", p.pid, "log", s.logPath)
+	defer p.stop(min(10*time.Second, s.stopGrace)) // on every failure path
+
+	if err := s.watch(ctx, p, out, res); err != nil {
+		return err
+	}
+	if err := p.stop(s.stopGrace); err != nil {
+		return err
+	}
+	p.linesMu.Lock()
+	defer p.linesMu.Unlock()
+	if out == nil {
+		return nil
+	}
+	return s.checkOutput(ctx, adm, out, stopReader, res)
+}
+
+// ensureDefaults fills the fields a step may leave unset.
+func (s *step) ensureDefaults(adm *admin) {
+	if s.minProgress == 0 {
+		s.minProgress = s.in.total
+	}
+	if s.stopGrace == 0 {
+		s.stopGrace = 90 * time.Second
+	}
+	if s.committed == nil {
+		s.committed = func(ctx context.Context) (int64, error) { return adm.committed(ctx, s.group, s.in.topic) }
+	}
+}
+
+// stepProcess is a step's process while it runs: what its stdout says, and how to stop it.
+type stepProcess struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	pid    int
+	// progress is the newest "progress <records>" count; chatter counts the other lines, signs
+	// of life too (restores report their progress this way).
+	progress, chatter atomic.Int64
+	linesMu           sync.Mutex // guards the result's lines while stdout is read
+	exited            chan error // the process's exit, once stdout is drained
+	stopped           bool       // stop was called, or exited was read
+}
+
+// prepare writes the step's header to its log, sends the process's stderr there and opens its
+// stdin and stdout.
+func (s *step) prepare(logf *os.File) (*stepProcess, error) {
+	fmt.Fprintf(logf, "# %s\n# %s\n", time.Now().Format(time.RFC3339), strings.Join(s.cmd.Args, " "))
+	s.cmd.Stderr = logf
+	p := &stepProcess{cmd: s.cmd, exited: make(chan error, 1)}
+	var err error
+	if p.stdin, err = s.cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	if p.stdout, err = s.cmd.StdoutPipe(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// start starts the process and reads its stdout: progress lines into p.progress, the others
+// into res.lines and the log.
+func (p *stepProcess) start(logf io.Writer, res *result) error {
+	if err := p.cmd.Start(); err != nil {
 		return fmt.Errorf("start: %w", err)
 	}
-	pid := s.cmd.Process.Pid
-	log.Info("step started", "step", s.name, "pid", pid, "log", s.logPath)
-
-	var progress, chatter atomic.Int64
-	var linesMu sync.Mutex
-	exited := make(chan error, 1)
+	p.pid = p.cmd.Process.Pid
 	go func() {
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(p.stdout)
 		for sc.Scan() {
 			line := sc.Text()
 			if n, ok := strings.CutPrefix(line, "progress "); ok {
 				if v, err := strconv.ParseInt(n, 10, 64); err == nil {
-					progress.Store(v)
+					p.progress.Store(v)
 				}
 				continue
 			}
-			// Any other line is a sign of life too: restores report their progress this way.
-			chatter.Add(1)
-			linesMu.Lock()
+			p.chatter.Add(1)
+			p.linesMu.Lock()
 			res.lines = append(res.lines, line)
-			linesMu.Unlock()
+			p.linesMu.Unlock()
 			fmt.Fprintln(logf, line)
 		}
 		// Wait only after stdout is drained (os/exec's rule for StdoutPipe).
-		exited <- s.cmd.Wait()
+		p.exited <- p.cmd.Wait()
 	}()
-	// stop closes the process's stdin (its cue to commit and exit) and waits up to grace, then
-	// kills it. A step that failed gives it little time: the reason is known, and a stalled
-	// process rarely reacts.
-	stopped := false
-	stop := func(grace time.Duration) error {
-		if stopped {
-			return nil
-		}
-		stopped = true
-		stdin.Close()
-		select {
-		case err := <-exited:
-			if err != nil {
-				return fmt.Errorf("did not stop cleanly: %w", err)
-			}
-			return nil
-		case <-time.After(grace):
-			s.cmd.Process.Kill()
-			<-exited
-			return fmt.Errorf("did not stop within %v of its stdin closing: killed", grace)
-		}
-	}
-	defer stop(min(10*time.Second, s.stopGrace)) // on every failure path
+	return nil
+}
 
-	var committed int64
-	var lastCommitPoll time.Time
-	lastMove := time.Now()
-	var seen struct{ progress, chatter, committed, finals int64 }
-	var cpuFirst time.Duration
+// stop closes the process's stdin (its cue to commit and exit) and waits up to grace, then
+// kills it. A step that failed gives it little time: the reason is known, and a stalled
+// process rarely reacts. Only the first call does anything.
+func (p *stepProcess) stop(grace time.Duration) error {
+	if p.stopped {
+		return nil
+	}
+	p.stopped = true
+	p.stdin.Close()
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			return fmt.Errorf("did not stop cleanly: %w", err)
+		}
+		return nil
+	case <-time.After(grace):
+		p.cmd.Process.Kill()
+		<-p.exited
+		return fmt.Errorf("did not stop within %v of its stdin closing: killed", grace)
+	}
+}
+
+// progressWatch is what watch has seen of a step so far.
+type progressWatch struct {
+	committed      int64 // records the group has committed on the input, at the last poll
+	lastCommitPoll time.Time
+	lastMove       time.Time
+	seen           struct{ progress, chatter, committed, finals int64 }
+	cpuFirst       time.Duration // the process's CPU time when it processed its first record
+}
+
+// watch looks at the process every 100 ms until the step is done, or fails when the process
+// exits before it was asked to, when nothing has moved for the stall limit, or at the timeout.
+func (s *step) watch(ctx context.Context, p *stepProcess, out *outputReader, res *result) error {
+	w := &progressWatch{lastMove: time.Now()}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("interrupted: %w", ctx.Err())
-		case err := <-exited:
-			stopped = true
-			return fmt.Errorf("process exited before it was done (%v): %s", err, s.where(progress.Load(), committed, out))
+		case err := <-p.exited:
+			p.stopped = true
+			return fmt.Errorf("process exited before it was done (%v): %s", err, s.where(p.progress.Load(), w.committed, out))
 		case <-tick.C:
 		}
-		now := time.Now()
-		p := progress.Load()
-		if time.Since(lastCommitPoll) >= 250*time.Millisecond {
-			lastCommitPoll = now
-			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			c, err := s.committed(cctx)
-			cancel()
-			if err != nil {
-				return err
-			}
-			committed = c
-		}
-		var finals int64
-		if out != nil {
-			if err := out.failed(); err != nil {
-				return err
-			}
-			finals = out.received()
-		}
-		ch := chatter.Load()
-		if p != seen.progress || ch != seen.chatter || committed != seen.committed || finals != seen.finals {
-			seen.progress, seen.chatter, seen.committed, seen.finals = p, ch, committed, finals
-			lastMove = now
-		}
-		if res.first.IsZero() && p > 0 {
-			res.first = now
-			if cpuFirst, err = procCPU(pid); err != nil {
-				return err
-			}
-		}
-		if res.ready.IsZero() && p >= s.minProgress {
-			res.ready = now
-		}
-		if res.committed.IsZero() && committed >= s.in.total {
-			res.committed = now
-		}
-		done := !res.ready.IsZero() && !res.committed.IsZero()
-		if s.expect != nil && (out == nil || out.received() < int64(s.expect.finals)) {
-			done = false
-		}
-		if done {
-			cpu, err := procCPU(pid)
-			if err != nil {
-				return err
-			}
-			res.cpu = cpu - cpuFirst
-			res.rss = procPeakRSS(pid)
-			break
-		}
-		if now.Sub(lastMove) > s.stall {
-			return fmt.Errorf("stalled: nothing moved for %v: %s", s.stall, s.where(p, committed, out))
-		}
-		if now.Sub(res.spawn) > s.timeout {
-			return fmt.Errorf("timed out after %v: %s", s.timeout, s.where(p, committed, out))
+		if done, err := s.look(ctx, p, out, res, w); done || err != nil {
+			return err
 		}
 	}
-	if err := stop(s.stopGrace); err != nil {
-		return err
+}
+
+// look takes one look at a running step: it notes what moved and the moments of the result, and
+// says whether the step is done (then it measures the CPU time and memory the work took).
+func (s *step) look(ctx context.Context, p *stepProcess, out *outputReader, res *result, w *progressWatch) (bool, error) {
+	now := time.Now()
+	pr := p.progress.Load()
+	if time.Since(w.lastCommitPoll) >= 250*time.Millisecond {
+		w.lastCommitPoll = now
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		c, err := s.committed(cctx)
+		cancel()
+		if err != nil {
+			return false, err
+		}
+		w.committed = c
 	}
-	linesMu.Lock()
-	defer linesMu.Unlock()
-	if out == nil {
-		return nil
+	var finals int64
+	if out != nil {
+		if err := out.failed(); err != nil {
+			return false, err
+		}
+		finals = out.received()
 	}
+	ch := p.chatter.Load()
+	if pr != w.seen.progress || ch != w.seen.chatter || w.committed != w.seen.committed || finals != w.seen.finals {
+		w.seen.progress, w.seen.chatter, w.seen.committed, w.seen.finals = pr, ch, w.committed, finals
+		w.lastMove = now
+	}
+	if res.first.IsZero() && pr > 0 {
+		res.first = now
+		var err error
+		if w.cpuFirst, err = procCPU(p.pid); err != nil {
+			return false, err
+		}
+	}
+	if res.ready.IsZero() && pr >= s.minProgress {
+		res.ready = now
+	}
+	if res.committed.IsZero() && w.committed >= s.in.total {
+		res.committed = now
+	}
+	done := !res.ready.IsZero() && !res.committed.IsZero()
+	if s.expect != nil && (out == nil || out.received() < int64(s.expect.finals)) {
+		done = false
+	}
+	if done {
+		cpu, err := procCPU(p.pid)
+		if err != nil {
+			return false, err
+		}
+		res.cpu = cpu - w.cpuFirst
+		res.rss = procPeakRSS(p.pid)
+		return true, nil
+	}
+	if now.Sub(w.lastMove) > s.stall {
+		return false, fmt.Errorf("stalled: nothing moved for %v: %s", s.stall, s.where(pr, w.committed, out))
+	}
+	if now.Sub(res.spawn) > s.timeout {
+		return false, fmt.Errorf("timed out after %v: %s", s.timeout, s.where(pr, w.committed, out))
+	}
+	return false, nil
+}
+
+// checkOutput reads what the system wrote to the end, once it has exited, and checks the finals
+// and the late records against the expectation.
+func (s *step) checkOutput(ctx context.Context, adm *admin, out *outputReader, stopReader func(), res *result) error {
 	// Everything the system wrote is in the topic once it has exited: read to the end, so a
 	// final written twice, or one too many, is seen.
 	out.drain(2 * time.Second)
@@ -345,189 +413,4 @@ func logTail(path string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return fmt.Sprintf("\n  last lines of %s:\n    %s", path, strings.Join(lines, "\n    "))
-}
-
-// outputReader reads a system's output topic while it runs and checks every final against the
-// expectation: right window, right totals, once.
-type outputReader struct {
-	cl     *kgo.Client
-	decode func(*kgo.Record) (final, bool, error)
-	expect *expectation
-
-	mu       sync.Mutex
-	st       outputStats
-	seen     []bool
-	lastRead time.Time
-	err      error
-}
-
-// outputStats are the finals read back from one run.
-type outputStats struct {
-	finals     int64 // finals of real windows (sentinel windows never close)
-	nonFinal   int64
-	dups       int64
-	wrong      int64 // expected window, other totals
-	unknown    int64 // a window that should not have closed or does not exist
-	count      int64
-	sum        float64
-	sumMax     float64
-	lastAppend time.Time
-	samples    []string
-}
-
-func newOutputReader(brokers []string, topic string, decode func(*kgo.Record) (final, bool, error), x *expectation) (*outputReader, error) {
-	// read_committed: Kafka Streams with exactly_once_v2 writes finals in transactions, and
-	// only committed ones count.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	if err != nil {
-		return nil, fmt.Errorf("output reader: %w", err)
-	}
-	r := &outputReader{cl: cl, decode: decode, expect: x}
-	if x != nil {
-		r.seen = make([]bool, len(x.wins))
-	}
-	return r, nil
-}
-
-func (r *outputReader) run(ctx context.Context) {
-	defer r.cl.Close()
-	for {
-		fs := r.cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		var ferr error
-		fs.EachError(func(t string, p int32, err error) {
-			ferr = errors.Join(ferr, fmt.Errorf("read %s/%d: %w", t, p, err))
-		})
-		r.mu.Lock()
-		if ferr != nil && r.err == nil {
-			r.err = ferr
-		}
-		fs.EachRecord(r.add)
-		if fs.NumRecords() > 0 {
-			r.lastRead = time.Now()
-		}
-		r.mu.Unlock()
-	}
-}
-
-// add checks one output record; r.mu is held.
-func (r *outputReader) add(rec *kgo.Record) {
-	f, isFinal, err := r.decode(rec)
-	if err != nil {
-		if r.err == nil {
-			r.err = fmt.Errorf("output record %s/%d@%d: %w", rec.Topic, rec.Partition, rec.Offset, err)
-		}
-		return
-	}
-	if strings.HasPrefix(f.entity, sentinelPrefix) || strings.HasPrefix(f.entity, probePrefix) {
-		return
-	}
-	st := &r.st
-	if !isFinal {
-		st.nonFinal++
-		return
-	}
-	st.finals++
-	st.count += f.agg.count
-	st.sum += f.agg.sum
-	st.sumMax += f.agg.max
-	if rec.Timestamp.After(st.lastAppend) {
-		st.lastAppend = rec.Timestamp
-	}
-	if r.expect == nil {
-		return
-	}
-	want, i, ok := r.expect.lookup(f.entity, f.start)
-	sample := func(what string) {
-		if len(st.samples) < 5 {
-			st.samples = append(st.samples, fmt.Sprintf("%s %s window %s: got %+v, want %+v",
-				what, f.entity, time.UnixMilli(f.start).UTC().Format(time.TimeOnly), f.agg, want))
-		}
-	}
-	switch {
-	case !ok:
-		st.unknown++
-		sample("unexpected")
-	case r.seen[i]:
-		st.dups++
-		sample("duplicate")
-	case f.agg != want:
-		r.seen[i] = true
-		st.wrong++
-		sample("wrong")
-	default:
-		r.seen[i] = true
-	}
-}
-
-func (r *outputReader) received() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.st.finals
-}
-
-func (r *outputReader) failed() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.err
-}
-
-// drain waits until the reader has read nothing for quiet (the writer has exited, so what is in
-// the topic is all there will be).
-func (r *outputReader) drain(quiet time.Duration) {
-	start := time.Now()
-	for {
-		r.mu.Lock()
-		last := r.lastRead
-		r.mu.Unlock()
-		if last.Before(start) {
-			last = start
-		}
-		if time.Since(last) >= quiet {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (r *outputReader) stats() outputStats {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.st
-}
-
-// check compares what was read with the expectation, and says everything that differs.
-func (st outputStats) check(x *expectation) error {
-	var bad []string
-	if st.finals != int64(x.finals) {
-		bad = append(bad, fmt.Sprintf("%d finals, want %d", st.finals, x.finals))
-	}
-	if st.count != x.count {
-		bad = append(bad, fmt.Sprintf("counts sum to %d, want %d", st.count, x.count))
-	}
-	if st.sum != x.sum {
-		bad = append(bad, fmt.Sprintf("sums sum to %g, want %g", st.sum, x.sum))
-	}
-	if st.sumMax != x.sumMax {
-		bad = append(bad, fmt.Sprintf("maxima sum to %g, want %g", st.sumMax, x.sumMax))
-	}
-	for _, c := range []struct {
-		n    int64
-		what string
-	}{{st.dups, "windows finalized twice"}, {st.wrong, "finals with wrong totals"}, {st.unknown, "finals of windows that should not exist"}, {st.nonFinal, "non-final totals"}} {
-		if c.n > 0 {
-			bad = append(bad, fmt.Sprintf("%d %s", c.n, c.what))
-		}
-	}
-	if len(bad) == 0 {
-		return nil
-	}
-	msg := "FINALS DO NOT MATCH: " + strings.Join(bad, "; ")
-	if len(st.samples) > 0 {
-		msg += "\n    " + strings.Join(st.samples, "\n    ")
-	}
-	return errors.New(msg)
 }
