@@ -145,8 +145,8 @@ const loopSuffix = "-loop"
 // New starts a driver for topo; a bad option fails the test.
 func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 	t.Helper()
-	if topo == nil {
-		t.Fatal("abacustest.New: topology is nil")
+	if plan.Of(topo) == nil {
+		t.Fatal("abacustest.New: topology is nil or zero (make it with topology.Builder.Build)")
 	}
 	if opts.Partitions <= 0 {
 		opts.Partitions = 4

@@ -15,14 +15,13 @@ import (
 
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/live"
-	"github.com/abacus-stream/abacus/windows"
 )
 
 // sets describes the topology's aggregate sets for the query API.
 func (d *deployment) sets() []query.SetInfo {
 	var out []query.SetInfo
 	for _, s := range d.topo.Sets() {
-		out = append(out, query.SetInfo{Name: s.Name, Window: describeWindow(s.Window), Aggregates: s.Aggregations})
+		out = append(out, query.SetInfo{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations})
 	}
 	return out
 }
@@ -169,20 +168,6 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// describeWindow says in words how a set's windows are cut, for the query API's list of sets.
-func describeWindow(s windows.Spec) string {
-	ms := func(v int64) string { return (time.Duration(v) * time.Millisecond).String() }
-	switch s.Kind() {
-	case windows.KindTumbling:
-		return "tumbling " + ms(s.Size())
-	case windows.KindHopping:
-		return "hopping " + ms(s.Size()) + " every " + ms(s.Advance())
-	case windows.KindSession:
-		return "session, gap " + ms(s.Gap())
-	}
-	return "unknown"
 }
 
 // mountDashboard serves the dashboard page at /.

@@ -137,6 +137,9 @@ func (e *SkipError) Unwrap() error { return e.Err }
 func FactsOf(topo *topology.Topology) func(rec *kgo.Record) (Fact, error) {
 	p := plan.Of(topo)
 	return func(rec *kgo.Record) (Fact, error) {
+		if p == nil {
+			return Fact{}, errors.New("sinks.FactsOf: topology is nil or zero (make it with topology.Builder.Build)")
+		}
 		src := p.SourceByTopic(rec.Topic)
 		if src == nil {
 			return Fact{}, fmt.Errorf("topic %s is not a source of topology %s", rec.Topic, p.Name)

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/partitioner/franz"
