@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,10 +17,10 @@ import (
 )
 
 // sets describes the topology's aggregate sets for the query API.
-func (d *deployment) sets() []query.SetInfo {
-	var out []query.SetInfo
+func (d *deployment) sets() []query.ServedSet {
+	var out []query.ServedSet
 	for _, s := range d.topo.Sets() {
-		out = append(out, query.SetInfo{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations})
+		out = append(out, query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations})
 	}
 	return out
 }
@@ -35,7 +34,7 @@ func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 // queryServer is the query API over r, before TLS and authentication (see secureQueryServer).
 func (d *deployment) queryServer(r *query.Reader) *query.Server {
 	srv := &query.Server{
-		Topologies: []query.Topology{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
+		Topologies: []query.Served{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
 		Registry:   d.reg,
 		Logger:     d.log.With("part", "query"),
 		Limits:     d.cfg.Query.Limits.Limits(),
@@ -67,9 +66,7 @@ func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 	if err != nil {
 		return err
 	}
-	mux := srv.Handler()
-	mountDashboard(mux)
-	h := srv.Secure(mux)
+	h := srv.Secure(srv.HandlerWithDashboard())
 	ln, err := net.Listen("tcp", qc.Listen)
 	if err != nil {
 		return fmt.Errorf("query.listen %s: %w", qc.Listen, err)
@@ -169,9 +166,6 @@ func isLoopback(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-// mountDashboard serves the dashboard page at /.
-func mountDashboard(mux *http.ServeMux) { mux.Handle("GET /", query.Dashboard()) }
 
 // lazyLive serves open windows once the live view exists: the group table it reads appears only
 // when the processor group first runs.

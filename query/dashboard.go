@@ -59,15 +59,11 @@ var webAssets = sync.OnceValue(func() map[string]webAsset {
 	return assets
 })
 
-// Dashboard returns the dashboard page (topology, aggregate set, aggregate, entities and time range
-// to choose; a uPlot time-series chart with live refresh; the latest values) and its assets. The
-// page calls the HTTP API with relative URLs, so mount it at "/" of the mux that serves the API:
-//
-//	mux := srv.Handler()
-//	mux.Handle("GET /", query.Dashboard())
-//
-// HandlerWithDashboard does exactly that.
-func Dashboard() http.Handler {
+// dashboard is the dashboard page (topology, aggregate set, aggregate, entities and time range to
+// choose; a uPlot time-series chart with live refresh; the latest values) and its assets. The page
+// calls the HTTP API with relative URLs, so it is served only at "/" of the mux that serves the
+// API: HandlerWithDashboard is the one way to get it.
+func dashboard() http.Handler {
 	assets := webAssets()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
@@ -98,9 +94,10 @@ func Dashboard() http.Handler {
 	})
 }
 
-// HandlerWithDashboard returns Handler's routes with the dashboard mounted at "/".
+// HandlerWithDashboard returns Handler's routes with the dashboard page mounted at "/" (the page
+// calls the API with relative URLs); Handler serves the API alone.
 func (s *Server) HandlerWithDashboard() *http.ServeMux {
 	mux := s.Handler()
-	mux.Handle("GET /", Dashboard())
+	mux.Handle("GET /", dashboard())
 	return mux
 }

@@ -80,8 +80,8 @@ func dashboardServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	st, table := stores(t)["cellstore"](t)
 	live := seedRecent(t, st, table, 4)
-	srv := &Server{Topologies: []Topology{{Name: "t",
-		Sets:   []SetInfo{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
+	srv := &Server{Topologies: []Served{{Name: "t",
+		Sets:   []ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
 		Reader: newReader(t, st, table).WithLive(live)}}}
 	ts := httptest.NewServer(srv.HandlerWithDashboard())
 	t.Cleanup(ts.Close)

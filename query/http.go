@@ -21,19 +21,22 @@ import (
 // APIPrefix is the versioned path of the HTTP API.
 const APIPrefix = "/api/v1"
 
-// Topology is what the HTTP API serves of one topology: its aggregate sets and where they are.
-type Topology struct {
+// Served is what the HTTP API serves of one topology: the aggregate sets it exposes and the reader
+// of their table. (It is not a topology.Topology: the query server needs no topology code, and app
+// builds one from a Topology.)
+type Served struct {
 	// Name is what requests pick the topology by, and the first part of its OpenTSDB metrics.
 	Name string
 	// Sets are the aggregate sets clients may ask for: a set not listed is refused, whatever the
 	// table holds.
-	Sets []SetInfo
+	Sets []ServedSet
 	// Reader reads the topology's aggregate table (and its open windows, when it has them).
 	Reader *Reader
 }
 
-// SetInfo describes an aggregate set for clients choosing what to chart.
-type SetInfo struct {
+// ServedSet describes an aggregate set for clients choosing what to chart (a topology.SetInfo
+// reduced to what clients see).
+type ServedSet struct {
 	// Name is what requests name the set by.
 	Name   string `json:"name"`
 	Window string `json:"window"` // e.g. "tumbling 1m0s"
@@ -46,7 +49,7 @@ type SetInfo struct {
 type Server struct {
 	// Topologies are what the API serves; a request may leave the topology out only when there
 	// is one.
-	Topologies []Topology
+	Topologies []Served
 	// Registry is served on /metrics; the query metrics are registered on it by Handler.
 	Registry *prometheus.Registry
 	// Ready reports whether the server can answer queries; nil checks nothing. A process that
@@ -171,8 +174,8 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 
 func (s *Server) topologies(_ http.ResponseWriter, _ *http.Request) (int, any) {
 	type topo struct {
-		Name string    `json:"name"`
-		Sets []SetInfo `json:"sets"`
+		Name string      `json:"name"`
+		Sets []ServedSet `json:"sets"`
 	}
 	out := struct {
 		Topologies []topo `json:"topologies"`
@@ -184,10 +187,10 @@ func (s *Server) topologies(_ http.ResponseWriter, _ *http.Request) (int, any) {
 }
 
 // pick finds the topology and set a request names; topology may be left out when there is one.
-func (s *Server) pick(r *http.Request) (*Topology, *SetInfo, int, any) {
+func (s *Server) pick(r *http.Request) (*Served, *ServedSet, int, any) {
 	q := r.URL.Query()
 	name := q.Get("topology")
-	var t *Topology
+	var t *Served
 	switch {
 	case name == "" && len(s.Topologies) == 1:
 		t = &s.Topologies[0]

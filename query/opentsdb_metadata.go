@@ -27,7 +27,7 @@ func (a *tsdbAPI) version(*http.Request) (any, error) {
 // tsdbMetric is one OpenTSDB metric: an aggregate of a set of a topology.
 type tsdbMetric struct {
 	name string
-	topo *Topology
+	topo *Served
 	set  string
 	agg  string
 }

@@ -65,7 +65,7 @@ func seedTSDB(t testing.TB, st store.Writer, table string, buckets int) {
 func tsdbServer(t *testing.T, src Source, table string, limits OpenTSDBLimits) *httptest.Server {
 	t.Helper()
 	srv := &Server{
-		Topologies: []Topology{{Name: "devices", Reader: newReader(t, src, table), Sets: []SetInfo{
+		Topologies: []Served{{Name: "devices", Reader: newReader(t, src, table), Sets: []ServedSet{
 			{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "mean", "temp_q"}},
 			{Name: "hour", Window: "tumbling 1h0m0s", Aggregates: []string{"count"}},
 		}}},
@@ -687,7 +687,7 @@ func TestParseM(t *testing.T) {
 func TestWindowsSaysWhenTruncated(t *testing.T) {
 	st, table := stores(t)["cellstore"](t)
 	seed(t, st, table, 4)
-	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count"}}}, Reader: newReader(t, st, table)}},
+	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count"}}}, Reader: newReader(t, st, table)}},
 		Now: func() time.Time { return time.UnixMilli(20 * minute) }} // the seeded windows are in 1970: from..now within max_range
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()

@@ -52,9 +52,9 @@ func fuzzHandler(f *testing.F) (*Server, http.Handler) {
 	seed(f, st, "agg", 4)
 	seedTSDB(f, st, "tsdb", 4)
 	srv := &Server{
-		Topologies: []Topology{
-			{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(f, st, "agg")},
-			{Name: "devices", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count", "mean", "temp_q"}}, {Name: "hour", Aggregates: []string{"count"}}},
+		Topologies: []Served{
+			{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(f, st, "agg")},
+			{Name: "devices", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "mean", "temp_q"}}, {Name: "hour", Aggregates: []string{"count"}}},
 				Reader: newReader(f, st, "tsdb")},
 		},
 		Now:      func() time.Time { return t0.Add(2 * time.Hour) },

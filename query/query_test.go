@@ -204,7 +204,7 @@ func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
 func TestHTTPAPI(t *testing.T) {
 	st, table := stores(t)["cellstore"](t)
 	seed(t, st, table, 4)
-	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
+	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
 		Reader: newReader(t, st, table)}}}
 	ts := httptest.NewServer(srv.Handler())
 	defer ts.Close()
@@ -281,7 +281,7 @@ func TestTwoHandlersShareMetrics(t *testing.T) {
 	st, table := stores(t)["cellstore"](t)
 	seed(t, st, table, 4)
 	reg := prometheus.NewRegistry()
-	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute"}}, Reader: newReader(t, st, table)}}, Registry: reg}
+	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute"}}, Reader: newReader(t, st, table)}}, Registry: reg}
 	for range 2 {
 		ts := httptest.NewServer(srv.Handler())
 		resp, err := http.Get(ts.URL + APIPrefix + "/topologies")

@@ -39,7 +39,7 @@ func secureServer(t *testing.T, srv *Server) string {
 	if srv.Topologies == nil {
 		st, table := stores(t)["cellstore"](t)
 		seed(t, st, table, 4)
-		srv.Topologies = []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(t, st, table)}}
+		srv.Topologies = []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(t, st, table)}}
 	}
 	if srv.Now == nil {
 		srv.Now = func() time.Time { return time.UnixMilli(20 * minute) } // the seeded windows are in 1970
@@ -478,7 +478,7 @@ func TestRequestTimeout(t *testing.T) {
 	seed(t, st, table, 4)
 	r := newReader(t, st, table)
 	r.store = slowSource{r.store}
-	srv := &Server{Topologies: []Topology{{Name: "t", Sets: []SetInfo{{Name: "minute"}}, Reader: r}},
+	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute"}}, Reader: r}},
 		Limits: Limits{RequestTimeout: 200 * time.Millisecond}}
 	base := secureServer(t, srv)
 	start := time.Now()
