@@ -35,7 +35,10 @@ func (d *driver) chaosPhase(ctx context.Context, rc *runCfg, f *faults, rng *ran
 
 	faultCtx, stopFaults := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { d.killRoles(faultCtx, rc, rng) })
+	// The kill loop and the fault schedule run at once: each gets a generator of its own (a
+	// *rand.Rand is not safe for concurrent use), both derived from the seed.
+	kills := rand.New(rand.NewPCG(rng.Uint64(), 2))
+	wg.Go(func() { d.killRoles(faultCtx, rc, kills) })
 	scheduleDone := make(chan struct{})
 	go func() {
 		defer close(scheduleDone)
