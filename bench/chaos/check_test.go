@@ -7,8 +7,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/deadletter"
+	"github.com/abacus-stream/abacus/internal/chaos/stream"
 )
 
 // TestCheckDeadLetters: one dead letter per bad record passes; identical repeats are told from

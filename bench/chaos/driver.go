@@ -12,8 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
