@@ -123,7 +123,13 @@ fi
 eval "$("$services" env)"
 export ABACUS_REQUIRE_SERVICES=1
 
-echo "[run-tests] go vet ./..."
+echo "[run-tests] gofmt -l, go vet ./..."
+unformatted=$(gofmt -l $(git ls-files '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "[run-tests] gofmt would change these files (run gofmt -w):"
+  echo "$unformatted"
+  exit 1
+fi
 go vet ./...
 
 # Fuzz targets of every decoder and parser that reads what others control (state, totals and loop
