@@ -124,7 +124,8 @@ eval "$("$services" env)"
 export ABACUS_REQUIRE_SERVICES=1
 
 echo "[run-tests] gofmt -l, go vet ./..."
-unformatted=$(gofmt -l $(git ls-files '*.go'))
+gofiles=$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*' -not -path './testenv/.data/*')
+unformatted=$([ -z "$gofiles" ] || gofmt -l $gofiles)
 if [ -n "$unformatted" ]; then
   echo "[run-tests] gofmt would change these files (run gofmt -w):"
   echo "$unformatted"
