@@ -53,7 +53,17 @@ type AggregateSet[E any] struct {
 	graceSet bool
 	emit     Emission
 	types    []string
+	where    func(E) bool
+	rollup   *rollupDecl[E]
 	aggs     []aggDecl[E]
+}
+
+// rollupDecl is what By or Global declared.
+type rollupDecl[E any] struct {
+	dimension string
+	key       func(E) string
+	global    bool
+	calls     int // By and Global calls: a set has one key
 }
 
 type aggDecl[E any] struct {
@@ -75,6 +85,42 @@ func (a *AggregateSet[E]) Emit(e Emission) *AggregateSet[E] { a.emit = e; return
 func (a *AggregateSet[E]) Types(types ...string) *AggregateSet[E] {
 	a.types = append(a.types, types...)
 	return a
+}
+
+// Where restricts the set to the events f returns true for. It runs on every event of the source
+// that the set's Types take; a panic in it sends the event to the dead-letter topic, as any user
+// code's.
+func (a *AggregateSet[E]) Where(f func(E) bool) *AggregateSet[E] { a.where = f; return a }
+
+// By makes the set a rollup: its windows are keyed by key(e), not by the source's entity, so
+// that it totals, say, all devices of a region. dimension names what the key is ("region"): the
+// tag key of its series in the OpenTSDB API and the label of its rows everywhere else. Each
+// source partition totals its share of a window, and the key's owner merges those partial
+// totals (docs/DESIGN.md, Rollups), so a key as hot as a whole fleet costs no more than any
+// other. An event whose key is "" is left out of the set; one whose key is longer than the
+// entity limit (Builder.Limits) goes to the dead-letter topic.
+//
+// Every aggregation of a rollup set must merge (all built-in ones do; a custom one needs
+// UserDefined.Merge), and it emits FinalOnly or EarlyEvery: a total per update of a key that
+// takes a whole fleet's events would be a message per event.
+func (a *AggregateSet[E]) By(dimension string, key func(E) string) *AggregateSet[E] {
+	a.rollupDecl().dimension, a.rollup.key = dimension, key
+	return a
+}
+
+// Global makes the set a rollup with one key for all events (plan.GlobalKey, "all"): fleet-wide
+// totals, read as a series without tags in the OpenTSDB API. See By.
+func (a *AggregateSet[E]) Global() *AggregateSet[E] {
+	a.rollupDecl().global = true
+	return a
+}
+
+func (a *AggregateSet[E]) rollupDecl() *rollupDecl[E] {
+	if a.rollup == nil {
+		a.rollup = &rollupDecl[E]{}
+	}
+	a.rollup.calls++
+	return a.rollup
 }
 
 func (a *AggregateSet[E]) add(name string, build func() (aggDef, error)) *AggregateSet[E] {
@@ -191,6 +237,54 @@ func (a *AggregateSet[E]) Custom(name string, agg CustomAggregation[E]) *Aggrega
 	})
 }
 
+// compileRollup checks what By or Global declared.
+func (a *AggregateSet[E]) compileRollup(where string) (*plan.Rollup, []error) {
+	r := a.rollup
+	var errs []error
+	switch {
+	case r.calls > 1:
+		errs = append(errs, fmt.Errorf("%s: By or Global called %d times: a set has one key", where, r.calls))
+	case r.global:
+	case r.dimension == "":
+		errs = append(errs, fmt.Errorf("%s: By: the dimension has no name (By(\"region\", ...))", where))
+	case r.key == nil:
+		errs = append(errs, fmt.Errorf("%s: By(%q): the key func is nil", where, r.dimension))
+	case !validDimension(r.dimension):
+		errs = append(errs, fmt.Errorf("%s: By(%q): a dimension name is letters, digits, '_', '-', '.' and '/' (it is an OpenTSDB tag key)", where, r.dimension))
+	case r.dimension == EntityDimension:
+		errs = append(errs, fmt.Errorf("%s: By(%q): %q names the source's entity; give the rollup's dimension another name", where, r.dimension, EntityDimension))
+	}
+	switch {
+	case a.spec.Kind() == windows.KindSession:
+		errs = append(errs, fmt.Errorf("%s: a rollup set cannot have session windows (a session is one entity's activity)", where))
+	case a.emit.Mode == EmitEveryUpdate:
+		errs = append(errs, fmt.Errorf("%s: a rollup set cannot emit EveryUpdate (a total per event of all its entities); use EarlyEvery", where))
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	if r.global {
+		return &plan.Rollup{}, nil
+	}
+	key := r.key
+	return &plan.Rollup{Dimension: r.dimension, Key: func(e event) string { return key(e.(E)) }}, nil
+}
+
+// EntityDimension is the dimension name of entity sets: the tag key of their series in the
+// OpenTSDB API. A rollup's dimension cannot take it.
+const EntityDimension = "entity"
+
+// validDimension reports whether d can be an OpenTSDB tag key.
+func validDimension(d string) bool {
+	for _, c := range d {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.' || c == '/'
+		if !ok {
+			return false
+		}
+	}
+	return d != ""
+}
+
 func (a *AggregateSet[E]) name() string        { return a.setName }
 func (a *AggregateSet[E]) sourceTopic() string { return a.src.topic }
 
@@ -225,6 +319,15 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	}
 	def := &plan.Set{Name: a.setName, Source: source, Window: a.spec, Grace: a.grace.Milliseconds(),
 		Emit: plan.EmitMode(a.emit.Mode), EmitEvery: a.emit.Every}
+	if a.where != nil {
+		f := a.where
+		def.Where = func(e event) bool { return f(e.(E)) }
+	}
+	if a.rollup != nil {
+		r, err := a.compileRollup(where)
+		errs = append(errs, err...)
+		def.Rollup = r
+	}
 	if len(a.types) > 0 {
 		def.Types = map[string]bool{}
 		for _, t := range a.types {
@@ -246,6 +349,13 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: aggregation %q: %w", where, d.name, err))
 			continue
+		}
+		if ad.NoMerge && (def.Rollup != nil || a.spec.Kind() == windows.KindSession) {
+			what := "a rollup set"
+			if def.Rollup == nil {
+				what = "a set of session windows"
+			}
+			errs = append(errs, fmt.Errorf("%s: aggregation %q cannot merge (UserDefined.Merge is nil), and %s merges its accumulators", where, d.name, what))
 		}
 		def.Aggs = append(def.Aggs, ad)
 	}

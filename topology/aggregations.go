@@ -151,7 +151,12 @@ func (a *floatAcc) Merge(o accumulator) error {
 		a.aux += ob.aux
 		a.has = true
 	case lastOp:
-		a.fold(ob.v, ob.aux, 0)
+		// On equal event times the larger value wins: partial totals of a rollup merge in
+		// whatever order they arrive, and the result must not depend on it.
+		if !a.has || ob.aux > a.aux || (ob.aux == a.aux && ob.v > a.v) {
+			a.v, a.aux = ob.v, ob.aux
+		}
+		a.has = true
 	default:
 		a.fold(ob.v, 0, 0)
 	}
@@ -365,11 +370,14 @@ func (q *quantilesAcc) AppendBinary(b []byte) []byte {
 	return b
 }
 
-// UserDefined is a user-defined aggregation over events E with accumulator A. Every function is
-// required; Encode and Decode must round-trip, because accumulators live in the changelog.
+// UserDefined is a user-defined aggregation over events E with accumulator A. Every function but
+// Merge is required; Encode and Decode must round-trip, because accumulators live in the changelog.
 type UserDefined[E, A any] struct {
-	Init   func() A
-	Add    func(acc A, e E, eventTime int64) A
+	Init func() A
+	Add  func(acc A, e E, eventTime int64) A
+	// Merge folds b into a. Without it the aggregation cannot be in a set of session windows or
+	// in a rollup set (By, Global), which merge accumulators; Build says so. It must not depend
+	// on the order of its arguments' events: a rollup merges partial totals as they arrive.
 	Merge  func(a, b A) A
 	Encode func(A) []byte
 	Decode func([]byte) (A, error)
@@ -386,8 +394,6 @@ func (u UserDefined[E, A]) def(name string) (aggDef, error) {
 		return aggDef{}, errors.New("UserDefined.Init is nil")
 	case u.Add == nil:
 		return aggDef{}, errors.New("UserDefined.Add is nil")
-	case u.Merge == nil:
-		return aggDef{}, errors.New("UserDefined.Merge is nil")
 	case u.Encode == nil:
 		return aggDef{}, errors.New("UserDefined.Encode is nil")
 	case u.Decode == nil:
@@ -398,9 +404,10 @@ func (u UserDefined[E, A]) def(name string) (aggDef, error) {
 		kind += " " + u.Version
 	}
 	return aggDef{
-		Name: name,
-		Kind: kind,
-		New:  func() accumulator { return &userAcc[E, A]{u: u, a: u.Init()} },
+		Name:    name,
+		Kind:    kind,
+		NoMerge: u.Merge == nil,
+		New:     func() accumulator { return &userAcc[E, A]{u: u, a: u.Init()} },
 		Decode: func(b []byte) (accumulator, error) {
 			a, err := u.Decode(b)
 			if err != nil {
@@ -421,6 +428,9 @@ func (c *userAcc[E, A]) Merge(o accumulator) error {
 	oc, ok := o.(*userAcc[E, A])
 	if !ok {
 		return fmt.Errorf("custom aggregation: cannot merge %T", o)
+	}
+	if c.u.Merge == nil {
+		return errors.New("custom aggregation: UserDefined.Merge is nil")
 	}
 	c.a = c.u.Merge(c.a, oc.a)
 	return nil

@@ -193,6 +193,11 @@ type SetInfo struct {
 	Emit         Emission
 	Types        []string // event types it takes; empty: all
 	Aggregations []string // aggregation names, in declaration order
+	// Rollup is set for a set keyed by something other than the source's entity (By, Global).
+	Rollup bool
+	// Dimension names what the set's keys are: EntityDimension for an entity set, the name
+	// given to By for a rollup, "" for a global rollup (whose one key is plan.GlobalKey).
+	Dimension string
 }
 
 // Sets describes the aggregate sets, in declaration order.
@@ -224,7 +229,11 @@ func (t *Topology) SetNames() []string {
 
 func setInfo(p *plan.Plan, s *plan.Set) SetInfo {
 	info := SetInfo{Name: s.Name, Source: p.Sources[s.Source].Topic, Window: s.Window,
-		Grace: time.Duration(s.Grace) * time.Millisecond, Emit: Emission{Mode: EmitMode(s.Emit), Every: s.EmitEvery}}
+		Grace: time.Duration(s.Grace) * time.Millisecond, Emit: Emission{Mode: EmitMode(s.Emit), Every: s.EmitEvery},
+		Dimension: EntityDimension}
+	if s.Rollup != nil {
+		info.Rollup, info.Dimension = true, s.Rollup.Dimension
+	}
 	for typ := range s.Types {
 		info.Types = append(info.Types, typ)
 	}
@@ -234,6 +243,10 @@ func setInfo(p *plan.Plan, s *plan.Set) SetInfo {
 	}
 	return info
 }
+
+// GlobalKey is the one key of a global rollup (AggregateSet.Global): the entity its totals and
+// rows have.
+const GlobalKey = plan.GlobalKey
 
 // Topics lists every topic the topology names: its sources, then the totals, dead-letter and (if
 // set) late topics.

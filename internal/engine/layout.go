@@ -30,9 +30,9 @@ func checkLayout(p *plan.Plan, old *state.Layout) error {
 		if s == nil {
 			continue
 		}
-		if plan.WindowName(s.Window) != os.Window {
-			return fmt.Errorf("aggregate set %q changed its window from %s to %s: its state cannot be kept; give the new window a new set name (and drop the old set), or start a new processor group",
-				os.Name, os.Window, plan.WindowName(s.Window))
+		if plan.LayoutWindow(s) != os.Window {
+			return fmt.Errorf("aggregate set %q changed its window or key from %q to %q: its state cannot be kept; give the new set a new name (and drop the old set), or start a new processor group",
+				os.Name, os.Window, plan.LayoutWindow(s))
 		}
 		for k, name := range os.Aggs {
 			was := os.Kind(k)

@@ -46,6 +46,10 @@ type Agg struct {
 	Kind   string
 	New    func() Accumulator
 	Decode func([]byte) (Accumulator, error)
+	// NoMerge is set for an aggregation whose accumulators cannot be merged (a custom one without
+	// Merge): it cannot be in a session set, whose windows merge, or in a rollup set, whose
+	// partial totals merge.
+	NoMerge bool
 }
 
 // EmitMode says when an aggregate set emits totals (topology.EmitMode has the same values).
@@ -68,11 +72,42 @@ type Set struct {
 	Emit      EmitMode
 	EmitEvery time.Duration   // EmitEarly only
 	Types     map[string]bool // nil: every event type
-	Aggs      []Agg
+	// Where, if set, keeps only the events it returns true for.
+	Where func(Event) bool
+	// Rollup, if set, keys the set by something other than the source's entity.
+	Rollup *Rollup
+	Aggs   []Agg
 }
 
-// Accepts reports whether an event of type typ feeds the set.
+// Rollup is how a rollup set keys its windows: by Key(event) under the dimension's name, or, for a
+// global rollup (Dimension ""), one key for all events (GlobalKey).
+type Rollup struct {
+	Dimension string
+	Key       func(Event) string // nil for a global rollup
+}
+
+// GlobalKey is the one key of a global rollup: the entity of its totals and of its rows.
+const GlobalKey = "all"
+
+// Global reports whether the rollup has one key for all events.
+func (r *Rollup) Global() bool { return r.Dimension == "" }
+
+// KeyOf is the rollup key of an event.
+func (r *Rollup) KeyOf(e Event) string {
+	if r.Key == nil {
+		return GlobalKey
+	}
+	return r.Key(e)
+}
+
+// Accepts reports whether an event of type typ feeds the set (Where is asked apart: it runs user
+// code on the event).
 func (s *Set) Accepts(typ string) bool { return s.Types == nil || s.Types[typ] }
+
+// Takes reports whether the event e of type typ feeds the set.
+func (s *Set) Takes(e Event, typ string) bool {
+	return s.Accepts(typ) && (s.Where == nil || s.Where(e))
+}
 
 // Source is a compiled source: how to decode its records and read entity, event time and type.
 type Source struct {
@@ -122,9 +157,26 @@ func (p *Plan) Future(eventTime int64, record time.Time) bool {
 }
 
 // ReservedKey reports whether a key cannot be an entity: goka keeps its table offset under
-// "__offset", and a partition keeps its own record under its tick key ("abacus-tick-N").
+// "__offset", a partition keeps its own record under its tick key ("abacus-tick-N"), and the
+// owner of a rollup key keeps its merged windows under RollupKeyPrefix.
 func ReservedKey(k string) bool {
-	return k == "__offset" || strings.HasPrefix(k, TickKeyPrefix)
+	return k == "__offset" || strings.HasPrefix(k, TickKeyPrefix) || strings.HasPrefix(k, RollupKeyPrefix)
+}
+
+// RollupKeyPrefix starts the state keys of rollup keys: RollupKeyPrefix + set + "/" + key.
+const RollupKeyPrefix = "abacus-rollup/"
+
+// RollupStateKey is the state key under which the owner of a rollup set's key merges its windows.
+func RollupStateKey(set, key string) string { return RollupKeyPrefix + set + "/" + key }
+
+// HasRollups reports whether any set is a rollup.
+func (p *Plan) HasRollups() bool {
+	for _, s := range p.Sets {
+		if s.Rollup != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // TickKeyPrefix starts the keys of the ticks each partition is sent, under which it also keeps
@@ -181,13 +233,27 @@ func Of(t Holder) *Plan {
 func (p *Plan) Layout() state.Layout {
 	sets := make([]state.LayoutSet, len(p.Sets))
 	for i, s := range p.Sets {
-		sets[i] = state.LayoutSet{Name: s.Name, Window: WindowName(s.Window)}
+		sets[i] = state.LayoutSet{Name: s.Name, Window: LayoutWindow(s)}
 		for _, a := range s.Aggs {
 			sets[i].Aggs = append(sets[i].Aggs, a.Name)
 			sets[i].Kinds = append(sets[i].Kinds, a.Kind)
 		}
 	}
 	return state.NewLayout(sets)
+}
+
+// LayoutWindow is what a set's layout says of its windows: WindowName, and, for a rollup set,
+// by what it is keyed, so that a set that changes its key is refused at start as one that
+// changes its window is (its windows' state cannot be kept).
+func LayoutWindow(s *Set) string {
+	n := WindowName(s.Window)
+	switch {
+	case s.Rollup == nil:
+		return n
+	case s.Rollup.Global():
+		return n + " global"
+	}
+	return n + " by " + s.Rollup.Dimension
 }
 
 // WindowName names a window spec so that two specs with one name assign the same windows. The
