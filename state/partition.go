@@ -30,6 +30,10 @@ type Partition struct {
 	// Graces are the grace of each aggregate set when the record was written, and the windows
 	// that a grace raised since then keeps final (see SetGrace). Empty in version-1 records.
 	Graces []SetGrace
+	// Progress is, per source partition (by index), what the partition as the owner of rollup
+	// keys knows of it: every final partial total of a window closing at or before this stream
+	// time was sent and acknowledged (math.MinInt64: nothing known). Empty without rollups.
+	Progress []int64
 }
 
 // SetGrace is what a partition keeps of an aggregate set's grace: the grace the set had when the
@@ -183,7 +187,8 @@ const partitionVersion = 2
 //	  advance, varint done offset,
 //	uvarint #layouts, each: 4 bytes hash, uvarint #sets, each: string name, string window,
 //	  uvarint #aggs, each string; then per set uvarint #kinds, each string,
-//	uvarint #graces, each: string set, varint grace, varint final-through, varint final-at.
+//	uvarint #graces, each: string set, varint grace, varint final-through, varint final-at,
+//	and, only when Progress is not empty: uvarint #progress, each varint.
 func (p *Partition) Append(b []byte) []byte {
 	b = append(b, partitionTag, partitionVersion)
 	b = binary.AppendVarint(b, p.StreamTime)
@@ -208,6 +213,12 @@ func (p *Partition) Append(b []byte) []byte {
 		b = binary.AppendVarint(b, g.Grace)
 		b = binary.AppendVarint(b, g.FinalThrough)
 		b = binary.AppendVarint(b, g.FinalAt)
+	}
+	if len(p.Progress) > 0 {
+		b = binary.AppendUvarint(b, uint64(len(p.Progress)))
+		for _, t := range p.Progress {
+			b = binary.AppendVarint(b, t)
+		}
 	}
 	return b
 }
@@ -254,6 +265,12 @@ func DecodePartition(b []byte) (*Partition, error) {
 		n = d.Count()
 		for i := 0; i < n && d.Err() == nil; i++ {
 			p.Graces = append(p.Graces, SetGrace{Set: d.String(), Grace: d.Varint(), FinalThrough: d.Varint(), FinalAt: d.Varint()})
+		}
+		if d.Len() > 0 {
+			n = d.Count()
+			for i := 0; i < n && d.Err() == nil; i++ {
+				p.Progress = append(p.Progress, d.Varint())
+			}
 		}
 	}
 	if err := d.Done(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 
 	"github.com/abacus-stream/abacus/internal/wire"
 	"github.com/abacus-stream/abacus/windows"
@@ -58,7 +59,32 @@ type Window struct {
 	End      int64  // ms, exclusive
 	Revision uint64 // events applied to this window; orders the totals a sink receives
 	LastEmit int64  // wall-clock ms of the last early firing, 0 if none
-	Aggs     [][]byte
+	// Key is, in an entity, the rollup key its contribution to a rollup set's window is for; in
+	// the state of a rollup key's owner, "" for the window's merged total, or SlotKey(p) for the
+	// partial total of source partition p. Empty for an entity set's window.
+	Key string
+	// Final marks an owner's slot whose final partial total is merged into the window's total;
+	// such a slot keeps no accumulators.
+	Final bool
+	Aggs  [][]byte
+}
+
+// Window flags (the encoding's flags field).
+const (
+	flagKey   = 1 << 0 // a string key follows the flags
+	flagFinal = 1 << 1
+)
+
+// SlotKey is the Window.Key of source partition p's partial total in a rollup owner's state.
+func SlotKey(p int32) string { return "#" + strconv.Itoa(int(p)) }
+
+// SlotOf is the source partition of a slot key, and whether key is one.
+func SlotOf(key string) (int32, bool) {
+	if len(key) < 2 || key[0] != '#' {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(key[1:], 10, 32)
+	return int32(n), err == nil
 }
 
 // Span is the window's time span.
@@ -168,10 +194,13 @@ func (e *Entity) Advance(topic uint32, partition int32, offset, watermark int64)
 // a closed window as open can only use this as a lower bound.
 func (e *Entity) Closed(w Window, grace int64) bool { return w.Span().Closed(grace, e.StreamTime) }
 
-// Find returns the index of the window of set with the given start, or -1.
-func (e *Entity) Find(set uint16, start int64) int {
+// Find returns the index of the window of set with the given start (and no key), or -1.
+func (e *Entity) Find(set uint16, start int64) int { return e.FindKey(set, start, "") }
+
+// FindKey returns the index of the window of set with the given start and key, or -1.
+func (e *Entity) FindKey(set uint16, start int64, key string) int {
 	for i, w := range e.Windows {
-		if w.Set == set && w.Start == start {
+		if w.Set == set && w.Start == start && w.Key == key {
 			return i
 		}
 	}
@@ -186,8 +215,8 @@ func (e *Entity) Find(set uint16, start int64) int {
 //	uvarint #fences, each: 4 bytes topic ID, varint partition, varint offset,
 //	  varint watermark - stream time,
 //	uvarint #windows, each: uvarint set, varint start - stream time, uvarint end - start,
-//	  uvarint revision, varint last emit, uvarint flags (reserved, 0),
-//	  uvarint #aggs, each: uvarint len + bytes.
+//	  uvarint revision, varint last emit, uvarint flags (1: a key follows, 2: final),
+//	  [uvarint len + key], uvarint #aggs, each: uvarint len + bytes.
 //
 // An entity with pending late records is written as version 3: byte 3, then the same, then
 // uvarint #pending, each: 4 bytes topic ID, varint partition, varint offset. Entities without,
@@ -225,7 +254,17 @@ func (e *Entity) Append(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(w.End-w.Start))
 		b = binary.AppendUvarint(b, w.Revision)
 		b = binary.AppendVarint(b, w.LastEmit)
-		b = binary.AppendUvarint(b, 0) // flags, reserved
+		var flags uint64
+		if w.Key != "" {
+			flags |= flagKey
+		}
+		if w.Final {
+			flags |= flagFinal
+		}
+		b = binary.AppendUvarint(b, flags)
+		if w.Key != "" {
+			b = wire.AppendString(b, w.Key)
+		}
 		b = binary.AppendUvarint(b, uint64(len(w.Aggs)))
 		for _, a := range w.Aggs {
 			b = binary.AppendUvarint(b, uint64(len(a)))
@@ -294,7 +333,14 @@ func Decode(b []byte) (*Entity, error) {
 		w.End = w.Start + int64(d.Uvarint())
 		w.Revision = d.Uvarint()
 		w.LastEmit = d.Varint()
-		d.Uvarint() // flags, reserved
+		flags := d.Uvarint()
+		if flags&^(flagKey|flagFinal) != 0 {
+			return nil, fmt.Errorf("%w: window flags %#x unknown (written by a newer version?)", ErrCorrupt, flags)
+		}
+		if flags&flagKey != 0 {
+			w.Key = d.String()
+		}
+		w.Final = flags&flagFinal != 0
 		na := d.Count()
 		w.Aggs = make([][]byte, 0, na)
 		for j := 0; j < na && d.Err() == nil; j++ {

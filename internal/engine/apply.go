@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -49,11 +50,16 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	judge := max(og.wm, pt.st)
 	typ := src.Type(ev)
 	if ent.Applied(from.topic, from.partition, at.Offset) {
-		pt.replay(ctx, ent, src, from, at, raw, t, typ, now)
+		pt.replay(ctx, ent, src, from, at, raw, ev, t, typ, now)
 		return
 	}
 	before := len(ent.Windows)
-	ups, late, applied, err := pt.addToSets(ctx.Key(), ent, src, ev, typ, t, judge, now)
+	ups, contribs, late, applied, err := pt.addToSets(ctx.Key(), ent, src, ev, typ, t, judge, now)
+	var bad *rollupKeyError
+	if errors.As(err, &bad) {
+		e.deadLetterFenced(ctx, raw, bad.reason, bad.Error(), at)
+		return
+	}
 	if err != nil {
 		// User code (an aggregation's Decode) refused a window's state: the event cannot be
 		// applied, and nothing of it is (ent is the callback's own copy).
@@ -102,6 +108,9 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	for i := range ups {
 		e.emit(ctx, ctx.Key(), ups[i].set, &ups[i].window, ups[i].values, false)
 	}
+	for _, c := range contribs {
+		pt.contribute(ctx, ctx.Key(), c, ev, t, now)
+	}
 	pt.schedule(ctx.Key(), ent)
 	if st := pt.closeST(); st != minTime {
 		pt.lag.Set(float64(now.UnixMilli()-st) / 1000)
@@ -110,30 +119,57 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 }
 
 // addToSets adds key's event of type typ at event time t to each of src's sets that takes it: the
-// windows it updated (ups), the sets it is late for, and whether any window took it. An error is
-// user code refusing a window's state, named with its set and entity; ent is then half updated
-// and must not be written.
-func (pt *partition) addToSets(key string, ent *state.Entity, src *plan.Source, ev plan.Event, typ string, t, judge int64, now time.Time) (ups []update, late []*plan.Set, applied bool, err error) {
+// windows it updated (ups), the rollup windows it contributes to, the sets it is late for, and
+// whether any window took it. An error is user code refusing a window's state, named with its set
+// and entity, or a rollupKeyError; ent is then half updated and must not be written.
+func (pt *partition) addToSets(key string, ent *state.Entity, src *plan.Source, ev plan.Event, typ string, t, judge int64, now time.Time) (ups []update, contribs []contribution, late []*plan.Set, applied bool, err error) {
 	for _, si := range src.Sets {
 		set := pt.e.plan.Sets[si]
-		if !set.Accepts(typ) {
+		if !set.Takes(ev, typ) {
 			continue
 		}
 		var ok, isLate bool
-		if set.Window.Kind() == windows.KindSession {
+		switch {
+		case set.Window.Kind() == windows.KindSession:
 			ok, isLate, err = pt.addSession(ent, set, ev, t, judge, now, &ups)
-		} else {
-			ok, isLate, err = pt.addFixed(ent, set, ev, t, judge, now, &ups)
+		case set.Rollup != nil:
+			rk := set.Rollup.KeyOf(ev)
+			if rk == "" {
+				continue // the user's key function leaves the event out of this set
+			}
+			if err := pt.checkRollupKey(set, rk); err != nil {
+				return nil, nil, nil, false, err
+			}
+			ok, isLate, err = pt.addFixed(ent, set, rk, ev, t, judge, now, &ups, &contribs)
+		default:
+			ok, isLate, err = pt.addFixed(ent, set, "", ev, t, judge, now, &ups, nil)
 		}
 		if err != nil {
-			return nil, nil, false, fmt.Errorf("set %s, entity %q: %w", set.Name, key, err)
+			return nil, nil, nil, false, fmt.Errorf("set %s, entity %q: %w", set.Name, key, err)
 		}
 		applied = applied || ok
 		if isLate {
 			late = append(late, set)
 		}
 	}
-	return ups, late, applied, nil
+	return ups, contribs, late, applied, nil
+}
+
+// rollupKeyError is a rollup key that cannot be one: the event goes to the dead-letter topic.
+type rollupKeyError struct {
+	reason deadletter.Reason
+	detail string
+}
+
+func (r *rollupKeyError) Error() string { return r.detail }
+
+// checkRollupKey refuses a rollup key longer than the entity limit (it is an HBase row's key as
+// an entity is), or one that holds a '/' of the owner's state key where it cannot be read back.
+func (pt *partition) checkRollupKey(set *plan.Set, key string) error {
+	if n := len(key); n > pt.e.plan.MaxEntityBytes {
+		return &rollupKeyError{deadletter.TooLarge, fmt.Sprintf("rollup key of set %s is %d bytes, more than the limit of %d", set.Name, n, pt.e.plan.MaxEntityBytes)}
+	}
+	return nil
 }
 
 // advanceOrigin moves an origin's watermark to an applied event's time t when it is newer, and the
@@ -156,7 +192,7 @@ func (pt *partition) advanceOrigin(og *origin, t int64, now time.Time) {
 // again, so the changelog holds it before the commit, the current totals are re-sent (absolute,
 // so resending is safe), and, for an event that was late for every window and is pending, its
 // late records too.
-func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Source, from originKey, at recordAt, raw []byte, t int64, typ string, now time.Time) {
+func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Source, from originKey, at recordAt, raw []byte, ev plan.Event, t int64, typ string, now time.Time) {
 	e := pt.e
 	pt.duplicates.Inc()
 	// A replay is the partition catching up, not a quiet input: it keeps the origin from being
@@ -166,7 +202,7 @@ func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Sourc
 		// It was late for every set that takes its type (it applied to none), and stays so: what
 		// judged it then only moved on since.
 		for _, si := range src.Sets {
-			if set := e.plan.Sets[si]; set.Accepts(typ) {
+			if set := e.plan.Sets[si]; set.Takes(ev, typ) {
 				if err := e.late(ctx, raw, set, at, false); err != nil {
 					e.fail(ctx, fmt.Errorf("entity %q offset %d: %w", ctx.Key(), at.Offset, err))
 					return
@@ -186,7 +222,7 @@ func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Sourc
 func (pt *partition) stateSize(ent *state.Entity) int {
 	n := 64 + 30*len(ent.Fences) + 20*len(ent.Pending)
 	for i := range ent.Windows {
-		n += 60
+		n += 60 + len(ent.Windows[i].Key)
 		for _, a := range ent.Windows[i].Aggs {
 			n += 10 + len(a)
 		}
@@ -205,21 +241,23 @@ func (pt *partition) stateSize(ent *state.Entity) int {
 
 // addFixed applies ev to its tumbling or hopping windows that are still open by judge, and
 // reports whether it applied to any and whether it was late for any (a hopping event may be late
-// for some of its windows and on time for others).
-func (pt *partition) addFixed(ent *state.Entity, set *plan.Set, ev plan.Event, t, judge int64, now time.Time, ups *[]update) (applied, late bool, err error) {
+// for some of its windows and on time for others). For a rollup set, key is the event's rollup
+// key: the windows are the entity's contributions to it, listed in contribs, and emit nothing
+// of their own.
+func (pt *partition) addFixed(ent *state.Entity, set *plan.Set, key string, ev plan.Event, t, judge int64, now time.Time, ups *[]update, contribs *[]contribution) (applied, late bool, err error) {
 	var buf [8]windows.Window
 	for _, w := range set.Window.Assign(t, buf[:0]) {
 		if pt.closed(set, w, judge) {
 			late = true
 			continue
 		}
-		i := ent.Find(set.Index, w.Start)
+		i := ent.FindKey(set.Index, w.Start, key)
 		accs, err := accumulators(set, ent, i)
 		if err != nil {
 			return false, false, err
 		}
 		if i < 0 {
-			ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: w.Start, End: w.End})
+			ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: w.Start, End: w.End, Key: key})
 			i = len(ent.Windows) - 1
 		}
 		for _, a := range accs {
@@ -227,7 +265,11 @@ func (pt *partition) addFixed(ent *state.Entity, set *plan.Set, ev plan.Event, t
 		}
 		storeAccs(&ent.Windows[i], accs)
 		ent.Windows[i].Revision++
-		addUpdate(set, &ent.Windows[i], accs, now, ups)
+		if contribs != nil {
+			*contribs = append(*contribs, contribution{set: set, key: key, w: w})
+		} else {
+			addUpdate(set, &ent.Windows[i], accs, now, ups)
+		}
 		applied = true
 	}
 	return applied, late, nil

@@ -167,6 +167,10 @@ func (pt *partition) emittedUpTo(entity string) int64 {
 
 // schedule records when the entity's next window still to emit closes.
 func (pt *partition) schedule(entity string, ent *state.Entity) {
+	if isOwnerKey(entity) {
+		pt.scheduleOwner(entity, ent)
+		return
+	}
 	up := pt.emittedUpTo(entity)
 	at, found := int64(0), false
 	for i := range ent.Windows {
@@ -182,15 +186,44 @@ func (pt *partition) schedule(entity string, ent *state.Entity) {
 	pt.scheduled.Set(float64(pt.due.Len()))
 }
 
+// scheduleOwner records when a rollup owner's next merged window still to emit closes.
+func (pt *partition) scheduleOwner(entity string, ent *state.Entity) {
+	up := pt.emittedUpTo(entity)
+	at, found := int64(0), false
+	for i := range ent.Windows {
+		w := &ent.Windows[i]
+		if w.Key != "" {
+			continue
+		}
+		if c := ownerClosesAt(pt.e.plan.Sets[w.Set], w); c > up && (!found || c < at) {
+			at, found = c, true
+		}
+	}
+	if found {
+		pt.ru.due.set(entity, at)
+	} else {
+		pt.ru.due.remove(entity)
+	}
+}
+
 // closeDue emits the final totals of every window that stream time has closed and whose entity
-// Kafka holds as the local table does. It reads the entities' state from the local table and emits
+// Kafka holds as the local table does, and those of rollup owners' windows that every source
+// partition's progress has closed. It reads the entities' state from the local table and emits
 // from whatever callback advanced stream time: no message per entity, no write.
 func (pt *partition) closeDue(ctx goka.Context) {
-	st := pt.closeST()
-	for pt.due.Len() > 0 && pt.due.minAt() <= st {
-		entity := pt.due.minEntity()
+	pt.closeHeapDue(ctx, &pt.due, pt.closeST())
+	if pt.e.rollups {
+		pt.closeHeapDue(ctx, &pt.ru.due, pt.ru.st)
+	}
+	pt.scheduled.Set(float64(pt.due.Len()))
+}
+
+// closeHeapDue emits the entities of h due at st.
+func (pt *partition) closeHeapDue(ctx goka.Context, h *closeHeap, st int64) {
+	for h.Len() > 0 && h.minAt() <= st {
+		entity := h.minEntity()
 		if !pt.durable(entity) {
-			pt.due.remove(entity)
+			h.remove(entity)
 			pt.waiting = append(pt.waiting, entity)
 			pt.countWaits()
 			pt.nudge(ctx)
@@ -202,13 +235,12 @@ func (pt *partition) closeDue(ctx goka.Context) {
 			return
 		}
 		if ent == nil {
-			pt.due.remove(entity)
+			h.remove(entity)
 			continue
 		}
 		pt.emitClosed(ctx, entity, ent)
 		pt.schedule(entity, ent) // moves its entry in place, or removes it
 	}
-	pt.scheduled.Set(float64(pt.due.Len()))
 }
 
 // emitClosed emits the final totals of the entity's windows closed at the partition's stream time
@@ -216,14 +248,30 @@ func (pt *partition) closeDue(ctx goka.Context) {
 func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Entity) {
 	e := pt.e
 	st := pt.closeST()
+	owner := isOwnerKey(entity)
+	if owner {
+		st = pt.ru.st
+	}
 	up := pt.emittedUpTo(entity)
 	n := 0
 	for i := range ent.Windows {
 		w := &ent.Windows[i]
+		set := e.plan.Sets[w.Set]
+		if owner {
+			if c := ownerClosesAt(set, w); w.Key == "" && c > up && c <= st {
+				pt.emitMerged(ctx, entity, set, ent, i)
+				n++
+			}
+			continue
+		}
 		if c := pt.windowClosesAt(w); c <= up || c > st {
 			continue
 		}
-		set := e.plan.Sets[w.Set]
+		if set.Rollup != nil {
+			pt.mergeContribution(ctx, entity, ent, i)
+			n++
+			continue
+		}
 		values, err := e.values(set, ent, i)
 		if err != nil {
 			// User code (an aggregation's Decode or Value) failed on this window's state: its final
@@ -253,13 +301,16 @@ func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Enti
 // whether it dropped any.
 func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	ems := pt.emitted[entity]
-	if len(ems) == 0 {
+	if len(ems) == 0 && !pt.e.rollups {
 		return false
 	}
+	owner := isOwnerKey(entity)
 	up := int64(math.MinInt64)
 	keep := ems[:0]
 	for _, em := range ems {
-		if em.bound <= pt.acked {
+		// An owner's window leaves only once its record holds the progress that closed it too:
+		// a partial sent again after a restart must find the window final, not open it anew.
+		if em.bound <= pt.acked && (!owner || em.upTo <= pt.ru.metaST) {
 			up = max(up, em.upTo)
 		} else {
 			keep = append(keep, em)
@@ -270,12 +321,19 @@ func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	} else {
 		pt.emitted[entity] = keep
 	}
-	if up == math.MinInt64 {
-		return false
-	}
 	kept := ent.Windows[:0]
 	for _, w := range ent.Windows {
-		if pt.windowClosesAt(&w) > up {
+		set := pt.e.plan.Sets[w.Set]
+		switch {
+		case owner:
+			if ownerClosesAt(set, &w) > up {
+				kept = append(kept, w)
+			}
+		case set.Rollup != nil:
+			if !pt.contributionDone(&w) {
+				kept = append(kept, w)
+			}
+		case pt.windowClosesAt(&w) > up:
 			kept = append(kept, w)
 		}
 	}

@@ -143,6 +143,8 @@ type Engine struct {
 	span int64
 	// cacheLimit is Config.CacheEntities with its default.
 	cacheLimit int
+	// rollups says the plan has rollup sets: partitions then exchange partials and progress.
+	rollups bool
 
 	mu       sync.Mutex
 	parts    map[int32]*partition
@@ -200,7 +202,7 @@ func New(p *plan.Plan, cfg Config) (*Engine, error) {
 		}
 		span = max(span, s.Window.Size()+s.Grace)
 	}
-	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span, cacheLimit: cfg.CacheEntities,
+	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span, cacheLimit: cfg.CacheEntities, rollups: p.HasRollups(),
 		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}}, nil
 }
 
@@ -397,13 +399,19 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 		pt.onClose(ctx)
 	case loopNudge:
 		pt.nudged = false
-		if !pt.layoutHeld && pt.metaDirty && IsTickKey(ctx.Key()) {
+		if (!pt.layoutHeld || pt.recordWanted) && pt.metaDirty && IsTickKey(ctx.Key()) {
 			// A partition whose record does not describe the current layout yet writes it at once,
 			// not at the next tick: until Kafka holds it, every entity written carries the
 			// description itself.
 			pt.writeRecord(ctx)
 		}
 		pt.nudge(ctx) // catchUp ran above; nudge again if closes still wait
+	case loopPartial:
+		pt.onPartial(ctx, m.partial)
+	case loopProgress:
+		if IsTickKey(ctx.Key()) {
+			pt.onProgress(ctx, m.partition, m.offset)
+		}
 	case loopEvent:
 		if m.source < 0 || m.source >= len(e.plan.Sources) {
 			e.fail(ctx, fmt.Errorf("loop event names source %d of %d", m.source, len(e.plan.Sources)))

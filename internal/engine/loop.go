@@ -26,13 +26,21 @@ const (
 	// loopNudge is a partition's message to itself while closes wait for Kafka's
 	// acknowledgement: it comes back once Kafka holds it, and the partition looks again.
 	loopNudge loopKind = 5
+	// loopPartial is a source partition's partial total of a rollup key's window, to its owner
+	// (partialMsg).
+	loopPartial loopKind = 6
+	// loopProgress tells a partition, under its tick key, that every final partial the sender
+	// has for windows closing at or before a stream time is sent and acknowledged.
+	loopProgress loopKind = 7
 )
 
 // loopMsg is the decoded loop message. Encoding: byte kind, then
 // close and tick: nothing (messages written by earlier versions carry a time, which is ignored:
 // a time carried in a loop message may come from a crashed run's future, so none decides anything);
 // event: uvarint source index, uvarint len + topic, varint partition, varint offset, varint
-// record timestamp (ms; not in kind 3), remaining bytes = record value.
+// record timestamp (ms; not in kind 3), remaining bytes = record value;
+// partial: see partialMsg; progress: varint source partition (partition), varint stream time
+// (offset).
 type loopMsg struct {
 	kind      loopKind
 	source    int
@@ -41,6 +49,7 @@ type loopMsg struct {
 	offset    int64
 	timestamp int64 // of the source record, ms; 0 when unknown
 	value     []byte
+	partial   *partialMsg
 }
 
 func (m *loopMsg) encode() []byte {
@@ -54,6 +63,9 @@ func (m *loopMsg) encode() []byte {
 		b = binary.AppendVarint(b, m.offset)
 		b = binary.AppendVarint(b, m.timestamp)
 		b = append(b, m.value...)
+	case loopProgress:
+		b = binary.AppendVarint(b, int64(m.partition))
+		b = binary.AppendVarint(b, m.offset)
 	}
 	return b
 }
@@ -69,6 +81,11 @@ func decodeLoop(b []byte) (*loopMsg, error) {
 	d := wire.NewReader(b[1:], errCorruptLoop)
 	switch m.kind {
 	case loopClose, loopTick, loopNudge:
+	case loopPartial:
+		m.partial = decodePartial(d)
+	case loopProgress:
+		m.partition = int32(d.Varint())
+		m.offset = d.Varint()
 	case loopEvent, loopEventV1:
 		m.source = int(d.Uvarint())
 		m.topic = d.String()

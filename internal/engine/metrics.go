@@ -23,6 +23,10 @@ type metrics struct {
 	unknownLayout prometheus.Counter
 	ticks         *prometheus.CounterVec // partition
 	waiting       *prometheus.GaugeVec   // partition
+	// rollupPartials counts partial totals sent to rollup owners, rollupIgnored those an owner
+	// received again after its window's total was final.
+	rollupPartials *prometheus.CounterVec // set, final
+	rollupIgnored  *prometheus.CounterVec // set
 }
 
 func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
@@ -89,7 +93,15 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 		Namespace: "abacus", Subsystem: "processor", Name: "waiting_for_acks", ConstLabels: cl,
 		Help: "Closes and idle advances of the partition waiting for Kafka to acknowledge the state they follow.",
 	}, []string{"partition"})
-	for _, c := range []prometheus.Collector{m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
+	m.rollupPartials = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "rollup_partials_sent_total", ConstLabels: cl,
+		Help: "Partial totals of rollup windows a partition sent to the keys' owners (final or early).",
+	}, []string{"set", "final"})
+	m.rollupIgnored = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "rollup_partials_repeated_total", ConstLabels: cl,
+		Help: "Partial totals an owner received again after it had their final (replays, restarts), ignored.",
+	}, []string{"set"})
+	for _, c := range []prometheus.Collector{m.rollupPartials, m.rollupIgnored, m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
 		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout,
 		m.ticks, m.waiting} {
 		if err := reg.Register(c); err != nil {

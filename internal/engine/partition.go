@@ -75,6 +75,7 @@ type partition struct {
 	metaWM       map[originKey]int64    // origins' watermarks in the last acknowledged record
 	metaDone     map[originKey]int64    // origins' done offsets in the last acknowledged record
 	metaST       int64                  // stream time in the last acknowledged record
+	metaIdleST   int64                  // idle stream time in the last acknowledged record
 	candidates   int                    // origins with a done candidate
 	floors       []floor                // per set of the plan
 	// layoutHeld says the acknowledged record describes the current layout. Until it does, one
@@ -96,6 +97,11 @@ type partition struct {
 	acked   uint64 // Acknowledged at the last look
 	tickKey string // the partition's own key: for its record and messages to itself
 	nudged  bool   // a nudge is on its way back
+	// recordWanted asks the next nudge to write the partition's record (a rollup's progress
+	// waits for it).
+	recordWanted bool
+
+	ru rollupView // rollups: partials as a source partition, merges as an owner
 
 	// cache holds entities as last written or read, decoded and in the current layout: the next
 	// event and the close of an entity then need no read and decode of the local table. Every
@@ -129,7 +135,9 @@ type metaWrite struct {
 	st     int64
 	wm     map[originKey]int64
 	done   map[originKey]int64
-	layout bool // the record describes the current layout
+	layout bool  // the record describes the current layout
+	rollST int64 // the owner's smallest source-partition progress it holds
+	idle   int64 // the idle stream time it holds
 }
 
 // partition returns the partition's view, rebuilding it from its local table the first time
@@ -145,11 +153,11 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	if st == nil {
 		return nil, fmt.Errorf("partition %d: no storage for the group table", id)
 	}
-	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64,
+	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64, metaIdleST: math.MinInt64,
 		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{}, metaDone: map[originKey]int64{},
 		lates: map[string][]state.Pending{}, floors: slices.Repeat([]floor{noFloor}, len(e.plan.Sets)),
 		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap(),
-		cache: map[string]*state.Entity{}}
+		cache: map[string]*state.Entity{}, ru: newRollupView(len(e.tickKeys))}
 	for _, src := range e.plan.Sources {
 		pt.eventsIn = append(pt.eventsIn, e.m.eventsIn.WithLabelValues(src.Topic, pt.label))
 	}
@@ -240,6 +248,9 @@ func (pt *partition) rebuild() error {
 		}
 		pt.held += len(s.ent.Windows)
 		pt.open += len(s.ent.Windows)
+		if err := pt.registerContributions(s.key, s.ent); err != nil {
+			return fmt.Errorf("partition %d: %w", pt.id, err)
+		}
 		pt.schedule(s.key, s.ent)
 	}
 	pt.entities.Set(float64(len(ents)))
@@ -264,6 +275,7 @@ func (pt *partition) restoreRecord(key string, v []byte) ([]state.SetGrace, erro
 	pt.idleST = max(pt.idleST, rec.IdleStreamTime)
 	pt.st = max(pt.st, rec.StreamTime)
 	pt.metaST = max(pt.metaST, rec.StreamTime)
+	pt.metaIdleST = max(pt.metaIdleST, rec.IdleStreamTime)
 	for _, o := range rec.Origins {
 		k := originKey{o.Topic, o.Partition}
 		og := pt.originOf(k)
@@ -271,6 +283,18 @@ func (pt *partition) restoreRecord(key string, v []byte) ([]state.SetGrace, erro
 		og.done = max(og.done, o.Done)
 		pt.metaWM[k] = max(pt.metaWM[k], o.Watermark)
 		pt.metaDone[k] = max(pt.metaDone[k], o.Done)
+	}
+	if len(rec.Progress) > 0 {
+		if len(rec.Progress) != len(pt.ru.progress) {
+			return nil, fmt.Errorf("partition %d: its record holds the rollup progress of %d partitions, the group has %d: a topology with rollups cannot change its partition count while it has windows open; start a new processor group",
+				pt.id, len(rec.Progress), len(pt.ru.progress))
+		}
+		st := int64(math.MaxInt64)
+		for i, t := range rec.Progress {
+			pt.ru.progress[i] = max(pt.ru.progress[i], t)
+			st = min(st, pt.ru.progress[i])
+		}
+		pt.ru.st, pt.ru.metaST = max(pt.ru.st, st), max(pt.ru.metaST, st)
 	}
 	for _, l := range rec.Layouts {
 		if err := pt.knowLayout(l); err != nil {
@@ -427,7 +451,7 @@ func (pt *partition) durable(entity string) bool {
 // entity's write, an idle advance that waited for the partition's record.
 func (pt *partition) catchUp(ctx goka.Context) {
 	a := pt.e.cfg.Durability.Acknowledged()
-	if a == pt.acked && len(pt.metaFlight) == 0 && !pt.pendingIdle.set && len(pt.waiting) == 0 && pt.candidates == 0 {
+	if a == pt.acked && len(pt.metaFlight) == 0 && !pt.pendingIdle.set && len(pt.waiting) == 0 && pt.candidates == 0 && len(pt.ru.inflight) == 0 {
 		return
 	}
 	pt.acked = a
@@ -442,6 +466,8 @@ func (pt *partition) catchUp(ctx goka.Context) {
 			pt.metaDone[k] = max(pt.metaDone[k], d)
 		}
 		pt.metaST = max(pt.metaST, pt.metaFlight[0].st)
+		pt.metaIdleST = max(pt.metaIdleST, pt.metaFlight[0].idle)
+		pt.ru.metaST = max(pt.ru.metaST, pt.metaFlight[0].rollST)
 		if !pt.layoutHeld && pt.metaFlight[0].layout {
 			pt.layoutHeld = true
 			pt.e.log.Debug("partition record describing the topology layout acknowledged", "partition", pt.id)
@@ -484,6 +510,9 @@ func (pt *partition) catchUp(ctx goka.Context) {
 	if closes {
 		pt.closeDue(ctx)
 	}
+	if pt.e.rollups {
+		pt.settleRollups(ctx)
+	}
 	pt.countWaits()
 }
 
@@ -500,7 +529,7 @@ func (pt *partition) countWaits() {
 // describing the layout wait for Kafka's acknowledgement: goka calls back only for messages, and
 // without one the wait could last until the next tick.
 func (pt *partition) nudge(ctx goka.Context) {
-	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set && pt.layoutHeld) {
+	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set && pt.layoutHeld && !pt.recordWanted) {
 		return
 	}
 	pt.nudged = true

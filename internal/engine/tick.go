@@ -59,6 +59,14 @@ func (pt *partition) onTick(ctx goka.Context) {
 		pt.writeRecord(ctx)
 	}
 	pt.catchUp(ctx) // an in-memory store acknowledges at once
+	if e.rollups {
+		pt.sendDueEarly(ctx, now)
+		pt.pruneContributions(ctx, now)
+		// Sent again at every tick, moved or not: a partition that restarted learns every other's
+		// progress within a tick, whatever its record held.
+		pt.ru.sentT = minTime
+		pt.sendProgress(ctx)
+	}
 	pt.countWaits()
 	pt.nudge(ctx)
 	if st := pt.closeST(); st != minTime {
@@ -101,7 +109,8 @@ func (pt *partition) onTick(ctx goka.Context) {
 // for IdleTimeout, to the smallest watermark of the others; or, when every origin is quiet, with
 // the wall clock, never beyond the last close the partition waits for.
 func (pt *partition) idleTarget(now time.Time) (int64, bool) {
-	if pt.due.Len() == 0 && len(pt.waiting) == 0 {
+	nothingDue := pt.due.Len() == 0 && len(pt.waiting) == 0
+	if nothingDue && !pt.e.rollups {
 		return 0, false // nothing waits to close
 	}
 	cutoff := now.Add(-pt.e.cfg.IdleTimeout)
@@ -130,6 +139,11 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 		for _, at := range pt.due.at {
 			last = max(last, at)
 		}
+		if nothingDue {
+			// With rollups, a quiet partition with nothing to close still moves on with the
+			// clock: the owners of rollup keys wait for its progress to close their windows.
+			last = math.MaxInt64
+		}
 		target = min(now.UnixMilli(), last)
 	}
 	if target <= pt.closeST() || (pt.pendingIdle.set && target <= pt.pendingIdle.target) {
@@ -143,7 +157,8 @@ func (pt *partition) writeRecord(ctx goka.Context) {
 	rec, wms, done := pt.record()
 	ctx.SetValue(rec)
 	bound := pt.e.cfg.Durability.Sent()
-	pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, done: done, layout: true})
+	pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, done: done, layout: true, rollST: pt.ru.st, idle: rec.IdleStreamTime})
+	pt.recordWanted = false
 	if pt.pendingIdle.set {
 		pt.pendingIdle.bound = bound
 	}
@@ -154,6 +169,9 @@ func (pt *partition) writeRecord(ctx goka.Context) {
 // done offsets it holds.
 func (pt *partition) record() (*state.Partition, map[originKey]int64, map[originKey]int64) {
 	rec := &state.Partition{StreamTime: pt.st, IdleStreamTime: pt.idleST, Layouts: slices.Clone(pt.recordLayout)}
+	if pt.e.rollups {
+		rec.Progress = slices.Clone(pt.ru.progress)
+	}
 	if pt.pendingIdle.set {
 		rec.IdleStreamTime = max(rec.IdleStreamTime, pt.pendingIdle.target)
 	}
@@ -216,6 +234,11 @@ func (pt *partition) closeEntity(ctx goka.Context) {
 	if changed {
 		ent.StreamTime = max(ent.StreamTime, pt.closeST())
 		pt.set(ctx, ent)
+	}
+	if isOwnerKey(ctx.Key()) && len(pt.emitted[ctx.Key()]) > 0 && !pt.queued[ctx.Key()] {
+		// Emitted windows wait for the record to hold the progress that closed them: look again.
+		pt.queued[ctx.Key()] = true
+		pt.prunes = append(pt.prunes, retainedEntry{at: pt.e.cfg.Now().Add(pt.e.cfg.FinalRetention), entity: ctx.Key()})
 	}
 	pt.schedule(ctx.Key(), ent)
 }

@@ -1,0 +1,566 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/lovoo/goka"
+
+	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/internal/wire"
+	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/totals"
+	"github.com/abacus-stream/abacus/windows"
+)
+
+// Rollups (docs/DESIGN.md, Rollups). A rollup set's windows are keyed by a rollup key, not by the
+// entity. The entity that applies an event keeps its contribution per (rollup key, window) in
+// its own state (a window with Key set), judged, fenced and closed like any window of it. Its
+// partition merges its entities' contributions into a partial total per (set, key, window) when
+// they close, and sends it, absolute, to the key's owner through the loop topic
+// (RollupStateKey). The owner keeps per window the merge of the final partials it received and a
+// slot per source partition, so a partial sent again replaces its slot or, once the slot is
+// final, changes nothing. Every partition tells every other, by a progress message to its tick
+// key, up to which stream time its final partials are all sent and acknowledged; once every
+// partition's progress passes a window's close, the owner emits its one final total.
+
+// partialKey names a partition's partial total of one rollup key's window.
+type partialKey struct {
+	set   uint16
+	key   string
+	start int64
+}
+
+// partial is a partition's share of one rollup key's window: which of its entities contribute,
+// the merge of the contributions of those closed so far, and, once all are, the final partial
+// sent and waiting for Kafka's acknowledgement.
+type partial struct {
+	end          int64
+	closes       int64           // the stream time at which the window closes here
+	contributors map[string]bool // entity -> its contribution is merged into accs
+	merged       int
+	accs         []plan.Accumulator
+	revision     uint64
+	sent         bool
+	bound        uint64 // Sent bound of the final partial, once sent
+	// early is the running merge of the window's events, for the early partials of an EmitEarly
+	// set (rebuilt from the contributions after a restart).
+	early    []plan.Accumulator
+	earlyRev uint64
+	changed  bool // early changed since the last early partial
+	lastSend time.Time
+}
+
+// rollupView is what a partition keeps for rollups, as a source partition and as an owner.
+type rollupView struct {
+	partials map[partialKey]*partial
+	closing  map[int64]int // close time -> partials not done with it, for progress
+	inflight []partialKey  // final partials sent, in order, until acknowledged
+	sentT    int64         // the progress last sent to the other partitions
+	prunes   []retainedEntry
+
+	// As an owner: each source partition's progress, the smallest of them (rollupST) and the
+	// smallest in the last acknowledged record.
+	progress []int64
+	st       int64
+	metaST   int64
+	due      closeHeap // owner keys with a merged window not emitted yet
+}
+
+func newRollupView(npar int) rollupView {
+	v := rollupView{partials: map[partialKey]*partial{}, closing: map[int64]int{}, sentT: minTime, st: minTime, metaST: minTime,
+		progress: make([]int64, npar), due: newCloseHeap()}
+	for i := range v.progress {
+		v.progress[i] = minTime
+	}
+	return v
+}
+
+// isOwnerKey reports whether a state key is a rollup key's owner state.
+func isOwnerKey(key string) bool { return strings.HasPrefix(key, plan.RollupKeyPrefix) }
+
+// rollupValue is the rollup key of owner state key for set.
+func rollupValue(key string, set *plan.Set) string {
+	return strings.TrimPrefix(key, plan.RollupStateKey(set.Name, ""))
+}
+
+// contribution is a window of a rollup set an applied event added to, for the partition's
+// partial once the event is committed.
+type contribution struct {
+	set *plan.Set
+	key string
+	w   windows.Window
+}
+
+// contribute records that entity contributes to the partial of (set, key, w), and, for an
+// EmitEarly set, adds the event to its running total and sends an early partial when due.
+func (pt *partition) contribute(ctx goka.Context, entity string, c contribution, ev plan.Event, t int64, now time.Time) {
+	p := pt.partialOf(c.set, c.key, c.w)
+	if _, ok := p.contributors[entity]; !ok {
+		p.contributors[entity] = false
+	}
+	if c.set.Emit != plan.EmitEarly {
+		return
+	}
+	for _, a := range p.early {
+		a.Add(ev, t)
+	}
+	p.earlyRev++
+	p.changed = true
+	if now.Sub(p.lastSend) >= c.set.EmitEvery {
+		pt.sendEarly(ctx, partialKey{c.set.Index, c.key, c.w.Start}, p, now)
+	}
+}
+
+// partialOf returns the partial of (set, key, w), made if new.
+func (pt *partition) partialOf(set *plan.Set, key string, w windows.Window) *partial {
+	pk := partialKey{set.Index, key, w.Start}
+	p := pt.ru.partials[pk]
+	if p != nil {
+		return p
+	}
+	p = &partial{end: w.End, closes: pt.closesAt(set, w), contributors: map[string]bool{}, accs: newAccs(set)}
+	if set.Emit == plan.EmitEarly {
+		p.early = newAccs(set)
+	}
+	pt.ru.partials[pk] = p
+	pt.ru.closing[p.closes]++
+	return p
+}
+
+func newAccs(set *plan.Set) []plan.Accumulator {
+	accs := make([]plan.Accumulator, len(set.Aggs))
+	for k, a := range set.Aggs {
+		accs[k] = a.New()
+	}
+	return accs
+}
+
+// registerContributions takes an entity read from the table at a rebuild into the partials.
+func (pt *partition) registerContributions(entity string, ent *state.Entity) error {
+	if isOwnerKey(entity) {
+		return nil // an owner's slots are partials received, not contributions
+	}
+	for i := range ent.Windows {
+		w := &ent.Windows[i]
+		set := pt.e.plan.Sets[w.Set]
+		if set.Rollup == nil || w.Key == "" {
+			continue
+		}
+		p := pt.partialOf(set, w.Key, w.Span())
+		p.contributors[entity] = false
+		if p.early != nil {
+			accs, err := accumulators(set, ent, i)
+			if err != nil {
+				return fmt.Errorf("entity %q: %w", entity, err)
+			}
+			if err := mergeInto(set, p.early, accs); err != nil {
+				return fmt.Errorf("entity %q: %w", entity, err)
+			}
+			p.earlyRev += w.Revision
+		}
+	}
+	return nil
+}
+
+// mergeInto merges accs into into, aggregation by aggregation.
+func mergeInto(set *plan.Set, into, accs []plan.Accumulator) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	for k := range into {
+		if err := into[k].Merge(accs[k]); err != nil {
+			return fmt.Errorf("merge %q: %w", set.Aggs[k].Name, err)
+		}
+	}
+	return nil
+}
+
+// mergeContribution merges the entity's closed contribution window i into its partial, and
+// sends the partial once every contributor's is merged.
+func (pt *partition) mergeContribution(ctx goka.Context, entity string, ent *state.Entity, i int) {
+	w := &ent.Windows[i]
+	set := pt.e.plan.Sets[w.Set]
+	pk := partialKey{w.Set, w.Key, w.Start}
+	p := pt.ru.partials[pk]
+	if p == nil || p.sent || p.contributors[entity] {
+		return // sent and acknowledged, or merged already
+	}
+	accs, err := accumulators(set, ent, i)
+	if err == nil {
+		err = mergeInto(set, p.accs, accs)
+	}
+	if err != nil {
+		// User code cannot read or merge this contribution: it is dead-lettered as a final
+		// total would be, and the partial goes on without it.
+		pt.e.m.panics.WithLabelValues("close").Inc()
+		pt.e.log.Error("contribution to a rollup cannot be merged: dead-lettered", "set", set.Name, "entity", entity, "key", w.Key, "window_start", w.Start, "err", err)
+		pt.e.deadLetterFinal(ctx, pt.id, entity, set, w, err)
+	} else {
+		p.revision += w.Revision
+	}
+	p.contributors[entity] = true
+	p.merged++
+	if p.merged == len(p.contributors) {
+		pt.sendFinal(ctx, pk, p)
+	}
+}
+
+// sendFinal sends a partial whose contributions are all merged to its key's owner, as final.
+func (pt *partition) sendFinal(ctx goka.Context, pk partialKey, p *partial) {
+	set := pt.e.plan.Sets[pk.set]
+	pt.sendPartial(ctx, set, pk, p.end, p.revision, p.accs, true)
+	p.sent, p.bound = true, pt.e.cfg.Durability.Sent()
+	p.early = nil
+	pt.ru.inflight = append(pt.ru.inflight, pk)
+	pt.e.m.rollupPartials.WithLabelValues(set.Name, "true").Inc()
+	// The progress that lets the owner close the window waits for the partition's record to hold
+	// its stream time: ask for the record now rather than at the next tick.
+	pt.metaDirty, pt.recordWanted = true, true
+	pt.nudge(ctx)
+}
+
+// sendEarly sends the running partial of an EmitEarly window to its key's owner.
+func (pt *partition) sendEarly(ctx goka.Context, pk partialKey, p *partial, now time.Time) {
+	set := pt.e.plan.Sets[pk.set]
+	pt.sendPartial(ctx, set, pk, p.end, p.earlyRev, p.early, false)
+	p.changed, p.lastSend = false, now
+	pt.e.m.rollupPartials.WithLabelValues(set.Name, "false").Inc()
+}
+
+func (pt *partition) sendPartial(ctx goka.Context, set *plan.Set, pk partialKey, end int64, revision uint64, accs []plan.Accumulator, final bool) {
+	m := &partialMsg{set: pk.set, start: pk.start, end: end, from: pt.id, final: final, revision: revision}
+	for _, a := range accs {
+		m.aggs = append(m.aggs, a.AppendBinary(nil))
+	}
+	ctx.Loopback(plan.RollupStateKey(set.Name, pk.key), m.encode())
+}
+
+// settleRollups takes in the final partials Kafka acknowledged: they are done, their
+// contributions may leave their entities, and the partition's progress may move.
+func (pt *partition) settleRollups(ctx goka.Context) {
+	now := pt.e.cfg.Now()
+	n := 0
+	for n < len(pt.ru.inflight) {
+		pk := pt.ru.inflight[n]
+		p := pt.ru.partials[pk]
+		if p.bound > pt.acked {
+			break
+		}
+		n++
+		delete(pt.ru.partials, pk)
+		if pt.ru.closing[p.closes]--; pt.ru.closing[p.closes] == 0 {
+			delete(pt.ru.closing, p.closes)
+		}
+		for entity := range p.contributors {
+			pt.ru.prunes = append(pt.ru.prunes, retainedEntry{at: now.Add(pt.e.cfg.FinalRetention), entity: entity})
+		}
+	}
+	pt.ru.inflight = pt.ru.inflight[n:]
+	pt.sendProgress(ctx)
+}
+
+// progressT is how far the partition's final partials are all sent and acknowledged: the stream
+// time its acknowledged record holds (a restart resumes from no earlier one, so no window closed
+// by it can take an event again), short of the first window whose partial is not done.
+func (pt *partition) progressT() int64 {
+	t := max(pt.metaST, pt.metaIdleST) // an idle advance in the record is applied at any restart
+	for c := range pt.ru.closing {
+		t = min(t, c-1)
+	}
+	return t
+}
+
+// sendProgress tells every partition the partition's progress when it moved.
+func (pt *partition) sendProgress(ctx goka.Context) {
+	t := pt.progressT()
+	if t == minTime || t <= pt.ru.sentT || len(pt.e.tickKeys) == 0 {
+		return
+	}
+	pt.ru.sentT = t
+	msg := (&loopMsg{kind: loopProgress, partition: pt.id, offset: t}).encode()
+	for _, k := range pt.e.tickKeys {
+		ctx.Loopback(k, msg)
+	}
+}
+
+// onProgress takes a source partition's progress in, and emits the merged windows it closes.
+func (pt *partition) onProgress(ctx goka.Context, from int32, t int64) {
+	if from < 0 || int(from) >= len(pt.ru.progress) {
+		pt.e.fail(ctx, fmt.Errorf("progress from partition %d of %d: the partition count changed under a topology with rollups", from, len(pt.ru.progress)))
+		return
+	}
+	if t <= pt.ru.progress[from] {
+		return
+	}
+	pt.ru.progress[from] = t
+	st := int64(math.MaxInt64)
+	for _, p := range pt.ru.progress {
+		st = min(st, p)
+	}
+	if st > pt.ru.st {
+		pt.ru.st = st
+		pt.metaDirty = true
+		pt.closeDue(ctx)
+	}
+}
+
+// onPartial merges a source partition's partial into the owner's state of the callback's key.
+func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
+	e := pt.e
+	if int(m.set) >= len(e.plan.Sets) || e.plan.Sets[m.set].Rollup == nil || !isOwnerKey(ctx.Key()) {
+		e.fail(ctx, fmt.Errorf("partial total for set %d under key %q: not a rollup set of this topology", m.set, ctx.Key()))
+		return
+	}
+	set := e.plan.Sets[m.set]
+	w := windows.Window{Start: m.start, End: m.end}
+	if w.ClosesAt(set.Grace) <= pt.ru.st {
+		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
+		return // its window's total is final: a partial sent again
+	}
+	ent, err := pt.load(ctx)
+	if err != nil {
+		e.fail(ctx, err)
+		return
+	}
+	isNew := ent == nil
+	if isNew {
+		ent = &state.Entity{}
+	}
+	slot := state.SlotKey(m.from)
+	si := ent.FindKey(set.Index, m.start, slot)
+	if si >= 0 && ent.Windows[si].Final {
+		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
+		return
+	}
+	before := len(ent.Windows)
+	mi := ent.FindKey(set.Index, m.start, "")
+	if mi < 0 {
+		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end})
+		mi = len(ent.Windows) - 1
+	}
+	if si < 0 {
+		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end, Key: slot})
+		si = len(ent.Windows) - 1
+	}
+	if m.final {
+		accs, err := accumulators(set, ent, mi)
+		if err == nil {
+			var part []plan.Accumulator
+			if part, err = decodeAccs(set, m.aggs); err == nil {
+				err = mergeInto(set, accs, part)
+			}
+		}
+		if err != nil {
+			e.m.panics.WithLabelValues("close").Inc()
+			e.log.Error("partial total of a rollup cannot be merged: dead-lettered", "set", set.Name, "key", ctx.Key(), "from", m.from, "err", err)
+			e.deadLetterFinal(ctx, pt.id, ctx.Key(), set, &ent.Windows[mi], err)
+		} else {
+			storeAccs(&ent.Windows[mi], accs)
+			ent.Windows[mi].Revision += m.revision
+		}
+		ent.Windows[si].Final, ent.Windows[si].Aggs, ent.Windows[si].Revision = true, nil, m.revision
+	} else {
+		ent.Windows[si].Aggs, ent.Windows[si].Revision = m.aggs, m.revision
+	}
+	now := e.cfg.Now()
+	var early *update
+	if set.Emit == plan.EmitEarly {
+		if lw := &ent.Windows[mi]; lw.LastEmit == 0 || now.Sub(time.UnixMilli(lw.LastEmit)) >= set.EmitEvery {
+			if vs, rev, err := pt.mergedValues(set, ent, mi); err == nil {
+				lw.LastEmit = now.UnixMilli()
+				early = &update{set: set, window: *lw, values: vs}
+				early.window.Revision = rev
+			}
+		}
+	}
+	if n := pt.stateSize(ent); n > e.plan.MaxMessageBytes {
+		// The owner's state holds a window's merged final partials and the early partials of the
+		// slots not final yet: only early partials can grow it past the limit, and one can go.
+		if !m.final {
+			e.log.Error("rollup owner state too large: early partial dropped", "set", set.Name, "key", ctx.Key(), "bytes", n, "limit", e.plan.MaxMessageBytes)
+			return
+		}
+		e.fail(ctx, fmt.Errorf("rollup set %s, key %q: the merged state is %d bytes, more than the limit of %d (MaxMessageBytes)", set.Name, ctx.Key(), n, e.plan.MaxMessageBytes))
+		return
+	}
+	ent.StreamTime = max(ent.StreamTime, pt.closeST())
+	opened := 0
+	if mi >= before {
+		opened = 1 // slots are held, not open: only the merged window has a final to come
+	}
+	pt.windowsDelta(opened, len(ent.Windows)-before)
+	pt.set(ctx, ent)
+	if isNew {
+		pt.entities.Inc()
+	}
+	if early != nil {
+		e.emit(ctx, rollupValue(ctx.Key(), set), set, &early.window, early.values, false)
+	}
+	pt.schedule(ctx.Key(), ent)
+}
+
+// decodeAccs decodes a partial's accumulators.
+func decodeAccs(set *plan.Set, aggs [][]byte) (accs []plan.Accumulator, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	if len(aggs) != len(set.Aggs) {
+		return nil, fmt.Errorf("partial has %d aggregations, the set %d", len(aggs), len(set.Aggs))
+	}
+	accs = make([]plan.Accumulator, len(aggs))
+	for k, b := range aggs {
+		if accs[k], err = set.Aggs[k].Decode(b); err != nil {
+			return nil, err
+		}
+	}
+	return accs, nil
+}
+
+// mergedValues is the total of an owner's merged window mi: its final partials' merge and the
+// early partials of the slots not final yet, with their revisions' sum.
+func (pt *partition) mergedValues(set *plan.Set, ent *state.Entity, mi int) ([]totals.Value, uint64, error) {
+	accs, err := accumulators(set, ent, mi)
+	if err != nil {
+		return nil, 0, err
+	}
+	rev := ent.Windows[mi].Revision
+	for i := range ent.Windows {
+		w := &ent.Windows[i]
+		if i == mi || w.Set != set.Index || w.Start != ent.Windows[mi].Start || w.Final || w.Aggs == nil {
+			continue
+		}
+		part, err := decodeAccs(set, w.Aggs)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := mergeInto(set, accs, part); err != nil {
+			return nil, 0, err
+		}
+		rev += w.Revision
+	}
+	return valuesOf(set, accs), rev, nil
+}
+
+// emitMerged emits the final total of an owner's merged window mi.
+func (pt *partition) emitMerged(ctx goka.Context, entity string, set *plan.Set, ent *state.Entity, mi int) {
+	e := pt.e
+	vs, rev, err := pt.mergedValues(set, ent, mi)
+	w := ent.Windows[mi]
+	if err != nil {
+		e.m.panics.WithLabelValues("close").Inc()
+		e.log.Error("final total of a rollup window cannot be computed: dead-lettered", "set", set.Name, "key", entity, "window_start", w.Start, "err", err)
+		e.deadLetterFinal(ctx, pt.id, entity, set, &w, err)
+		return
+	}
+	w.Revision = rev
+	e.emit(ctx, rollupValue(entity, set), set, &w, vs, true)
+}
+
+// sendDueEarly sends the early partials that changed since their last one and are due.
+func (pt *partition) sendDueEarly(ctx goka.Context, now time.Time) {
+	for pk, p := range pt.ru.partials {
+		if p.changed && !p.sent {
+			if set := pt.e.plan.Sets[pk.set]; now.Sub(p.lastSend) >= set.EmitEvery {
+				pt.sendEarly(ctx, pk, p, now)
+			}
+		}
+	}
+}
+
+// pruneContributions sends a close message to entities whose contributions' partials are done,
+// once FinalRetention has given their next write the chance to drop them.
+func (pt *partition) pruneContributions(ctx goka.Context, now time.Time) {
+	n := 0
+	seen := map[string]bool{}
+	for n < len(pt.ru.prunes) && !pt.ru.prunes[n].at.After(now) {
+		entity := pt.ru.prunes[n].entity
+		n++
+		if seen[entity] {
+			continue
+		}
+		seen[entity] = true
+		if c, ok := pt.cache[entity]; ok && !pt.hasDoneContribution(c) {
+			continue // its write since dropped them
+		}
+		ctx.Loopback(entity, (&loopMsg{kind: loopClose}).encode())
+	}
+	pt.ru.prunes = pt.ru.prunes[n:]
+}
+
+// hasDoneContribution reports whether the entity holds a contribution whose partial is done.
+func (pt *partition) hasDoneContribution(ent *state.Entity) bool {
+	for i := range ent.Windows {
+		if pt.contributionDone(&ent.Windows[i]) {
+			return true
+		}
+	}
+	return false
+}
+
+// contributionDone reports whether w is a contribution to a rollup whose partial Kafka holds as
+// final: the partial was made for every contribution of the table or of an applied event, and
+// leaves the partition only once acknowledged.
+func (pt *partition) contributionDone(w *state.Window) bool {
+	if w.Key == "" || pt.e.plan.Sets[w.Set].Rollup == nil || pt.windowClosesAt(w) > pt.closeST() {
+		return false
+	}
+	_, open := pt.ru.partials[partialKey{w.Set, w.Key, w.Start}]
+	return !open
+}
+
+// ownerClosesAt is when an owner's window of set closes: when every source partition's progress
+// passes its end plus grace (no floor: a partition's floor only closes it earlier there).
+func ownerClosesAt(set *plan.Set, w *state.Window) int64 { return w.Span().ClosesAt(set.Grace) }
+
+// partialMsg is a partial total sent to a rollup key's owner. Encoding after the kind byte:
+// uvarint set, varint start, uvarint end - start, varint source partition, byte final, uvarint
+// revision, uvarint #aggs, each uvarint len + bytes.
+type partialMsg struct {
+	set        uint16
+	start, end int64
+	from       int32
+	final      bool
+	revision   uint64
+	aggs       [][]byte
+}
+
+func (m *partialMsg) encode() []byte {
+	b := []byte{byte(loopPartial)}
+	b = binary.AppendUvarint(b, uint64(m.set))
+	b = binary.AppendVarint(b, m.start)
+	b = binary.AppendUvarint(b, uint64(m.end-m.start))
+	b = binary.AppendVarint(b, int64(m.from))
+	if m.final {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.AppendUvarint(b, m.revision)
+	b = binary.AppendUvarint(b, uint64(len(m.aggs)))
+	for _, a := range m.aggs {
+		b = binary.AppendUvarint(b, uint64(len(a)))
+		b = append(b, a...)
+	}
+	return b
+}
+
+func decodePartial(d *wire.Reader) *partialMsg {
+	m := &partialMsg{set: uint16(d.Uvarint()), start: d.Varint()}
+	m.end = m.start + int64(d.Uvarint())
+	m.from = int32(d.Varint())
+	m.final = d.Byte() == 1
+	m.revision = d.Uvarint()
+	n := d.Count()
+	for i := 0; i < n && d.Err() == nil; i++ {
+		m.aggs = append(m.aggs, append([]byte(nil), d.Bytes()...))
+	}
+	return m
+}

@@ -1,0 +1,197 @@
+package engine_test
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/abacustest"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/windows"
+)
+
+// regionOf puts a device in one of three regions.
+func regionOf(device string) string {
+	h := fnv.New32a()
+	h.Write([]byte(device))
+	return fmt.Sprintf("r%d", h.Sum32()%3)
+}
+
+// rollups has an entity set and two rollups of it (per region, fleet-wide) with the same window,
+// grace and aggregations: a rollup's final is then the merge of its entities' finals.
+func rollups(t testing.TB, emit topology.Emission) *topology.Topology {
+	t.Helper()
+	b := topology.New("fleet")
+	src := topology.NewSource(b, "readings", topology.JSON[reading](),
+		func(r reading) string { return r.Device },
+		func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	add := func(a *topology.AggregateSet[reading]) {
+		a.Grace(10*time.Second).Emit(emit).Count("count").Sum("sum", "Temp").Max("max", "Temp").Min("min", "Temp").
+			Mean("mean", "Temp").Last("last", "Temp").Distinct("devices", "Device")
+	}
+	add(src.Aggregate("minute", windows.Tumbling(time.Minute)))
+	add(src.Aggregate("region", windows.Tumbling(time.Minute)).By("region", func(r reading) string { return regionOf(r.Device) }))
+	add(src.Aggregate("all", windows.Tumbling(time.Minute)).Global())
+	src.Aggregate("cold", windows.Tumbling(time.Minute)).Grace(10 * time.Second).Global().
+		Where(func(r reading) bool { return r.Temp < 10 }).Count("count")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+// TestRollupInOrder checks rollup finals against totals computed from the raw events: every event
+// on time, several partitions, one window after another.
+func TestRollupInOrder(t *testing.T) {
+	d := abacustest.New(t, rollups(t, topology.FinalOnly()), abacustest.Options{Start: at(t0), Partitions: 4, IdleTimeout: time.Minute})
+	type agg struct {
+		count, sum, cold float64
+		max              float64
+	}
+	want := map[string]map[int64]*agg{}
+	add := func(key string, w int64, temp float64) {
+		if want[key] == nil {
+			want[key] = map[int64]*agg{}
+		}
+		a := want[key][w]
+		if a == nil {
+			a = &agg{max: math.Inf(-1)}
+			want[key][w] = a
+		}
+		a.count++
+		a.sum += temp
+		a.max = max(a.max, temp)
+		if temp < 10 {
+			a.cold++
+		}
+	}
+	for i := range 600 {
+		dev := fmt.Sprintf("d%02d", i%20)
+		ts := t0 + int64(i)*500 // five minutes
+		temp := float64(i % 17)
+		d.Pipe("readings", dev, reading{Device: dev, TS: ts, Temp: temp})
+		w := ts - ts%60_000
+		add(regionOf(dev), w, temp)
+		add(topology.GlobalKey, w, temp)
+		d.Advance(500 * time.Millisecond)
+	}
+	// Every partition goes quiet: idle advances close the last windows, and progress follows.
+	d.Advance(3 * time.Minute)
+	for key, byWindow := range want {
+		set := "region"
+		if key == topology.GlobalKey {
+			set = "all"
+		}
+		for w, a := range byWindow {
+			got := d.Final(set, key, at(w))
+			got.Expect(t, map[string]float64{"count": a.count, "sum": a.sum, "max": a.max, "mean": a.sum / a.count})
+			if set == "all" {
+				if c := d.Final("cold", key, at(w)).Float("count"); c != a.cold {
+					t.Errorf("cold count of window %d: %v, want %v", w, c, a.cold)
+				}
+			}
+		}
+	}
+	if n := len(d.FinalsOf("all", topology.GlobalKey)); n != 5 {
+		t.Fatalf("%d fleet-wide finals, want 5 (one per minute): %v", n, d.FinalsOf("all", topology.GlobalKey))
+	}
+	// The global key's owner got at most one final partial per source partition and window.
+	partials := 0
+	for _, m := range d.Messages("fleet-loop") {
+		if strings.HasPrefix(m.Key, "abacus-rollup/all/") {
+			partials++
+		}
+	}
+	if partials > 4*5 {
+		t.Fatalf("%d partials sent to the global key's owner for 5 windows over 4 partitions", partials)
+	}
+}
+
+// TestRollupsMergeEntityFinalsThroughRestarts runs disorder, late events, lagging
+// acknowledgements and restarts that keep or lose the local tables: every rollup window gets
+// exactly one final, and it is the merge of its entities' finals (same window, grace and
+// aggregations, so an event counts in a rollup exactly when it counts for its entity).
+func TestRollupsMergeEntityFinalsThroughRestarts(t *testing.T) {
+	for seed := range uint64(6) {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			d := abacustest.New(t, rollups(t, topology.FinalOnly()), abacustest.Options{Start: at(t0), Partitions: 3 + int(seed%3),
+				IdleTimeout: 30 * time.Second, AckLag: int(seed % 4)})
+			clock := t0
+			for i := range 1500 {
+				dev := fmt.Sprintf("d%02d", rng.IntN(25))
+				clock += int64(rng.IntN(400))
+				ts := clock - int64(rng.IntN(25_000)) // up to 25 s out of order: some late for grace 10 s
+				d.Pipe("readings", dev, reading{Device: dev, TS: ts, Temp: float64(rng.IntN(40)) - 5})
+				if lag := time.Duration(clock-d.Now().UnixMilli()) * time.Millisecond; lag > 0 {
+					d.Advance(lag) // the wall clock keeps up with event time
+				}
+				if i%400 == 399 {
+					d.Restart(rng.IntN(2) == 0)
+				}
+			}
+			d.Advance(5 * time.Minute)
+			checkRollupFinals(t, d)
+		})
+	}
+}
+
+func checkRollupFinals(t *testing.T, d *abacustest.Driver) {
+	t.Helper()
+	type key struct {
+		set, key string
+		start    int64
+	}
+	merged := map[key]map[string]float64{}
+	once := map[key]bool{} // a restart emits a final again (the same): count each window once
+	for _, f := range d.Finals() {
+		if f.Set != "minute" || once[key{f.Set, f.Entity, f.Start.UnixMilli()}] {
+			continue
+		}
+		once[key{f.Set, f.Entity, f.Start.UnixMilli()}] = true
+		for _, k := range []key{{"region", regionOf(f.Entity), f.Start.UnixMilli()}, {"all", topology.GlobalKey, f.Start.UnixMilli()}} {
+			m := merged[k]
+			if m == nil {
+				m = map[string]float64{"max": math.Inf(-1), "min": math.Inf(1)}
+				merged[k] = m
+			}
+			m["count"] += f.Float("count")
+			m["sum"] += f.Float("sum")
+			m["max"] = max(m["max"], f.Float("max"))
+			m["min"] = min(m["min"], f.Float("min"))
+		}
+	}
+	if len(merged) == 0 {
+		t.Fatal("no entity finals")
+	}
+	seen := map[key]bool{}
+	for _, f := range d.Finals() {
+		if f.Set != "region" && f.Set != "all" {
+			continue
+		}
+		k := key{f.Set, f.Entity, f.Start.UnixMilli()}
+		seen[k] = true
+		if _, ok := merged[k]; !ok {
+			t.Errorf("final of %s/%s at %d without any entity final", f.Set, f.Entity, k.start)
+		}
+	}
+	for k, m := range merged {
+		got := d.Final(k.set, k.key, at(k.start)) // fails on two different finals
+		for _, name := range []string{"count", "max", "min"} {
+			if got.Float(name) != m[name] {
+				t.Errorf("%s/%s at %d: %s = %v, the entities' finals merge to %v", k.set, k.key, k.start, name, got.Float(name), m[name])
+			}
+		}
+		if math.Abs(got.Float("sum")-m["sum"]) > 1e-9*math.Max(1, math.Abs(m["sum"])) {
+			t.Errorf("%s/%s at %d: sum = %v, want %v", k.set, k.key, k.start, got.Float("sum"), m["sum"])
+		}
+	}
+	if len(seen) != len(merged) {
+		t.Errorf("%d rollup windows have finals, the entity finals make %d", len(seen), len(merged))
+	}
+}
