@@ -37,7 +37,19 @@ const (
 	setTumble  = "tumble-1m"
 	setHop     = "hop-2m"
 	setSession = "session-3s"
+	// Rollups of the tumbling set, with its window, grace and aggregations: an event counts in
+	// them exactly when it counts for its entity, so their finals merge the entities' finals.
+	setRegion = "tumble-region"
+	setFleet  = "tumble-fleet"
 )
+
+// regionOf is the scenario's rollup key: independent of the partition a device lands in.
+func regionOf(dev string) string {
+	if dev == "" {
+		return ""
+	}
+	return fmt.Sprintf("region-%d", int(dev[len(dev)-1])%3)
+}
 
 var (
 	tumbleSpec  = windows.Tumbling(time.Minute)
@@ -64,6 +76,10 @@ func scenarioTopology(t testing.TB, name, input string, repartition bool) *topol
 	}
 	src.Aggregate(setTumble, tumbleSpec).Grace(time.Duration(tumbleGrace)*time.Millisecond).
 		Count("n").Sum("sum", "v").Min("min", "V").Max("max", "v").Mean("mean", "v").Last("last", "v")
+	src.Aggregate(setRegion, tumbleSpec).Grace(time.Duration(tumbleGrace)*time.Millisecond).By("region", func(r reading) string { return regionOf(r.Dev) }).
+		Count("n").Sum("sum", "v").Min("min", "V").Max("max", "v").Mean("mean", "v").Last("last", "v")
+	src.Aggregate(setFleet, tumbleSpec).Grace(time.Duration(tumbleGrace)*time.Millisecond).Global().
+		Count("n").Sum("sum", "v").Max("max", "v")
 	src.Aggregate(setHop, hopSpec).Grace(0).Emit(topology.EveryUpdate()).
 		Count("n").Max("max", "v")
 	src.Aggregate(setSession, windows.Session(time.Duration(sessGap)*time.Millisecond)).
@@ -147,6 +163,9 @@ type oWin struct {
 	end  int64
 	vals []float64 // in applied order
 	ts   []int64
+	// lasts are, in a rollup's window, each entity's last value and its time: partials merge
+	// the entities' lasts, the latest time winning and, on a tie, the larger value.
+	lasts [][2]float64
 }
 
 // oracle computes the expected final totals from the records in each partition's order, by brute
@@ -235,6 +254,12 @@ func (o *oracle) feed(in input) {
 		if late {
 			o.late[fs.name]++
 			o.lateRecords[at+" "+fs.name] = true
+			if fs.name == setTumble { // its rollups judge it as it does
+				for _, set := range []string{setRegion, setFleet} {
+					o.late[set]++
+					o.lateRecords[at+" "+set] = true
+				}
+			}
 		}
 		anyApplied = anyApplied || applied
 	}
@@ -283,7 +308,31 @@ func (o *oracle) closeDue(p int32) {
 		if w.end+graceOf(k.set) <= o.streamTime[p] {
 			o.final[k] = w
 			delete(o.open[p], k)
+			if k.set == setTumble {
+				o.rollUp(k, w)
+			}
 		}
+	}
+}
+
+// rollUp adds an entity's final tumbling window to the rollups' windows: when every partition
+// has closed it, which idle does in the end, they are final with all their entities'.
+func (o *oracle) rollUp(k winKey, w *oWin) {
+	last, lastT := 0.0, int64(math.MinInt64)
+	for i, v := range w.vals {
+		if w.ts[i] >= lastT {
+			last, lastT = v, w.ts[i]
+		}
+	}
+	for _, rk := range []winKey{{setRegion, regionOf(k.entity), k.start}, {setFleet, topology.GlobalKey, k.start}} {
+		rw := o.final[rk]
+		if rw == nil {
+			rw = &oWin{end: w.end}
+			o.final[rk] = rw
+		}
+		rw.vals = append(rw.vals, w.vals...)
+		rw.ts = append(rw.ts, w.ts...)
+		rw.lasts = append(rw.lasts, [2]float64{float64(lastT), last})
 	}
 }
 
@@ -312,6 +361,16 @@ func (o *oracle) expected(k winKey) map[string]float64 {
 	}
 	n := float64(len(w.vals))
 	switch k.set {
+	case setRegion:
+		lt := math.Inf(-1)
+		for _, l := range w.lasts {
+			if l[0] > lt || (l[0] == lt && l[1] > last) {
+				lt, last = l[0], l[1]
+			}
+		}
+		return map[string]float64{"n": n, "sum": sum, "min": mn, "max": mx, "mean": sum / n, "last": last}
+	case setFleet:
+		return map[string]float64{"n": n, "sum": sum, "max": mx}
 	case setTumble:
 		return map[string]float64{"n": n, "sum": sum, "min": mn, "max": mx, "mean": sum / n, "last": last}
 	case setHop:

@@ -340,5 +340,15 @@ func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	pruned := len(ent.Windows) - len(kept)
 	ent.Windows = kept
 	pt.windowsDelta(0, -pruned)
+	if !owner && up != math.MinInt64 {
+		for i := range kept {
+			if pt.windowClosesAt(&kept[i]) <= up {
+				// A contribution emitted (merged into its partial) stays until the partial is
+				// done: remember that it was, or the schedule would close it again.
+				pt.emitted[entity] = append(pt.emitted[entity], emission{upTo: up})
+				break
+			}
+		}
+	}
 	return pruned > 0
 }

@@ -248,6 +248,13 @@ func (pt *partition) rebuild() error {
 		}
 		pt.held += len(s.ent.Windows)
 		pt.open += len(s.ent.Windows)
+		if isOwnerKey(s.key) {
+			for _, w := range s.ent.Windows {
+				if w.Key != "" {
+					pt.open-- // a slot: held, with no final of its own to come
+				}
+			}
+		}
 		if err := pt.registerContributions(s.key, s.ent); err != nil {
 			return fmt.Errorf("partition %d: %w", pt.id, err)
 		}

@@ -140,9 +140,17 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 			last = max(last, at)
 		}
 		if nothingDue {
-			// With rollups, a quiet partition with nothing to close still moves on with the
-			// clock: the owners of rollup keys wait for its progress to close their windows.
-			last = math.MaxInt64
+			// With rollups, a quiet partition with nothing to close still moves on: the owners of
+			// rollup keys wait for its progress to close their windows. It follows the partition
+			// furthest on (whose progress it knows as an owner), not the clock, so that a
+			// backfill of old data is not judged late.
+			last = minTime
+			for _, t := range pt.ru.progress {
+				last = max(last, t)
+			}
+			if last == minTime {
+				return 0, false
+			}
 		}
 		target = min(now.UnixMilli(), last)
 	}
