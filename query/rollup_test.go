@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -294,4 +295,111 @@ func TestRollupOpenTSDB(t *testing.T) {
 	}
 	c.fails("GET", "/api/search/lookup?m="+url.QueryEscape("devices.fleet-minute.count{entity=*}"), "", 400, "global rollup")
 	c.fails("GET", "/api/search/lookup?m="+url.QueryEscape("*{host=*}"), "", 400, "No such name for 'tagk': 'host'")
+}
+
+// rollupDashboardServer serves a rollup by region and a global rollup with 30 recent minute
+// windows each (the page's default range shows them), beside an entity set.
+func rollupDashboardServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	st, table := stores(t)["cellstore"](t)
+	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4}
+	now := time.Now().Truncate(time.Minute)
+	var cells []store.Cell
+	for k := int64(30); k >= 1; k-- {
+		start := now.Add(-time.Duration(k) * time.Minute).UnixMilli()
+		for set, keys := range map[string][]string{"minute": {"device-001"}, "region-minute": rollupRegions, "fleet-minute": {GlobalKey}} {
+			for n, key := range keys {
+				r := totals.Record{Topology: "t", Set: set, Entity: key, Start: start, End: start + minute, Final: true, Revision: 1,
+					Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 100*int64(n+1) + k}}}
+				var err error
+				if cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	if failed, err := st.Write(context.Background(), cells); err != nil || len(failed) > 0 {
+		t.Fatalf("seed: %v %v", failed, err)
+	}
+	srv := &Server{Topologies: []Served{{Name: "t", Reader: newReader(t, st, table), Sets: []ServedSet{
+		{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Dimension: EntityDimension},
+		{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
+		{Name: "fleet-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true},
+	}}}}
+	ts := httptest.NewServer(srv.HandlerWithDashboard())
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// TestDashboardRollupsInChromium: the set picker names rollups with their dimension, the entity
+// picker of a rollup is labelled with it and charts its keys, and a global rollup is charted with
+// nothing picked, from its one key.
+func TestDashboardRollupsInChromium(t *testing.T) {
+	ts := rollupDashboardServer(t)
+	points := func(set string, keys []string) map[string][]plottedPoint {
+		t.Helper()
+		q := url.Values{"topology": {"t"}, "set": {set}, "from": {"-1h"}, "limit": {"5000"}}
+		if set != "fleet-minute" {
+			q.Set("entity", strings.Join(keys, ","))
+		}
+		resp, err := http.Get(ts.URL + "/api/v1/windows?" + q.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Entities map[string][]struct {
+				Start  int64                   `json:"start"`
+				Final  bool                    `json:"final"`
+				Values struct{ Count float64 } `json:"values"`
+			} `json:"entities"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("API windows of %s: %d %v", set, resp.StatusCode, err)
+		}
+		out := map[string][]plottedPoint{}
+		for _, k := range keys {
+			ws := body.Entities[k]
+			pts := []plottedPoint{}
+			for i := len(ws) - 1; i >= 0; i-- {
+				pts = append(pts, plottedPoint{Start: ws[i].Start, Value: ws[i].Values.Count, Final: ws[i].Final})
+			}
+			out[k] = pts
+		}
+		return out
+	}
+	dom := func(pageURL string) (page, string) {
+		t.Helper()
+		p := loadPage(t, pageURL)
+		return p, string(headless(t, "--dump-dom", pageURL))
+	}
+
+	// A rollup by region: its keys charted by default, the picker called region.
+	p, d := dom(ts.URL + "/?set=region-minute&live=0")
+	if p.state != "ready" || p.errText != "" || strings.Join(p.plotted.Entities, ",") != strings.Join(rollupRegions, ",") {
+		t.Fatalf("region-minute: state %q, error %q, plotted %+v", p.state, p.errText, p.plotted)
+	}
+	comparePlotted(t, p.plotted, points("region-minute", rollupRegions))
+	for _, want := range []string{`<option value="region-minute">region-minute (by region)</option>`, `<option value="fleet-minute">fleet-minute (global)</option>`,
+		`<option value="minute">minute</option>`, `id="entity-label">region</label>`, `id="latest-key">region</th>`} {
+		if !strings.Contains(d, want) {
+			t.Fatalf("region-minute page lacks %s", want)
+		}
+	}
+
+	// The global rollup: nothing to pick, its one key charted.
+	p, d = dom(ts.URL + "/?set=fleet-minute&live=0")
+	if p.state != "ready" || p.errText != "" || strings.Join(p.plotted.Entities, ",") != GlobalKey || len(p.plotted.Series[GlobalKey]) != 30 {
+		t.Fatalf("fleet-minute: state %q, error %q, plotted %+v", p.state, p.errText, p.plotted)
+	}
+	comparePlotted(t, p.plotted, points("fleet-minute", []string{GlobalKey}))
+	if !regexp.MustCompile(`<div class="field" id="entity-field" hidden=""`).MatchString(d) || strings.Contains(d, `id="set-global" hidden`) {
+		t.Fatal("fleet-minute page: the entity picker is shown, or the global rollup's note is not")
+	}
+
+	// An entity set keeps its picker as it was.
+	p, d = dom(ts.URL + "/?set=minute&live=0")
+	if p.state != "ready" || strings.Join(p.plotted.Entities, ",") != "device-001" || !strings.Contains(d, `id="entity-label">Entities</label>`) {
+		t.Fatalf("minute: state %q, plotted %+v", p.state, p.plotted)
+	}
 }
