@@ -16,6 +16,7 @@ import (
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/totals"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
@@ -99,6 +100,13 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		if err != nil {
 			failed = append(failed, err)
 		}
+		if verb == "verify" && t == cfg.Sinks.Aggregates {
+			// What the aggregate table's rows are keyed by, set by set: a rollup's rows hold its
+			// keys where an entity set's hold entities, and nothing in the table tells them apart.
+			for _, s := range d.topo.Sets() {
+				fmt.Fprintf(stdout, "  set %s: %s, %s\n", s.Name, describeSet(s), s.Window)
+			}
+		}
 	}
 	if cfg.Sinks.Offsets == "hbase" && verb == "create" {
 		if err := step("offsets table "+cfg.Sinks.OffsetsTable, func() error {
@@ -116,7 +124,7 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	var c common
 	c.register(fs)
 	set := fs.String("set", "", "aggregate set (required)")
-	entity := fs.String("entity", "", "entity, or several separated by commas (required)")
+	entity := fs.String("entity", "", "entity, or several separated by commas; a rollup's keys (e.g. regions); not needed for a global rollup")
 	from := fs.String("from", "", "first window start: RFC 3339, ms since the epoch, or relative like -6h")
 	to := fs.String("to", "", "end of the window starts (exclusive), as -from")
 	limit := fs.Int("limit", 20, "most windows per entity (0: all)")
@@ -125,7 +133,7 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
-	if *set == "" || *entity == "" {
+	if *set == "" {
 		return usagef("-set and -entity are required")
 	}
 	if *limit < 0 {
@@ -137,7 +145,11 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	info, found := topo.Set(*set)
 	if !found {
-		return usagef("-set %q: topology %s has %s", *set, topo.Name(), strings.Join(topo.SetNames(), ", "))
+		return usagef("-set %q: topology %s has %s", *set, topo.Name(), listSets(topo.Sets()))
+	}
+	keys, err := queryKeys(info, *entity)
+	if err != nil {
+		return err
 	}
 	o := query.Options{Limit: *limit, OldestFirst: *oldest}
 	if o.From, err = parseTime(*from); err != nil {
@@ -159,22 +171,73 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if err != nil {
 		return err
 	}
-	page, err := r.Page(ctx, *set, splitList(*entity), o)
+	page, err := r.Page(ctx, *set, keys, o)
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		if err := printJSON(stdout, page.Windows); err != nil {
+		if err := printJSON(stdout, info, page.Windows); err != nil {
 			return err
 		}
 		printTruncated(stderr, page) // stdout stays one JSON array
 		return nil
 	}
-	if err := printTable(stdout, info.Aggregations, page.Windows); err != nil {
+	if err := printTable(stdout, info, page.Windows); err != nil {
 		return err
 	}
 	printTruncated(stdout, page)
 	return nil
+}
+
+// queryKeys are the keys -entity names for a set: entities, a rollup's keys, or for a global
+// rollup its one key (which -entity may leave out, or name).
+func queryKeys(info topology.SetInfo, entity string) ([]string, error) {
+	keys := splitList(entity)
+	if info.Rollup && info.Dimension == "" {
+		for _, k := range keys {
+			if k != topology.GlobalKey {
+				return nil, usagef("-entity %q: set %s is a global rollup, whose one key is %q: leave -entity out", k, info.Name, topology.GlobalKey)
+			}
+		}
+		return []string{topology.GlobalKey}, nil
+	}
+	if len(keys) == 0 {
+		if info.Rollup {
+			return nil, usagef("-entity is required: set %s is a rollup by %s, give %s keys (e.g. -entity a,b)", info.Name, info.Dimension, info.Dimension)
+		}
+		return nil, usagef("-set and -entity are required")
+	}
+	return keys, nil
+}
+
+// describeSet says what a set's rows are keyed by: "by entity", "rollup by region", "global rollup
+// (key all)".
+func describeSet(s topology.SetInfo) string {
+	switch {
+	case !s.Rollup:
+		return "by " + s.Dimension
+	case s.Dimension == "":
+		return "global rollup (key " + topology.GlobalKey + ")"
+	}
+	return "rollup by " + s.Dimension
+}
+
+// listSets names sets with what they are keyed by, for messages that list the choices.
+func listSets(sets []topology.SetInfo) string {
+	parts := make([]string, len(sets))
+	for i, s := range sets {
+		parts[i] = s.Name + " (" + describeSet(s) + ")"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// keyColumn is the heading of the column of a set's keys: the entity, a rollup's dimension, or
+// "key" for a global rollup's one key.
+func keyColumn(s topology.SetInfo) string {
+	if s.Dimension == "" {
+		return "key"
+	}
+	return s.Dimension
 }
 
 // printTruncated says which entities the limit cut and the flag that reads their next windows:
@@ -193,19 +256,26 @@ func printTruncated(w io.Writer, p query.Page) {
 func parseTime(v string) (time.Time, error) { return query.ParseTime(v, time.Now()) }
 
 type windowOut struct {
-	Entity   string         `json:"entity"`
-	Start    time.Time      `json:"start"`
-	End      time.Time      `json:"end"`
-	Final    bool           `json:"final"`
-	Revision uint64         `json:"revision"`
-	Values   map[string]any `json:"values"`
+	Entity string `json:"entity"` // the entity, or a rollup's key
+	// Rollup and Dimension say, for a rollup's windows only, that Entity is a rollup key and of
+	// what: left out for entity sets, whose output is as it always was.
+	Rollup    bool           `json:"rollup,omitempty"`
+	Dimension string         `json:"dimension,omitempty"`
+	Start     time.Time      `json:"start"`
+	End       time.Time      `json:"end"`
+	Final     bool           `json:"final"`
+	Revision  uint64         `json:"revision"`
+	Values    map[string]any `json:"values"`
 }
 
-func printJSON(w io.Writer, res map[string][]query.Window) error {
+func printJSON(w io.Writer, info topology.SetInfo, res map[string][]query.Window) error {
 	var out []windowOut
 	for _, e := range sortedKeys(res) {
 		for _, win := range res[e] {
 			o := windowOut{Entity: e, Start: win.Start.UTC(), End: win.End.UTC(), Final: win.Final, Revision: win.Revision, Values: map[string]any{}}
+			if info.Rollup {
+				o.Rollup, o.Dimension = true, info.Dimension
+			}
 			for n, v := range win.Values {
 				if len(v.Quantiles) > 0 {
 					qs := map[string]float64{}
@@ -227,9 +297,10 @@ func printJSON(w io.Writer, res map[string][]query.Window) error {
 	return enc.Encode(out)
 }
 
-func printTable(w io.Writer, aggs []string, res map[string][]query.Window) error {
+func printTable(w io.Writer, info topology.SetInfo, res map[string][]query.Window) error {
+	aggs := info.Aggregations
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "entity\twindow start (UTC)\tfinal\t%s\t\n", strings.Join(aggs, "\t"))
+	fmt.Fprintf(tw, "%s\twindow start (UTC)\tfinal\t%s\t\n", keyColumn(info), strings.Join(aggs, "\t"))
 	n := 0
 	for _, e := range sortedKeys(res) {
 		for _, win := range res[e] {

@@ -14,13 +14,19 @@ import (
 
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/live"
+	"github.com/abacus-stream/abacus/topology"
 )
 
-// sets describes the topology's aggregate sets for the query API.
-func (d *deployment) sets() []query.ServedSet {
+// sets describes the topology's aggregate sets for the query API, rollups with their dimension:
+// the API, the OpenTSDB tag keys and the dashboard's pickers all follow it.
+func (d *deployment) sets() []query.ServedSet { return servedSets(d.topo.Sets()) }
+
+// servedSets is what the query API shows of sets.
+func servedSets(sets []topology.SetInfo) []query.ServedSet {
 	var out []query.ServedSet
-	for _, s := range d.topo.Sets() {
-		out = append(out, query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations})
+	for _, s := range sets {
+		out = append(out, query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations,
+			Rollup: s.Rollup, Dimension: s.Dimension})
 	}
 	return out
 }

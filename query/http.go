@@ -43,6 +43,41 @@ type ServedSet struct {
 	// Aggregates are the set's aggregation names, each a series of the charts (and an OpenTSDB
 	// metric <topology>.<set>.<aggregate>).
 	Aggregates []string `json:"aggregates"`
+	// Rollup is set for a set keyed by something other than the source's entity (topology
+	// AggregateSet.By or Global). Its rows are stored and read as an entity set's, with the
+	// rollup key's value in the entity's place.
+	Rollup bool `json:"rollup"`
+	// Dimension names what the set's keys are, as topology.SetInfo does: EntityDimension for an
+	// entity set, the By name for a rollup (e.g. "region"), "" for a global rollup, whose one key
+	// is GlobalKey. It is the OpenTSDB tag key of the set's series (none for a global rollup). A
+	// set that is not a rollup and leaves it empty is an entity set.
+	Dimension string `json:"dimension"`
+}
+
+// EntityDimension is the Dimension of an entity set (topology.EntityDimension). The query
+// package keeps its own copy, as it needs no topology code; a test holds the two equal.
+const EntityDimension = "entity"
+
+// GlobalKey is the one key of a global rollup (topology.GlobalKey): the entity its rows are
+// stored under. A test holds it equal to the topology's.
+const GlobalKey = "all"
+
+// Global reports whether the set is a global rollup: one key, GlobalKey, and no dimension.
+func (s ServedSet) Global() bool { return s.Rollup && s.Dimension == "" }
+
+// KeyName is what the set's keys are called: the dimension, EntityDimension for an entity set
+// that left it empty, "" for a global rollup.
+func (s ServedSet) KeyName() string {
+	if !s.Rollup && s.Dimension == "" {
+		return EntityDimension
+	}
+	return s.Dimension
+}
+
+// described is s as clients see it: an entity set always says its dimension.
+func (s ServedSet) described() ServedSet {
+	s.Dimension = s.KeyName()
+	return s
 }
 
 // Server serves the HTTP API, health, readiness and metrics. Mount it with Handler.
@@ -181,7 +216,11 @@ func (s *Server) topologies(_ http.ResponseWriter, _ *http.Request) (int, any) {
 		Topologies []topo `json:"topologies"`
 	}{Topologies: []topo{}}
 	for _, t := range s.Topologies {
-		out.Topologies = append(out.Topologies, topo{t.Name, t.Sets})
+		sets := make([]ServedSet, len(t.Sets))
+		for i, set := range t.Sets {
+			sets[i] = set.described()
+		}
+		out.Topologies = append(out.Topologies, topo{t.Name, sets})
 	}
 	return http.StatusOK, out
 }
@@ -268,9 +307,12 @@ func jsonValue(v totals.Value) any {
 
 // windowsJSON is the answer of /api/v1/windows.
 type windowsJSON struct {
-	Topology string                  `json:"topology"`
-	Set      string                  `json:"set"`
-	Entities map[string][]windowJSON `json:"entities"`
+	Topology string `json:"topology"`
+	Set      string `json:"set"`
+	// Dimension is what the keys of Entities are (ServedSet.Dimension): "entity", a rollup's
+	// dimension, or "" for a global rollup, whose one key is "all".
+	Dimension string                  `json:"dimension"`
+	Entities  map[string][]windowJSON `json:"entities"`
 	// Truncated says that the limit cut at least one entity's windows; Next gives, for each
 	// such entity, the from and to (ms) of the next page: windows go on past the last one
 	// returned, in the order asked for.
@@ -281,18 +323,20 @@ type windowsJSON struct {
 // windows answers a page of the windows of entities of a set. Every answer is bounded (entities,
 // range, windows): without a limit each entity gets its share of MaxWindows, and the answer says
 // where the next page starts.
+//
+// A rollup set is read as an entity set whose entities are its keys: entity=eu-west, or under the
+// set's dimension name, region=eu-west (one of the two, not both; the dimension name is not taken
+// when it is one of the API's own parameters, such as set or from). A global rollup needs no
+// entity: it reads its one key, "all", the only entity it accepts.
 func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	t, set, code, body := s.pick(r)
 	if t == nil {
 		return code, body
 	}
 	q := r.URL.Query()
-	entities := entityList(q["entity"])
-	if len(entities) == 0 {
-		return badParam("entity", "required (repeat it or separate entities with commas)")
-	}
-	if n, most := len(entities), s.Limits.MaxEntities; n > most {
-		return badParam("entity", "%d entities asked for, over the limit of %d (%s)", n, most, limitMaxEntities)
+	entities, code, body := s.windowsKeys(q, set)
+	if code != 0 {
+		return code, body
 	}
 	var o Options
 	if code, body := s.windowsRange(q, &o); code != 0 {
@@ -308,7 +352,51 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if err != nil {
 		return s.windowsFailed(r, set.Name, err)
 	}
-	return http.StatusOK, pageJSON(t.Name, set.Name, page)
+	out := pageJSON(t.Name, set.Name, page)
+	out.Dimension = set.KeyName()
+	return http.StatusOK, out
+}
+
+// windowsParams are the parameters of /api/v1/windows other than the keys: a dimension with one
+// of these names is asked for as entity.
+var windowsParams = map[string]bool{"topology": true, "set": true, "from": true, "to": true, "limit": true, "order": true, "live": true}
+
+// windowsKeys reads the keys a windows request asks for: the entity parameter, or the rollup's
+// dimension name, or for a global rollup its one key.
+func (s *Server) windowsKeys(q url.Values, set *ServedSet) ([]string, int, any) {
+	param := "entity"
+	entities := entityList(q["entity"])
+	if dim := set.KeyName(); dim != EntityDimension && dim != "" && !windowsParams[dim] {
+		if byDim := entityList(q[dim]); len(byDim) > 0 {
+			if len(entities) > 0 {
+				code, body := badParam(dim, "give the keys of set %q as %s or as entity, not both", set.Name, dim)
+				return nil, code, body
+			}
+			param, entities = dim, byDim
+		}
+	}
+	if set.Global() {
+		for _, e := range entities {
+			if e != GlobalKey {
+				code, body := badParam(param, "set %q is a global rollup: its one key is %q, not %q (leave entity out)", set.Name, GlobalKey, e)
+				return nil, code, body
+			}
+		}
+		return []string{GlobalKey}, 0, nil
+	}
+	if len(entities) == 0 {
+		what := "required (repeat it or separate entities with commas)"
+		if set.Rollup {
+			what = fmt.Sprintf("required: the %s keys of rollup %q, as entity or %s (repeat it or separate keys with commas)", set.Dimension, set.Name, set.Dimension)
+		}
+		code, body := badParam(param, "%s", what)
+		return nil, code, body
+	}
+	if n, most := len(entities), s.Limits.MaxEntities; n > most {
+		code, body := badParam(param, "%d entities asked for, over the limit of %d (%s)", n, most, limitMaxEntities)
+		return nil, code, body
+	}
+	return entities, 0, nil
 }
 
 // entityList reads the entity parameters, each one entity or several separated by commas.
@@ -431,7 +519,8 @@ func pageJSON(topology, set string, p Page) windowsJSON {
 }
 
 // entities lists entities that have windows in a set, scanning at most maxRows rows: meant for
-// pickers on small and medium tables, not for enumerating a large one.
+// pickers on small and medium tables, not for enumerating a large one. For a rollup they are its
+// keys (the answer's dimension says what they are), for a global rollup its one key "all".
 func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
 	t, set, code, body := s.pick(r)
 	if t == nil {
@@ -448,7 +537,7 @@ func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if err != nil {
 		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
 	}
-	return http.StatusOK, map[string]any{"entities": list, "truncated": truncated}
+	return http.StatusOK, map[string]any{"entities": list, "truncated": truncated, "dimension": set.KeyName()}
 }
 
 func (s *Server) parseTime(v string) (time.Time, error) { return ParseTime(v, s.Now()) }

@@ -21,6 +21,12 @@ import (
 // Mapping (README, "Grafana"):
 //   - metric <topology>.<set>.<aggregate>, e.g. devices.minute.max_temp;
 //   - tag entity: one series per entity;
+//   - a rollup set (topology By) has its dimension as tag key instead: region=eu-west, one series
+//     per key; a global rollup (topology Global) is one series with no tag (its rows are stored
+//     under GlobalKey, read with no filter). A filter on a tag key the metric's series cannot have
+//     (entity on a rollup by region, any key but quantile and final on a global rollup) is refused
+//     with a message saying which key the metric has, rather than answered empty: a panel built
+//     for another set should say why it shows nothing;
 //   - tag quantile: quantile aggregates are one metric with one series per quantile ("0.5",
 //     "0.95", ...); quantile is always a group-by key, since a sum or average of different
 //     quantiles means nothing;

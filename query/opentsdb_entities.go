@@ -11,20 +11,26 @@ type entitySet struct {
 	more bool // more entities matched than the limit
 }
 
-// entities resolves the entities of a metric that pass the entity filters: entities a
+// entities resolves the entities of a metric that pass the filters on its tag key: entities a
 // case-sensitive literal_or names are taken as named, with no read; otherwise entities are listed
 // by skipping from one to the next in the table (listEntities). With strict, more than limit
 // entities, or a listing stopped by MaxEntityScan, is an error rather than a partial answer.
+//
+// The entities of a rollup are its keys, filtered on its dimension; a global rollup has one,
+// GlobalKey, read without any filter (checkTagKeys has refused filters on other keys).
 func (a *tsdbAPI) entities(ctx context.Context, met tsdbMetric, filters []tagFilter, limit int, strict bool) (entitySet, error) {
+	if met.global() {
+		return a.globalEntity(ctx, met, strict)
+	}
 	var ef []tagFilter
 	var named []string
 	hasNamed := false
 	for _, f := range filters {
-		if f.Tagk != tagEntity {
+		if f.Tagk != met.key {
 			continue
 		}
 		if f.Type == "not_key" {
-			return entitySet{}, nil // every abacus series has an entity
+			return entitySet{}, nil // every series of a keyed set has its key
 		}
 		ef = append(ef, f)
 		if f.literals != nil {
@@ -88,6 +94,18 @@ func (a *tsdbAPI) entities(ctx context.Context, met tsdbMetric, filters []tagFil
 		return out, badRequest("the entity filter matches more than %d entities, the limit of one sub-query: narrow it, or name entities with literal_or", limit)
 	}
 	return out, nil
+}
+
+// globalEntity is the one entity of a global rollup's metric; a listing (not strict) answers it
+// only when it has windows, as listings answer only entities that exist.
+func (a *tsdbAPI) globalEntity(ctx context.Context, met tsdbMetric, strict bool) (entitySet, error) {
+	if !strict {
+		ws, err := met.topo.Reader.Windows(ctx, met.set, GlobalKey, Options{Limit: 1, NoLive: true})
+		if err != nil || len(ws) == 0 {
+			return entitySet{}, err
+		}
+	}
+	return entitySet{list: []string{GlobalKey}}, nil
 }
 
 func intersect(a, b []string) []string {

@@ -68,6 +68,9 @@ func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *s
 	if err != nil {
 		return nil, err
 	}
+	if err := a.checkTagKeys(met, sq.filters); err != nil {
+		return nil, err
+	}
 	ents, err := a.entities(ctx, met, sq.filters, a.limits.MaxEntities, true)
 	if err != nil {
 		return nil, err
@@ -82,7 +85,7 @@ func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *s
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range entitySeries(e, met.agg, ws, finalFilters) {
+		for _, s := range entitySeries(met, e, ws, finalFilters) {
 			if matchSeries(sq.filters, s.tags, sq.explicitTags) {
 				raw = append(raw, s)
 			}
@@ -132,10 +135,12 @@ func (sq *subQuery) finalFilters() ([]tagFilter, error) {
 	return out, nil
 }
 
-// entitySeries is an entity's raw series of one aggregate, from its windows that pass the final
-// filters: one series, or one per quantile in quantile order. Values JSON cannot carry (NaN,
-// infinities) are left out.
-func entitySeries(entity, agg string, ws []Window, finalFilters []tagFilter) []series {
+// entitySeries is an entity's raw series of the metric's aggregate, from its windows that pass the
+// final filters: one series, or one per quantile in quantile order. Values JSON cannot carry (NaN,
+// infinities) are left out. The series are tagged with the metric's key (entity, a rollup's
+// dimension; nothing for a global rollup).
+func entitySeries(met tsdbMetric, entity string, ws []Window, finalFilters []tagFilter) []series {
+	agg := met.agg
 	byTags := map[string]*series{}
 	var order []string
 	add := func(tags map[string]string, t int64, x float64) {
@@ -164,10 +169,12 @@ func entitySeries(entity, agg string, ws []Window, finalFilters []tagFilter) []s
 		switch v.Kind {
 		case totals.KindQuantiles:
 			for _, q := range v.Quantiles {
-				add(map[string]string{tagEntity: entity, tagQuantile: formatQuantile(q.Q)}, w.Start.UnixMilli(), q.Value)
+				tags := met.seriesTags(entity)
+				tags[tagQuantile] = formatQuantile(q.Q)
+				add(tags, w.Start.UnixMilli(), q.Value)
 			}
 		case totals.KindInt, totals.KindFloat:
-			add(map[string]string{tagEntity: entity}, w.Start.UnixMilli(), v.Number())
+			add(met.seriesTags(entity), w.Start.UnixMilli(), v.Number())
 		}
 	}
 	sort.Strings(order)
@@ -209,27 +216,31 @@ func groupSeries(raw []series, filters []tagFilter, aggregate bool) [][]series {
 			groupBy[f.Tagk] = true
 		}
 	}
+	// The group-by keys in order: the set's key (entity or a rollup's dimension), quantile.
+	keys := make([]string, 0, len(groupBy))
+	for k := range groupBy {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
 	groups := map[string][]series{}
-	var keys []string
+	var order []string
 	for i, s := range raw {
 		k := fmt.Sprintf("%09d", i)
 		if aggregate {
 			var b strings.Builder
-			for _, gk := range []string{tagEntity, tagQuantile} {
-				if groupBy[gk] {
-					fmt.Fprintf(&b, "%s=%s\x00", gk, s.tags[gk])
-				}
+			for _, gk := range keys {
+				fmt.Fprintf(&b, "%s=%s\x00", gk, s.tags[gk])
 			}
 			k = b.String()
 		}
 		if _, ok := groups[k]; !ok {
-			keys = append(keys, k)
+			order = append(order, k)
 		}
 		groups[k] = append(groups[k], s)
 	}
-	sort.Strings(keys)
-	out := make([][]series, 0, len(keys))
-	for _, k := range keys {
+	sort.Strings(order)
+	out := make([][]series, 0, len(order))
+	for _, k := range order {
 		out = append(out, groups[k])
 	}
 	return out

@@ -45,11 +45,10 @@ type tagFilter struct {
 
 func newTagFilter(typ, tagk, expr string, groupBy bool) (tagFilter, error) {
 	f := tagFilter{Type: typ, Tagk: tagk, Filter: expr, GroupBy: groupBy}
-	switch tagk {
-	case tagEntity, tagQuantile, tagFinal:
-	default:
-		return f, badRequest("No such name for 'tagk': '%s' (abacus series have the tag keys %s and %s, and the pseudo key %s)",
-			tagk, tagEntity, tagQuantile, tagFinal)
+	// Which tag keys exist depends on the metric (a rollup's series have its dimension, a global
+	// rollup's none): checkTagKeys judges the key once the metric is known.
+	if tagk == "" {
+		return f, badRequest("No such name for 'tagk': '' (a filter needs a tag key)")
 	}
 	values := strings.Split(expr, "|")
 	set := func(fold bool) map[string]bool {

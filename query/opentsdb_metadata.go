@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,32 @@ type tsdbMetric struct {
 	topo *Served
 	set  string
 	agg  string
+	// key is the tag key of the set's series: "entity", a rollup's dimension, or "" for a global
+	// rollup, whose one series has no tag but quantile.
+	key string
+}
+
+// global reports whether the metric is a global rollup's: one series, read from GlobalKey.
+func (m tsdbMetric) global() bool { return m.key == "" }
+
+// seriesTags are the tags of the metric's series of one stored key: {key: value}, or none for a
+// global rollup.
+func (m tsdbMetric) seriesTags(value string) map[string]string {
+	if m.global() {
+		return map[string]string{}
+	}
+	return map[string]string{m.key: value}
+}
+
+// what names the metric's kind of set for messages: "is a rollup by region", "is a global rollup".
+func (m tsdbMetric) what() string {
+	switch {
+	case m.global():
+		return "is a global rollup: its one series has no tag (but quantile)"
+	case m.key == tagEntity:
+		return "is an entity set's: its series have the tag key " + tagEntity
+	}
+	return "is a rollup by " + m.key + ": its series have the tag key " + m.key + " (not " + tagEntity + ")"
 }
 
 func (a *tsdbAPI) metrics() []tsdbMetric {
@@ -38,7 +65,7 @@ func (a *tsdbAPI) metrics() []tsdbMetric {
 		t := &a.s.Topologies[i]
 		for _, set := range t.Sets {
 			for _, agg := range set.Aggregates {
-				out = append(out, tsdbMetric{name: t.Name + "." + set.Name + "." + agg, topo: t, set: set.Name, agg: agg})
+				out = append(out, tsdbMetric{name: t.Name + "." + set.Name + "." + agg, topo: t, set: set.Name, agg: agg, key: set.KeyName()})
 			}
 		}
 	}
@@ -55,12 +82,59 @@ func (a *tsdbAPI) metric(name string) (tsdbMetric, error) {
 	return tsdbMetric{}, badRequest("No such name for 'metrics': '%s' (abacus metrics are <topology>.<set>.<aggregate>; /api/suggest?type=metrics lists them)", name)
 }
 
-// Tag keys of abacus series; final is a pseudo key that selects data points.
+// Tag keys of abacus series; final is a pseudo key that selects data points. The series of a
+// rollup have its dimension instead of entity, and a global rollup's have neither.
 const (
-	tagEntity   = "entity"
+	tagEntity   = EntityDimension
 	tagQuantile = "quantile"
 	tagFinal    = "final"
 )
+
+// tagKeys lists, sorted, every tag key the served series have: the key of each set (entity, the
+// rollups' dimensions), quantile, and the pseudo key final.
+func (a *tsdbAPI) tagKeys() []string {
+	keys := map[string]bool{tagQuantile: true, tagFinal: true}
+	for _, t := range a.s.Topologies {
+		for _, set := range t.Sets {
+			if k := set.KeyName(); k != "" {
+				keys[k] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(keys))
+	for k := range keys {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkTagKeys refuses filters on a tag key the metric's series cannot have, so that a query
+// written for another set (entity=... on a rollup by region, any tag on a global rollup) is told
+// why it cannot match rather than answered empty. not_key is accepted on any known key: a series
+// without the key is what it asks for.
+func (a *tsdbAPI) checkTagKeys(met tsdbMetric, filters []tagFilter) error {
+	for _, f := range filters {
+		if f.Tagk == tagQuantile || f.Tagk == tagFinal || (f.Tagk == met.key && !met.global()) {
+			continue
+		}
+		switch {
+		case !slices.Contains(a.tagKeys(), f.Tagk):
+			return a.noSuchTagKey(f.Tagk)
+		case f.Type == "not_key":
+		default:
+			return badRequest("metric %s %s; the filter on %s cannot match", met.name, met.what(), f.Tagk)
+		}
+	}
+	return nil
+}
+
+// noSuchTagKey is OpenTSDB's answer to a tag key that no series has, listing those that exist.
+func (a *tsdbAPI) noSuchTagKey(tagk string) error {
+	keys := slices.DeleteFunc(a.tagKeys(), func(k string) bool { return k == tagFinal })
+	return badRequest("No such name for 'tagk': '%s' (abacus series have the tag keys %s, and the pseudo key %s)",
+		tagk, strings.Join(keys, ", "), tagFinal)
+}
 
 // suggest answers /api/suggest: the metrics, tag keys or tag values starting with q, which
 // Grafana's query editor offers as completions.
@@ -99,7 +173,7 @@ func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
 			}
 		}
 	case "tagk":
-		for _, k := range []string{tagEntity, tagFinal, tagQuantile} {
+		for _, k := range a.tagKeys() {
 			add(k)
 		}
 	case "tagv":
@@ -147,6 +221,13 @@ func (a *tsdbAPI) tagValues(ctx context.Context, prefix string) ([]string, error
 		for _, e := range list {
 			vals[e] = true
 		}
+		if vals[GlobalKey] {
+			if keep, err := a.globalKeyIsTagValue(ctx, t); err != nil {
+				return nil, err
+			} else if !keep {
+				delete(vals, GlobalKey)
+			}
+		}
 	}
 	sorted := make([]string, 0, len(vals))
 	for v := range vals {
@@ -154,6 +235,23 @@ func (a *tsdbAPI) tagValues(ctx context.Context, prefix string) ([]string, error
 	}
 	sort.Strings(sorted)
 	return sorted, nil
+}
+
+// globalKeyIsTagValue reports whether GlobalKey, found among a topology's stored keys, is a tag
+// value: the key of an entity set or of a rollup that has windows under it. Under a global rollup
+// only, it is no tag value, as a global rollup's series has no tags; one one-window read per keyed
+// set tells.
+func (a *tsdbAPI) globalKeyIsTagValue(ctx context.Context, t *Served) (bool, error) {
+	for _, set := range t.Sets {
+		if set.Global() {
+			continue
+		}
+		ws, err := t.Reader.Windows(ctx, set.Name, GlobalKey, Options{Limit: 1, NoLive: true})
+		if err != nil || len(ws) > 0 {
+			return err == nil, err
+		}
+	}
+	return false, nil
 }
 
 // lookupResult is one series of a lookup answer. TSUID stays empty: abacus has no UIDs, but
@@ -180,7 +278,9 @@ type lookupQuery struct {
 
 // lookup lists the series of a metric that match tag values: m=<metric>{<tagk>=<value>,...}, where
 // a value is exact, * (any) or a glob. Grafana reads tag keys (m=<metric>) and tag values
-// (m=<metric>{entity=*}) for its template variables from it.
+// (m=<metric>{entity=*}, or m=<metric>{region=*} for a rollup by region) for its template
+// variables from it. A metric named outright refuses a tag key its series cannot have, as
+// /api/query does; with every metric (* or none), the metrics without the key are left out.
 func (a *tsdbAPI) lookup(r *http.Request) (any, error) {
 	t0 := time.Now()
 	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
@@ -269,7 +369,18 @@ func (a *tsdbAPI) lookupMetrics(name string) ([]tsdbMetric, error) {
 func (a *tsdbAPI) lookupSeries(ctx context.Context, metrics []tsdbMetric, filters []tagFilter, limit int) ([]lookupResult, int, error) {
 	results := []lookupResult{}
 	total := 0
+	for _, f := range filters {
+		if !slices.Contains(a.tagKeys(), f.Tagk) {
+			return nil, 0, a.noSuchTagKey(f.Tagk)
+		}
+	}
 	for _, met := range metrics {
+		if err := a.checkTagKeys(met, filters); err != nil {
+			if len(metrics) == 1 {
+				return nil, 0, err
+			}
+			continue // the metric has no series with the filters' keys
+		}
 		ents, err := a.entities(ctx, met, filters, limit, false)
 		if err != nil {
 			return nil, 0, err
@@ -297,8 +408,8 @@ func (a *tsdbAPI) lookupSeries(ctx context.Context, metrics []tsdbMetric, filter
 	return results, total, nil
 }
 
-// seriesTags lists the tags of a metric's series for the given entities: one per entity, or one
-// per entity and quantile for a quantile aggregate.
+// seriesTags lists the tags of a metric's series for the given entities (a rollup's keys): one
+// per entity, or one per entity and quantile for a quantile aggregate.
 func (a *tsdbAPI) seriesTags(ctx context.Context, met tsdbMetric, entities []string) ([]map[string]string, error) {
 	kinds, err := a.setKinds(ctx, met.topo.Reader, met.set)
 	if err != nil {
@@ -308,11 +419,13 @@ func (a *tsdbAPI) seriesTags(ctx context.Context, met tsdbMetric, entities []str
 	for _, e := range entities {
 		qs := kinds[met.agg]
 		if len(qs) == 0 {
-			out = append(out, map[string]string{tagEntity: e})
+			out = append(out, met.seriesTags(e))
 			continue
 		}
 		for _, q := range qs {
-			out = append(out, map[string]string{tagEntity: e, tagQuantile: formatQuantile(q)})
+			tags := met.seriesTags(e)
+			tags[tagQuantile] = formatQuantile(q)
+			out = append(out, tags)
 		}
 	}
 	return out, nil

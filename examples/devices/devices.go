@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -36,7 +37,10 @@ type Reading struct {
 //   - per-device 1-minute windows (10 s grace) of count, mean/max temperature, temperature quantiles
 //     and distinct sensors, with early firings every 5 s so dashboards see open windows move;
 //   - per-device hourly windows of count and max humidity;
-//   - per-device 10-minute windows sliding every minute of alarms only.
+//   - per-device 10-minute windows sliding every minute of alarms only;
+//   - per-region 1-minute windows (the rollup "region-minute", keyed by RegionOf) and fleet-wide
+//     1-minute windows (the global rollup "fleet-minute") of count and mean/max temperature, one
+//     final each, for the dashboards' region and fleet panels.
 func Topology() (*topology.Topology, error) {
 	b := topology.New("devices")
 	src := topology.NewSource(b, Topic, topology.JSON[Reading](),
@@ -53,7 +57,30 @@ func Topology() (*topology.Topology, error) {
 	src.Aggregate("alarms-10m", windows.Hopping(10*time.Minute, time.Minute)).Grace(30 * time.Second).
 		Types("alarm").Emit(topology.EarlyEvery(10 * time.Second)).
 		Count("alarms")
+	// Rollups total the same readings across devices. They emit only finals: an early firing of a
+	// key that takes many devices' readings would be a message per partition per firing for little
+	// a dashboard needs.
+	src.Aggregate("region-minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
+		By("region", func(r Reading) string { return RegionOf(r.Device) }).Emit(topology.FinalOnly()).
+		Count("count").Mean("mean_temp", "Temp").Max("max_temp", "Temp")
+	src.Aggregate("fleet-minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
+		Global().Emit(topology.FinalOnly()).
+		Count("count").Mean("mean_temp", "Temp").Max("max_temp", "Temp")
 	return b.Build()
+}
+
+// Regions are the regions devices are placed in, for the region-minute rollup.
+var Regions = []string{"eu-west", "eu-north", "us-east", "ap-south"}
+
+// RegionOf places a device in one of Regions by an FNV-1a hash of its id: deterministic, so every
+// partition, replay and restart puts a device in the same region, and spread evenly over the
+// regions whatever the ids look like. The example has no device registry to read a real region
+// from; a topology of your own would look the device up (enrichment from a table is a later step)
+// or take the region from the reading.
+func RegionOf(device string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(device))
+	return Regions[h.Sum32()%uint32(len(Regions))]
 }
 
 // Generator produces readings for a fleet of devices at a steady rate. Event times trail the wall

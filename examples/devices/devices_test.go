@@ -1,12 +1,15 @@
 package devices_test
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/abacus-stream/abacus/abacustest"
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/examples/devices"
+	"github.com/abacus-stream/abacus/topology"
 )
 
 // A test of the devices topology that runs in memory: no Kafka, no HBase, no sleeping. Copy it
@@ -87,4 +90,33 @@ func TestRestartLosingLocalState(t *testing.T) {
 	d.Pipe(devices.Topic, "dev-4", reading("dev-4", 2*time.Second, 30, "reading"))
 	d.Advance(2 * time.Minute)
 	d.Final("minute", "dev-4", t0).Expect(t, map[string]float64{"count": 2, "max_temp": 30})
+}
+
+// TestRollupSets: the topology declares the region and fleet rollups the dashboards chart, with
+// the dimension that becomes their tag key, and RegionOf places devices deterministically and
+// across every region. (What the rollups total is the engine's to test; this example only
+// declares them.)
+func TestRollupSets(t *testing.T) {
+	topo, err := devices.Topology()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, dim := range map[string]string{"region-minute": "region", "fleet-minute": "", "minute": topology.EntityDimension} {
+		info, ok := topo.Set(name)
+		if !ok || info.Dimension != dim || info.Rollup != (name != "minute") || info.Window.String() != "tumbling 1m0s" {
+			t.Fatalf("set %s: %+v, want dimension %q", name, info, dim)
+		}
+	}
+	seen := map[string]int{}
+	for i := range 40 {
+		dev := fmt.Sprintf("device-%03d", i)
+		r := devices.RegionOf(dev)
+		if r != devices.RegionOf(dev) || !slices.Contains(devices.Regions, r) {
+			t.Fatalf("RegionOf(%s) = %q: not one stable region of %v", dev, r, devices.Regions)
+		}
+		seen[r]++
+	}
+	if len(seen) != len(devices.Regions) {
+		t.Fatalf("40 devices fall in %d regions (%v): some region is never used", len(seen), seen)
+	}
 }

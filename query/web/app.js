@@ -75,7 +75,7 @@
     if (view.aggregate) q.set('agg', view.aggregate);
     // Before the first answer the aggregate's kind is unknown: keep the quantile the URL asked for.
     if (view.quantile && (!lastBody || kindOf(lastBody) === 'quantiles')) q.set('q', view.quantile);
-    for (const e of view.entities) q.append('entity', e);
+    if (!isGlobal(currentSet())) for (const e of view.entities) q.append('entity', e);
     if (view.range === 'custom') {
       if (view.from) q.set('from', view.from);
       if (view.to) q.set('to', view.to);
@@ -243,6 +243,43 @@
     return t && (t.sets || []).find((s) => s.name === view.set);
   }
 
+  // A rollup set is keyed by its dimension (region, ...) instead of the entity; a global rollup
+  // (rollup with no dimension) has one key, "all", read without anything to pick. Servers that
+  // predate rollups send no dimension: their sets are entity sets.
+  const GLOBAL_KEY = 'all';
+
+  function keyName(s) {
+    if (!s) return 'entity';
+    if (!s.rollup) return s.dimension || 'entity';
+    return s.dimension || '';
+  }
+
+  function isGlobal(s) {
+    return !!(s && s.rollup && !s.dimension);
+  }
+
+  // setLabel is how the set picker names a set: rollups say by what.
+  function setLabel(s) {
+    if (isGlobal(s)) return s.name + ' (global)';
+    if (s.rollup) return s.name + ' (by ' + s.dimension + ')';
+    return s.name;
+  }
+
+  // labelKeys names the entity picker after the set's keys: "Entities", or the dimension.
+  function labelKeys() {
+    const s = currentSet();
+    const global = isGlobal(s);
+    const dim = keyName(s);
+    const entity = dim === 'entity';
+    $('entity-field').hidden = global;
+    $('set-global').hidden = !global;
+    $('entity-label').textContent = entity ? 'Entities' : dim;
+    $('entity-input').placeholder = entity ? 'Add an entity (Enter)' : 'Add a ' + dim + ' (Enter)';
+    $('entity-browse').textContent = entity ? 'Browse entities' : 'Browse ' + dim + ' values';
+    $('chips').setAttribute('aria-label', entity ? 'Charted entities' : 'Charted ' + dim + ' values');
+    $('latest-key').textContent = entity ? 'Entity' : global ? 'Key' : dim;
+  }
+
   function fillTopologies() {
     const sel = $('topology');
     sel.replaceChildren();
@@ -258,7 +295,7 @@
     const t = currentTopology();
     const sets = (t && t.sets) || [];
     sel.replaceChildren();
-    for (const s of sets) option(sel, s.name);
+    for (const s of sets) option(sel, s.name, setLabel(s));
     if (!currentSet()) view.set = sets.length ? sets[0].name : '';
     sel.value = view.set;
     fillAggregates();
@@ -272,7 +309,8 @@
     for (const a of aggs) option(sel, a);
     if (!aggs.includes(view.aggregate)) view.aggregate = aggs.length ? aggs[0] : '';
     sel.value = view.aggregate;
-    $('set-window').textContent = s ? 'Windows: ' + s.window : '';
+    $('set-window').textContent = s ? 'Windows: ' + s.window + (s.rollup ? ' · ' + (isGlobal(s) ? 'global rollup' : 'rollup by ' + s.dimension) : '') : '';
+    labelKeys();
   }
 
   function fillQuantiles(keys) {
@@ -397,12 +435,17 @@
 
   function bindControls() {
     $('topology').addEventListener('change', async (e) => {
+      const before = keyName(currentSet());
       view.topology = e.target.value;
       fillSets();
+      if (keyName(currentSet()) !== before) view.entities = [];
       await setChanged();
     });
     $('set').addEventListener('change', async (e) => {
+      const before = keyName(currentSet());
       view.set = e.target.value;
+      // Entities are no regions: keys chosen for a set keyed by something else are dropped.
+      if (keyName(currentSet()) !== before) view.entities = [];
       fillAggregates();
       await setChanged();
     });
@@ -498,6 +541,15 @@
     zoom = null;
     chartKey = '';
     lastBody = null;
+    if (isGlobal(currentSet())) {
+      // One key and nothing to pick: the chart reads it as the one entity.
+      view.entities = [GLOBAL_KEY];
+      knownEntities = [GLOBAL_KEY];
+      renderChips();
+      writeURL();
+      await load();
+      return;
+    }
     writeURL();
     await loadEntities();
     if (!view.entities.length) {
@@ -612,7 +664,7 @@
     if (kind === 'quantiles' && view.quantile) title += ' · ' + $('quantile').selectedOptions[0]?.textContent;
     $('chart-title').textContent = title;
     $('chart-subtitle').textContent = s
-      ? view.set + ' · ' + s.window + ' · a point per window, at its start'
+      ? view.set + ' · ' + s.window + (s.rollup ? ' · ' + (isGlobal(s) ? 'global rollup' : 'by ' + s.dimension) : '') + ' · a point per window, at its start'
       : '';
   }
 
