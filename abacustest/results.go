@@ -221,37 +221,51 @@ type Window struct {
 }
 
 // Windows are the windows of an entity in a set that the processor holds (open ones, and closed
-// ones not dropped yet), by start.
+// ones not dropped yet), by start. For a rollup set (By, Global), entity is a key of the rollup
+// and the windows are what its owner holds: the merge of the partial totals the source
+// partitions sent so far (the final ones, and the early ones of an EarlyEvery set).
 func (d *Driver) Windows(set, entity string) []Window {
 	d.t.Helper()
 	s := d.plan.SetByName(set)
 	if s == nil {
 		d.t.Fatalf("abacustest: topology %s has no aggregate set %q (it has %v)", d.plan.Name, set, d.topo.SetNames())
 	}
-	p := partitioner.Partition([]byte(entity), int32(d.opts.Partitions))
-	b, _ := d.tables[p].Get(entity)
+	key := entity
+	if s.Rollup != nil {
+		key = plan.RollupStateKey(set, entity)
+	}
+	p := partitioner.Partition([]byte(key), int32(d.opts.Partitions))
+	b, _ := d.tables[p].Get(key)
 	if b == nil {
 		return nil
 	}
 	ent, err := state.Decode(b)
 	if err != nil {
-		d.t.Fatalf("abacustest: state of %q: %v", entity, err)
+		d.t.Fatalf("abacustest: state of %q: %v", key, err)
 	}
 	var out []Window
 	for _, w := range ent.Windows {
-		if w.Set != s.Index {
-			continue
+		if w.Set != s.Index || w.Key != "" {
+			continue // another set's, or a contribution to a rollup, or an owner's slot
 		}
-		win := Window{Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End), Revision: w.Revision, Values: map[string]totals.Value{}}
+		accs := d.decodeAccs(s, key, w.Aggs)
+		rev := w.Revision
+		if s.Rollup != nil {
+			for _, slot := range ent.Windows {
+				if slot.Set != s.Index || slot.Start != w.Start || slot.Key == "" || slot.Final || slot.Aggs == nil {
+					continue
+				}
+				for k, a := range d.decodeAccs(s, key, slot.Aggs) {
+					if err := accs[k].Merge(a); err != nil {
+						d.t.Fatalf("abacustest: %s window of %q: %v", set, entity, err)
+					}
+				}
+				rev += slot.Revision
+			}
+		}
+		win := Window{Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End), Revision: rev, Values: map[string]totals.Value{}}
 		for k, a := range s.Aggs {
-			if k >= len(w.Aggs) {
-				break
-			}
-			acc, err := a.Decode(w.Aggs[k])
-			if err != nil {
-				d.t.Fatalf("abacustest: %s window of %q: %v", set, entity, err)
-			}
-			v := acc.Value()
+			v := accs[k].Value()
 			v.Name = a.Name
 			win.Values[a.Name] = v
 		}
@@ -259,6 +273,24 @@ func (d *Driver) Windows(set, entity string) []Window {
 	}
 	slices.SortFunc(out, func(a, b Window) int { return a.Start.Compare(b.Start) })
 	return out
+}
+
+// decodeAccs decodes a window's accumulators; one the window has none of starts empty.
+func (d *Driver) decodeAccs(s *plan.Set, key string, aggs [][]byte) []plan.Accumulator {
+	d.t.Helper()
+	accs := make([]plan.Accumulator, len(s.Aggs))
+	for k, a := range s.Aggs {
+		if k >= len(aggs) || aggs[k] == nil {
+			accs[k] = a.New()
+			continue
+		}
+		acc, err := a.Decode(aggs[k])
+		if err != nil {
+			d.t.Fatalf("abacustest: %s window of %q: %v", s.Name, key, err)
+		}
+		accs[k] = acc
+	}
+	return accs
 }
 
 // Entities is the number of entities in the processor's tables.

@@ -3,6 +3,7 @@ package state
 import (
 	"encoding/binary"
 	"errors"
+	"math"
 	"reflect"
 	"testing"
 )
@@ -276,5 +277,62 @@ func TestFence(t *testing.T) {
 		if got := e.Applied(c.topic, c.part, c.offset); got != c.want {
 			t.Errorf("Applied(%d, %d, %d) = %v, want %v", c.topic, c.part, c.offset, got, c.want)
 		}
+	}
+}
+
+// TestRollupWindowsRoundTrip: a contribution's rollup key, an owner's slots (final ones without
+// accumulators) and a partition's rollup progress survive encoding; a window without a key keeps
+// the bytes of version 2 (flags 0); unknown flags are refused, not misread.
+func TestRollupWindowsRoundTrip(t *testing.T) {
+	e := &Entity{Layout: 7, StreamTime: 1_000_000, Windows: []Window{
+		{Set: 1, Start: 960_000, End: 1_020_000, Revision: 3, Key: "eu-west", Aggs: [][]byte{{1}, {2}}},
+		{Set: 2, Start: 960_000, End: 1_020_000, Revision: 9, Aggs: [][]byte{{3}}},
+		{Set: 2, Start: 960_000, End: 1_020_000, Revision: 4, Key: SlotKey(3), Final: true},
+		{Set: 2, Start: 960_000, End: 1_020_000, Revision: 5, Key: SlotKey(11), Aggs: [][]byte{{4}}},
+	}}
+	got, err := Decode(e.Append(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range e.Windows {
+		w, g := e.Windows[i], got.Windows[i]
+		if w.Key != g.Key || w.Final != g.Final || w.Revision != g.Revision || len(w.Aggs) != len(g.Aggs) {
+			t.Fatalf("window %d: %+v, want %+v", i, g, w)
+		}
+	}
+	if p, ok := SlotOf(got.Windows[3].Key); !ok || p != 11 {
+		t.Fatalf("SlotOf(%q) = %d, %v", got.Windows[3].Key, p, ok)
+	}
+	if _, ok := SlotOf("eu-west"); ok {
+		t.Fatal("a rollup key read as a slot")
+	}
+	if i := got.FindKey(2, 960_000, SlotKey(3)); i != 2 {
+		t.Fatalf("FindKey = %d", i)
+	}
+	if i := got.Find(1, 960_000); i != -1 {
+		t.Fatalf("Find found the keyed window %d", i)
+	}
+	plain := &Entity{Layout: 7, StreamTime: 5, Windows: []Window{{Set: 0, Start: 0, End: 60, Aggs: [][]byte{{1}}}}}
+	b := plain.Append(nil)
+	// The window's flags are the byte before its one-aggregation count: 0, as version 2 wrote.
+	if b[len(b)-4] != 0 {
+		t.Fatalf("flags of a window without key: %d", b[len(b)-4])
+	}
+	b[len(b)-4] = 0x40
+	if _, err := Decode(b); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("unknown flags: %v", err)
+	}
+
+	p := &Partition{StreamTime: 10, IdleStreamTime: 5, Progress: []int64{3, math.MinInt64, 99}}
+	gp, err := DecodePartition(p.Append(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gp.Progress, p.Progress) {
+		t.Fatalf("progress %v, want %v", gp.Progress, p.Progress)
+	}
+	np, err := DecodePartition((&Partition{StreamTime: 10}).Append(nil))
+	if err != nil || np.Progress != nil {
+		t.Fatalf("a record without rollups: %v, progress %v", err, np.Progress)
 	}
 }

@@ -253,6 +253,8 @@ func (a *AggregateSet[E]) compileRollup(where string) (*plan.Rollup, []error) {
 		errs = append(errs, fmt.Errorf("%s: By(%q): a dimension name is letters, digits, '_', '-', '.' and '/' (it is an OpenTSDB tag key)", where, r.dimension))
 	case r.dimension == EntityDimension:
 		errs = append(errs, fmt.Errorf("%s: By(%q): %q names the source's entity; give the rollup's dimension another name", where, r.dimension, EntityDimension))
+	case r.dimension == "quantile" || r.dimension == "final":
+		errs = append(errs, fmt.Errorf("%s: By(%q): the OpenTSDB API uses the tag key %q itself; give the rollup's dimension another name", where, r.dimension, r.dimension))
 	}
 	switch {
 	case a.spec.Kind() == windows.KindSession:

@@ -300,3 +300,57 @@ func TestZeroTopologyDescribesNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestRollupBuildErrors(t *testing.T) {
+	type ev struct {
+		D string
+		T int64
+		V float64
+	}
+	noMerge := topology.UserDefined[ev, int]{Init: func() int { return 0 }, Add: func(a int, _ ev, _ int64) int { return a + 1 },
+		Encode: func(a int) []byte { return []byte{byte(a)} }, Decode: func(b []byte) (int, error) { return int(b[0]), nil }}
+	key := func(e ev) string { return e.D }
+	for _, c := range []struct {
+		name string
+		set  func(*topology.Source[ev])
+		want string
+	}{
+		{"no dimension", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("", key).Count("n") }, `aggregate set "r": By: the dimension has no name`},
+		{"nil key", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("region", nil).Count("n") }, `By("region"): the key func is nil`},
+		{"entity", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("entity", key).Count("n") }, `"entity" names the source's entity`},
+		{"tag key", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("quantile", key).Count("n") }, `uses the tag key "quantile"`},
+		{"bad name", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("a b", key).Count("n") }, `a dimension name is letters`},
+		{"twice", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("x", key).Global().Count("n") }, `By or Global called 2 times`},
+		{"session", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Session(time.Minute)).Grace(0).Global().Count("n") }, `a rollup set cannot have session windows`},
+		{"every update", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).Global().Emit(topology.EveryUpdate()).Count("n")
+		}, `cannot emit EveryUpdate`},
+		{"no merge", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).Global().Custom("c", noMerge) }, `aggregation "c" cannot merge (UserDefined.Merge is nil), and a rollup set merges`},
+		{"no merge session", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Session(time.Minute)).Grace(0).Custom("c", noMerge) }, `and a set of session windows merges`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := topology.New("t")
+			c.set(topology.NewSource(b, "in", topology.JSON[ev](), key, func(e ev) time.Time { return time.UnixMilli(e.T) }))
+			_, err := b.Build()
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Build: %v, want an error with %q", err, c.want)
+			}
+		})
+	}
+	// Without Merge, a custom aggregation is fine in an entity set of fixed windows.
+	b := topology.New("t")
+	s := topology.NewSource(b, "in", topology.JSON[ev](), key, func(e ev) time.Time { return time.UnixMilli(e.T) })
+	s.Aggregate("e", windows.Tumbling(time.Minute)).Grace(0).Custom("c", noMerge)
+	s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("region", key).Where(func(e ev) bool { return e.V > 0 }).Count("n")
+	s.Aggregate("g", windows.Tumbling(time.Minute)).Grace(0).Global().Count("n")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := topo.Set("r")
+	g, _ := topo.Set("g")
+	e, _ := topo.Set("e")
+	if !r.Rollup || r.Dimension != "region" || !g.Rollup || g.Dimension != "" || e.Rollup || e.Dimension != topology.EntityDimension {
+		t.Fatalf("set infos: %+v %+v %+v", r, g, e)
+	}
+}

@@ -195,3 +195,129 @@ func checkRollupFinals(t *testing.T, d *abacustest.Driver) {
 		t.Errorf("%d rollup windows have finals, the entity finals make %d", len(seen), len(merged))
 	}
 }
+
+// TestRollupEarlyFirings: an EarlyEvery rollup sends running totals before its final, never more
+// than the final says, and the final is still the merge of the entities' finals.
+func TestRollupEarlyFirings(t *testing.T) {
+	d := abacustest.New(t, rollups(t, topology.EarlyEvery(5*time.Second)), abacustest.Options{Start: at(t0), Partitions: 4,
+		IdleTimeout: 20 * time.Second, AckLag: 2})
+	rng := rand.New(rand.NewPCG(7, 7))
+	clock := t0
+	for range 800 {
+		dev := fmt.Sprintf("d%02d", rng.IntN(30))
+		clock += int64(rng.IntN(300))
+		d.Pipe("readings", dev, reading{Device: dev, TS: clock - int64(rng.IntN(5000)), Temp: float64(rng.IntN(30))})
+		if lag := time.Duration(clock-d.Now().UnixMilli()) * time.Millisecond; lag > 0 {
+			d.Advance(lag)
+		}
+	}
+	d.Advance(3 * time.Minute)
+	checkRollupFinals(t, d)
+	early := 0
+	for _, tot := range d.Totals() {
+		if tot.Set != "all" || tot.Final {
+			continue
+		}
+		early++
+		final := d.Final("all", topology.GlobalKey, tot.Start)
+		if tot.Float("count") > final.Float("count") || tot.Revision > final.Revision {
+			t.Fatalf("early total %v is ahead of the final %v", tot, final)
+		}
+	}
+	if early == 0 {
+		t.Fatal("no early total of the fleet-wide rollup")
+	}
+}
+
+// TestRollupEmptyPartitions: partitions that never see an event still let the rollups close
+// (they follow the furthest partition's progress once idle), and a backfill far behind the wall
+// clock is not judged late for it.
+func TestRollupEmptyPartitions(t *testing.T) {
+	d := abacustest.New(t, rollups(t, topology.FinalOnly()), abacustest.Options{Start: at(t0 + 30*24*3600_000), Partitions: 8,
+		IdleTimeout: 10 * time.Second})
+	for i := range 200 {
+		dev := fmt.Sprintf("d%d", i%2) // two devices: six partitions stay empty
+		d.Pipe("readings", dev, reading{Device: dev, TS: t0 + int64(i)*1000, Temp: 1})
+		d.Advance(100 * time.Millisecond)
+	}
+	d.Advance(time.Minute)
+	checkRollupFinals(t, d)
+	if n := len(d.FinalsOf("all", topology.GlobalKey)); n != 4 {
+		t.Fatalf("%d fleet-wide finals, want 4: %v", n, d.FinalsOf("all", topology.GlobalKey))
+	}
+	if late := len(d.Late()) + int(counterValue(t, d, "abacus_processor_late_dropped_total")); late != 0 {
+		t.Fatalf("%d late events in a backfill a month behind the wall clock", late)
+	}
+}
+
+// TestRollupKeys: an empty rollup key leaves the event out of the set only; one past the entity
+// limit sends the event to the dead-letter topic, naming the set, and counts it nowhere.
+func TestRollupKeys(t *testing.T) {
+	b := topology.New("keys").Limits(1<<20, 16)
+	src := topology.NewSource(b, "readings", topology.JSON[reading](),
+		func(r reading) string { return r.Device },
+		func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(0).Count("count")
+	src.Aggregate("by-kind", windows.Tumbling(time.Minute)).Grace(0).By("kind", func(r reading) string { return r.Kind }).Count("count")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: 2, IdleTimeout: 5 * time.Second})
+	d.Pipe("readings", "a", reading{Device: "a", TS: t0, Kind: "x"})
+	d.Pipe("readings", "a", reading{Device: "a", TS: t0 + 1, Kind: ""})
+	d.Pipe("readings", "a", reading{Device: "a", TS: t0 + 2, Kind: strings.Repeat("k", 17)})
+	d.Advance(2 * time.Minute)
+	d.Final("minute", "a", at(t0)).Expect(t, map[string]float64{"count": 2})
+	d.Final("by-kind", "x", at(t0)).Expect(t, map[string]float64{"count": 1})
+	dl := d.DeadLetters()
+	if len(dl) != 1 || dl[0].Reason != "too-large" || !strings.Contains(dl[0].Detail, "rollup key of set by-kind") {
+		t.Fatalf("dead letters %+v, want one too-large naming set by-kind", dl)
+	}
+}
+
+// TestRollupKeyChangeRefused: a set that was keyed by its entity cannot come back keyed by a
+// rollup key (or the other way): its state is per entity, and the processor refuses to start.
+func TestRollupKeyChangeRefused(t *testing.T) {
+	build := func(rollup bool) *topology.Topology {
+		b := topology.New("change")
+		src := topology.NewSource(b, "readings", topology.JSON[reading](),
+			func(r reading) string { return r.Device },
+			func(r reading) time.Time { return time.UnixMilli(r.TS) })
+		a := src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(0).Count("count")
+		if rollup {
+			a.Global()
+		}
+		topo, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return topo
+	}
+	var failed error
+	d := abacustest.New(t, build(false), abacustest.Options{Start: at(t0), Partitions: 2, OnFail: func(err error) { failed = err }})
+	d.Pipe("readings", "a", reading{Device: "a", TS: t0})
+	d.Advance(time.Minute) // the partition's record now holds the layout
+	d.RestartWith(build(true), false)
+	if failed == nil || !strings.Contains(failed.Error(), `aggregate set "minute" changed its window or key`) {
+		t.Fatalf("restart with the set keyed otherwise: %v", failed)
+	}
+}
+
+// counterValue sums a counter of the driver's registry.
+func counterValue(t *testing.T, d *abacustest.Driver, name string) float64 {
+	t.Helper()
+	mfs, err := d.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
+}
