@@ -315,18 +315,36 @@ func TestRollupBuildErrors(t *testing.T) {
 		set  func(*topology.Source[ev])
 		want string
 	}{
-		{"no dimension", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("", key).Count("n") }, `aggregate set "r": By: the dimension has no name`},
-		{"nil key", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("region", nil).Count("n") }, `By("region"): the key func is nil`},
-		{"entity", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("entity", key).Count("n") }, `"entity" names the source's entity`},
-		{"tag key", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("quantile", key).Count("n") }, `uses the tag key "quantile"`},
-		{"bad name", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("a b", key).Count("n") }, `a dimension name is letters`},
-		{"twice", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("x", key).Global().Count("n") }, `By or Global called 2 times`},
-		{"session", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Session(time.Minute)).Grace(0).Global().Count("n") }, `a rollup set cannot have session windows`},
+		{"no dimension", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("", key).Count("n")
+		}, `aggregate set "r": By: the dimension has no name`},
+		{"nil key", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("region", nil).Count("n")
+		}, `By("region"): the key func is nil`},
+		{"entity", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("entity", key).Count("n")
+		}, `"entity" names the source's entity`},
+		{"tag key", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("quantile", key).Count("n")
+		}, `uses the tag key "quantile"`},
+		{"bad name", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("a b", key).Count("n")
+		}, `a dimension name is letters`},
+		{"twice", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).By("x", key).Global().Count("n")
+		}, `By or Global called 2 times`},
+		{"session", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Session(time.Minute)).Grace(0).Global().Count("n")
+		}, `a rollup set cannot have session windows`},
 		{"every update", func(s *topology.Source[ev]) {
 			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).Global().Emit(topology.EveryUpdate()).Count("n")
 		}, `cannot emit EveryUpdate`},
-		{"no merge", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).Global().Custom("c", noMerge) }, `aggregation "c" cannot merge (UserDefined.Merge is nil), and a rollup set merges`},
-		{"no merge session", func(s *topology.Source[ev]) { s.Aggregate("r", windows.Session(time.Minute)).Grace(0).Custom("c", noMerge) }, `and a set of session windows merges`},
+		{"no merge", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Tumbling(time.Minute)).Grace(0).Global().Custom("c", noMerge)
+		}, `aggregation "c" cannot merge (UserDefined.Merge is nil), and a rollup set merges`},
+		{"no merge session", func(s *topology.Source[ev]) {
+			s.Aggregate("r", windows.Session(time.Minute)).Grace(0).Custom("c", noMerge)
+		}, `and a set of session windows merges`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b := topology.New("t")
