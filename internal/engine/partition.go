@@ -536,7 +536,10 @@ func (pt *partition) countWaits() {
 // describing the layout wait for Kafka's acknowledgement: goka calls back only for messages, and
 // without one the wait could last until the next tick.
 func (pt *partition) nudge(ctx goka.Context) {
-	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set && pt.layoutHeld && !pt.recordWanted) {
+	// With rollups, the partition also waits for its final partials and its record to be
+	// acknowledged: its progress, which the owners close their windows by, moves only then.
+	rollupWait := pt.e.rollups && (len(pt.ru.inflight) > 0 || len(pt.metaFlight) > 0)
+	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set && pt.layoutHeld && !pt.recordWanted && !rollupWait) {
 		return
 	}
 	pt.nudged = true
