@@ -113,11 +113,11 @@ func TestRollupInOrder(t *testing.T) {
 }
 
 // TestRollupsMergeEntityFinalsThroughRestarts runs disorder, late events, lagging
-// acknowledgements and restarts that keep or lose the local tables: every rollup window gets
+// acknowledgements, redeliveries and restarts that keep or lose the local tables: every rollup window gets
 // exactly one final, and it is the merge of its entities' finals (same window, grace and
 // aggregations, so an event counts in a rollup exactly when it counts for its entity).
 func TestRollupsMergeEntityFinalsThroughRestarts(t *testing.T) {
-	for seed := range uint64(6) {
+	for seed := range uint64(12) {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			d := abacustest.New(t, rollups(t, topology.FinalOnly()), abacustest.Options{Start: at(t0), Partitions: 3 + int(seed%3),
@@ -131,8 +131,12 @@ func TestRollupsMergeEntityFinalsThroughRestarts(t *testing.T) {
 				if lag := time.Duration(clock-d.Now().UnixMilli()) * time.Millisecond; lag > 0 {
 					d.Advance(lag) // the wall clock keeps up with event time
 				}
-				if i%400 == 399 {
+				switch i % 400 {
+				case 399:
 					d.Restart(rng.IntN(2) == 0)
+				case 200:
+					// A processor that restarts before committing reads its records again.
+					d.Redeliver("readings", int32(rng.IntN(3)), 0)
 				}
 			}
 			d.Advance(5 * time.Minute)
@@ -150,11 +154,15 @@ func checkRollupFinals(t *testing.T, d *abacustest.Driver) {
 	merged := map[key]map[string]float64{}
 	once := map[key]bool{} // a restart emits a final again (the same): count each window once
 	for _, f := range d.Finals() {
-		if f.Set != "minute" || once[key{f.Set, f.Entity, f.Start.UnixMilli()}] {
+		if (f.Set != "minute" && f.Set != "hop") || once[key{f.Set, f.Entity, f.Start.UnixMilli()}] {
 			continue
 		}
 		once[key{f.Set, f.Entity, f.Start.UnixMilli()}] = true
-		for _, k := range []key{{"region", regionOf(f.Entity), f.Start.UnixMilli()}, {"all", topology.GlobalKey, f.Start.UnixMilli()}} {
+		rolls := []key{{"region", regionOf(f.Entity), f.Start.UnixMilli()}, {"all", topology.GlobalKey, f.Start.UnixMilli()}}
+		if f.Set == "hop" {
+			rolls = []key{{"hop-region", regionOf(f.Entity), f.Start.UnixMilli()}}
+		}
+		for _, k := range rolls {
 			m := merged[k]
 			if m == nil {
 				m = map[string]float64{"max": math.Inf(-1), "min": math.Inf(1)}
@@ -171,7 +179,7 @@ func checkRollupFinals(t *testing.T, d *abacustest.Driver) {
 	}
 	seen := map[key]bool{}
 	for _, f := range d.Finals() {
-		if f.Set != "region" && f.Set != "all" {
+		if f.Set != "region" && f.Set != "all" && f.Set != "hop-region" {
 			continue
 		}
 		k := key{f.Set, f.Entity, f.Start.UnixMilli()}
