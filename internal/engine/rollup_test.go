@@ -253,7 +253,7 @@ func TestRollupEmptyPartitions(t *testing.T) {
 	if n := len(d.FinalsOf("all", topology.GlobalKey)); n != 4 {
 		t.Fatalf("%d fleet-wide finals, want 4: %v", n, d.FinalsOf("all", topology.GlobalKey))
 	}
-	if late := len(d.Late()) + int(counterValue(t, d, "abacus_processor_late_dropped_total")); late != 0 {
+	if late := len(d.Late()) + int(sumMetric(t, d.Registry(), "abacus_processor_late_dropped_total")); late != 0 {
 		t.Fatalf("%d late events in a backfill a month behind the wall clock", late)
 	}
 }
@@ -310,22 +310,4 @@ func TestRollupKeyChangeRefused(t *testing.T) {
 	if failed == nil || !strings.Contains(failed.Error(), `aggregate set "minute" changed its window or key`) {
 		t.Fatalf("restart with the set keyed otherwise: %v", failed)
 	}
-}
-
-// counterValue sums a counter of the driver's registry.
-func counterValue(t *testing.T, d *abacustest.Driver, name string) float64 {
-	t.Helper()
-	mfs, err := d.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
-	}
-	return sum
 }

@@ -12,7 +12,10 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 { return sumMetric(t, reg, name) }
+
+// sumMetric sums the series of a gauge or counter.
+func sumMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -22,7 +25,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	for _, mf := range mfs {
 		if mf.GetName() == name {
 			for _, m := range mf.GetMetric() {
-				sum += m.GetGauge().GetValue()
+				sum += m.GetGauge().GetValue() + m.GetCounter().GetValue()
 			}
 		}
 	}
