@@ -256,7 +256,8 @@ func (pt *partition) addFixed(ent *state.Entity, set *plan.Set, key string, ev p
 		if err != nil {
 			return false, false, err
 		}
-		if i < 0 {
+		created := i < 0
+		if created {
 			ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: w.Start, End: w.End, Key: key})
 			i = len(ent.Windows) - 1
 		}
@@ -266,7 +267,7 @@ func (pt *partition) addFixed(ent *state.Entity, set *plan.Set, key string, ev p
 		storeAccs(&ent.Windows[i], accs)
 		ent.Windows[i].Revision++
 		if contribs != nil {
-			*contribs = append(*contribs, contribution{set: set, key: key, w: w})
+			*contribs = append(*contribs, contribution{set: set, key: key, w: w, created: created})
 		} else {
 			addUpdate(set, &ent.Windows[i], accs, now, ups)
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/abacustest"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/windows"
 )
 
 // cpuTime is the process's user and system CPU time so far.
@@ -46,4 +48,56 @@ func BenchmarkDriver100k(b *testing.B) {
 	// CPU time (all threads, GC included) per op: on a shared machine, wall time per op says more
 	// about the neighbours than about the driver.
 	b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+}
+
+// BenchmarkRollups compares, in one run, a topology of one per-entity set, of three per-entity
+// sets, and of the per-entity set beside a per-region rollup (100 regions) and a global one: what
+// rollups cost the processor per event beyond the sets they add (issue 24's goal: at least 0.7 of
+// the entity-only throughput).
+func BenchmarkRollups(b *testing.B) {
+	for _, variant := range []string{"entity-only", "three-entity-sets", "entity+region+global"} {
+		withRollups := variant == "entity+region+global"
+		b.Run(variant, func(b *testing.B) {
+			bld := topology.New("bench")
+			src := topology.NewSource(bld, "readings", topology.JSON[reading](),
+				func(r reading) string { return r.Device },
+				func(r reading) time.Time { return time.UnixMilli(r.TS) })
+			src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(0).Count("count").Sum("sum", "Temp").Max("max", "Temp")
+			if variant == "three-entity-sets" { // the same work per event, without rollups
+				src.Aggregate("minute2", windows.Tumbling(time.Minute)).Grace(0).Count("count").Sum("sum", "Temp").Max("max", "Temp")
+				src.Aggregate("minute3", windows.Tumbling(time.Minute)).Grace(0).Count("count").Sum("sum", "Temp").Max("max", "Temp")
+			}
+			if withRollups {
+				src.Aggregate("region", windows.Tumbling(time.Minute)).Grace(0).
+					By("region", func(r reading) string { return "r" + r.Device[len(r.Device)-2:] }).
+					Count("count").Sum("sum", "Temp").Max("max", "Temp")
+				src.Aggregate("all", windows.Tumbling(time.Minute)).Grace(0).Global().Count("count").Sum("sum", "Temp").Max("max", "Temp")
+			}
+			topo, err := bld.Build()
+			if err != nil {
+				b.Fatal(err)
+			}
+			const n, devices = 100_000, 1000
+			vals := make([][]byte, n)
+			keys := make([]string, n)
+			for i := range n {
+				keys[i] = fmt.Sprintf("dev-%04d", i%devices)
+				vals[i] = fmt.Appendf(nil, `{"device":%q,"ts":%d,"temp":%d}`, keys[i], t0+int64(i)*6, i%40)
+			}
+			b.ResetTimer()
+			cpu0 := cpuTime()
+			for range b.N {
+				d := abacustest.New(b, topo, abacustest.Options{Start: at(t0)})
+				for i := range n {
+					d.Send("readings", keys[i], vals[i], abacustest.At(at(t0+int64(i)*6)))
+				}
+				d.Advance(3 * time.Minute)
+				if withRollups && len(d.FinalsOf("all", topology.GlobalKey)) == 0 {
+					b.Fatal("no global finals")
+				}
+			}
+			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+		})
+	}
 }

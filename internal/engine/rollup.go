@@ -90,14 +90,18 @@ func rollupValue(key string, set *plan.Set) string {
 // contribution is a window of a rollup set an applied event added to, for the partition's
 // partial once the event is committed.
 type contribution struct {
-	set *plan.Set
-	key string
-	w   windows.Window
+	set     *plan.Set
+	key     string
+	w       windows.Window
+	created bool // the entity's first event in this window: it becomes a contributor
 }
 
 // contribute records that entity contributes to the partial of (set, key, w), and, for an
 // EmitEarly set, adds the event to its running total and sends an early partial when due.
 func (pt *partition) contribute(ctx goka.Context, entity string, c contribution, ev plan.Event, t int64, now time.Time) {
+	if !c.created && c.set.Emit != plan.EmitEarly {
+		return // a contributor already: nothing to do until its window closes
+	}
 	p := pt.partialOf(c.set, c.key, c.w)
 	if _, ok := p.contributors[entity]; !ok {
 		p.contributors[entity] = false
