@@ -21,9 +21,10 @@ type countAcc struct{ n uint64 }
 
 func countDef(name string) aggDef {
 	return aggDef{
-		Name: name,
-		Kind: "count",
-		New:  func() accumulator { return &countAcc{} },
+		Name:     name,
+		Kind:     "count",
+		MaxBytes: 11, // a uvarint
+		New:      func() accumulator { return &countAcc{} },
 		Decode: func(b []byte) (accumulator, error) {
 			n, k := binary.Uvarint(b)
 			if k <= 0 {
@@ -97,9 +98,10 @@ func floatDef[E any](name, field string, resolve func(string) (func(E) float64, 
 func floatDefOf[E any](name string, f func(E) float64, op floatOp) aggDef {
 	get := func(e event) float64 { return f(e.(E)) }
 	return aggDef{
-		Name: name,
-		Kind: op.String(),
-		New:  func() accumulator { return &floatAcc{op: op, get: get} },
+		Name:     name,
+		Kind:     op.String(),
+		MaxBytes: 24, // a flags byte, the value and a varint aux
+		New:      func() accumulator { return &floatAcc{op: op, get: get} },
 		Decode: func(b []byte) (accumulator, error) {
 			a := &floatAcc{op: op, get: get}
 			if err := a.decode(b); err != nil {
@@ -264,11 +266,16 @@ type distinctAcc struct {
 	get func(event) []byte
 }
 
+// hllMaxBytes is the largest encoding of the HyperLogLog sketch (dense, precision 14: 16,392
+// bytes measured) with room for its framing.
+const hllMaxBytes = 16_400
+
 func distinctDef(name string, get func(event) []byte) aggDef {
 	return aggDef{
-		Name: name,
-		Kind: "distinct hll",
-		New:  func() accumulator { return &distinctAcc{sk: hyperloglog.New(), get: get} },
+		Name:     name,
+		Kind:     "distinct hll",
+		MaxBytes: hllMaxBytes,
+		New:      func() accumulator { return &distinctAcc{sk: hyperloglog.New(), get: get} },
 		Decode: func(b []byte) (accumulator, error) {
 			sk := hyperloglog.New()
 			if err := sk.UnmarshalBinary(b); err != nil {

@@ -309,6 +309,30 @@ func (t *Topology) WithTopicNames(prefix string, names map[string]string) (*Topo
 	return &Topology{plan.Compile(&p)}, nil
 }
 
+// rollupStateOverhead is what a rollup owner's state holds beside its merged accumulators for one
+// window: the window itself, its slots' final markers (a few bytes per source partition) and the
+// layout's description, for a group of up to a few hundred partitions.
+const rollupStateOverhead = 4 << 10
+
+// fitsMessages refuses a rollup set whose merged accumulators could make its owner's state larger
+// than a message: a state the changelog refuses cannot be written, and the window's total would be
+// lost. Aggregations without a bound (quantiles over any range, custom ones) are checked when
+// the processor merges them.
+func fitsMessages(s *plan.Set, maxMessage int) error {
+	if s.Rollup == nil {
+		return nil
+	}
+	n := rollupStateOverhead
+	for _, a := range s.Aggs {
+		n += a.MaxBytes
+	}
+	if n > maxMessage {
+		return fmt.Errorf("aggregate set %q: a rollup's merged state can reach %d bytes (a HyperLogLog alone takes %d), more than MaxMessageBytes %d: raise MaxMessageBytes or drop an aggregation",
+			s.Name, n, hllMaxBytes, maxMessage)
+	}
+	return nil
+}
+
 // Build checks every declaration and returns the topology, or an error naming each field at fault.
 func (b *Builder) Build() (*Topology, error) {
 	var errs []error
@@ -362,6 +386,10 @@ func (b *Builder) Build() (*Topology, error) {
 		}
 		def, err := s.compile(src)
 		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := fitsMessages(def, b.maxMessage); err != nil {
 			errs = append(errs, err)
 			continue
 		}

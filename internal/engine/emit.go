@@ -66,9 +66,15 @@ func (e *Engine) late(ctx goka.Context, raw []byte, set *plan.Set, src recordAt,
 // names the totals topic, set and entity, the processor's partition and, as offset, the window's
 // end, so that a repeat after a restart is the same record.
 func (e *Engine) deadLetterFinal(ctx goka.Context, partition int32, entity string, set *plan.Set, w *state.Window, err error) {
+	e.deadLetterWindow(ctx, partition, entity, set, w, deadletter.UserError, fmt.Sprintf("cannot be computed: %v", err))
+}
+
+// deadLetterWindow sets aside the final total of a window that cannot be made, for reason (see
+// deadLetterFinal); why completes "the final total of window ... ".
+func (e *Engine) deadLetterWindow(ctx goka.Context, partition int32, entity string, set *plan.Set, w *state.Window, reason deadletter.Reason, why string) {
 	src := deadletter.Source{Topic: e.plan.TotalsTopic + "/" + set.Name + "/" + entity, Partition: partition, Offset: w.End}
-	r := deadletter.Record{Source: src, Reason: deadletter.UserError, Set: set.Name, Key: []byte(entity), Timestamp: time.UnixMilli(w.End),
-		Detail: fmt.Sprintf("the final total of window [%d, %d) of set %s, entity %q, cannot be computed: %v", w.Start, w.End, set.Name, entity, err)}
+	r := deadletter.Record{Source: src, Reason: reason, Set: set.Name, Key: []byte(entity), Timestamp: time.UnixMilli(w.End),
+		Detail: fmt.Sprintf("the final total of window [%d, %d) of set %s, entity %q, %s", w.Start, w.End, set.Name, entity, why)}
 	r.Fit(e.plan.MaxMessageBytes)
 	e.cfg.Output(ctx, e.plan.DeadLetter, string(r.RecordKey()), r.Value, goka.Headers(headerMap(r.RecordHeaders())))
 	e.m.deadLettered.WithLabelValues(string(r.Reason)).Inc()

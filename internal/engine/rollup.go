@@ -9,6 +9,7 @@ import (
 
 	"github.com/lovoo/goka"
 
+	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/internal/wire"
 	"github.com/abacus-stream/abacus/state"
@@ -242,7 +243,20 @@ func (pt *partition) sendPartial(ctx goka.Context, set *plan.Set, pk partialKey,
 	for _, a := range accs {
 		m.aggs = append(m.aggs, a.AppendBinary(nil))
 	}
-	ctx.Loopback(plan.RollupStateKey(set.Name, pk.key), m.encode())
+	b := m.encode()
+	if n := len(b) + len(plan.RollupStateKey(set.Name, pk.key)); n > pt.e.plan.MaxMessageBytes {
+		// Kafka would refuse it, and the processor would stop on it at every restart. An early
+		// partial is skipped; a final one goes as "failed": the owner dead-letters the window's
+		// final (it cannot be whole) instead of closing it without this partition's share.
+		pt.e.log.Warn("rollup partial total too large for a message", "set", set.Name, "key", pk.key, "window_start", pk.start,
+			"final", final, "bytes", n, "limit", pt.e.plan.MaxMessageBytes)
+		if !final {
+			return
+		}
+		m.aggs, m.failed = nil, true
+		b = m.encode()
+	}
+	ctx.Loopback(plan.RollupStateKey(set.Name, pk.key), b)
 }
 
 // settleRollups takes in the final partials Kafka acknowledged: they are done, their
@@ -344,6 +358,11 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	}
 	before := len(ent.Windows)
 	mi := ent.FindKey(set.Index, m.start, "")
+	hadMerged := mi >= 0
+	if mi >= 0 && ent.Windows[mi].Final {
+		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
+		return // its final could not be kept and was dead-lettered
+	}
 	if mi < 0 {
 		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end})
 		mi = len(ent.Windows) - 1
@@ -352,7 +371,11 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end, Key: slot})
 		si = len(ent.Windows) - 1
 	}
-	if m.final {
+	switch {
+	case m.failed:
+		mi = pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be made: the partial total of source partition %d is larger than a message (MaxMessageBytes %d)",
+			m.from, e.plan.MaxMessageBytes))
+	case m.final:
 		accs, err := accumulators(set, ent, mi)
 		if err == nil {
 			var part []plan.Accumulator
@@ -361,20 +384,21 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 			}
 		}
 		if err != nil {
+			// User code cannot read or merge the partial: the window cannot be whole.
 			e.m.panics.WithLabelValues("close").Inc()
-			e.log.Error("partial total of a rollup cannot be merged: dead-lettered", "set", set.Name, "key", ctx.Key(), "from", m.from, "err", err)
-			e.deadLetterFinal(ctx, pt.id, ctx.Key(), set, &ent.Windows[mi], err)
-		} else {
-			storeAccs(&ent.Windows[mi], accs)
-			ent.Windows[mi].Revision += m.revision
+			e.log.Error("partial total of a rollup cannot be merged: its window's final is dead-lettered", "set", set.Name, "key", ctx.Key(), "from", m.from, "err", err)
+			mi = pt.giveUp(ctx, ent, set, m, deadletter.UserError, fmt.Sprintf("cannot be computed: the partial total of source partition %d cannot be merged: %v", m.from, err))
+			break
 		}
+		storeAccs(&ent.Windows[mi], accs)
+		ent.Windows[mi].Revision += m.revision
 		ent.Windows[si].Final, ent.Windows[si].Aggs, ent.Windows[si].Revision = true, nil, m.revision
-	} else {
+	default:
 		ent.Windows[si].Aggs, ent.Windows[si].Revision = m.aggs, m.revision
 	}
 	now := e.cfg.Now()
 	var early *update
-	if set.Emit == plan.EmitEarly {
+	if set.Emit == plan.EmitEarly && !ent.Windows[mi].Final {
 		if lw := &ent.Windows[mi]; lw.LastEmit == 0 || now.Sub(time.UnixMilli(lw.LastEmit)) >= set.EmitEvery {
 			if vs, rev, err := pt.mergedValues(set, ent, mi); err == nil {
 				lw.LastEmit = now.UnixMilli()
@@ -384,19 +408,27 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		}
 	}
 	if n := pt.stateSize(ent); n > e.plan.MaxMessageBytes {
-		// The owner's state holds a window's merged final partials and the early partials of the
-		// slots not final yet: only early partials can grow it past the limit, and one can go.
-		if !m.final {
-			e.log.Error("rollup owner state too large: early partial dropped", "set", set.Name, "key", ctx.Key(), "bytes", n, "limit", e.plan.MaxMessageBytes)
-			return
+		// The owner's state holds per window the merge of the final partials and the early
+		// partials of the slots not final yet. Early partials only serve early totals: they go
+		// first, the ones of every window of the key, so that the state fits the changelog.
+		dropped := 0
+		for i := range ent.Windows {
+			if w := &ent.Windows[i]; w.Key != "" && !w.Final && w.Aggs != nil {
+				w.Aggs, dropped = nil, dropped+1
+			}
 		}
-		e.fail(ctx, fmt.Errorf("rollup set %s, key %q: the merged state is %d bytes, more than the limit of %d (MaxMessageBytes)", set.Name, ctx.Key(), n, e.plan.MaxMessageBytes))
-		return
+		n2 := pt.stateSize(ent)
+		e.log.Warn("rollup owner state too large for a message: early partials dropped", "set", set.Name, "key", ctx.Key(),
+			"bytes", n, "without_early", n2, "dropped", dropped, "limit", e.plan.MaxMessageBytes)
+		if n2 > e.plan.MaxMessageBytes {
+			mi, early = pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be kept: merging the partial totals makes the owner's state %d bytes, more than the limit of %d (MaxMessageBytes)",
+				n2, e.plan.MaxMessageBytes)), nil
+		}
 	}
 	ent.StreamTime = max(ent.StreamTime, pt.closeST())
-	opened := 0
-	if mi >= before {
-		opened = 1 // slots are held, not open: only the merged window has a final to come
+	opened := 1 // slots are held, not open: only the merged window (or its marker) has a close to come
+	if hadMerged {
+		opened = 0
 	}
 	pt.windowsDelta(opened, len(ent.Windows)-before)
 	pt.set(ctx, ent)
@@ -407,6 +439,23 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		e.emit(ctx, rollupValue(ctx.Key(), set), set, &early.window, early.values, false)
 	}
 	pt.schedule(ctx.Key(), ent)
+}
+
+// giveUp dead-letters the final total of m's window of the owner's key, which cannot be whole,
+// and leaves of the window only a marker (its merged window, Final) by which later partials for
+// it are ignored and nothing is emitted: stopping instead would stop at it after every restart.
+// It returns the marker's index.
+func (pt *partition) giveUp(ctx goka.Context, ent *state.Entity, set *plan.Set, m *partialMsg, reason deadletter.Reason, why string) int {
+	marker := state.Window{Set: set.Index, Start: m.start, End: m.end, Final: true}
+	pt.e.deadLetterWindow(ctx, pt.id, rollupValue(ctx.Key(), set), set, &marker, reason, why)
+	kept := ent.Windows[:0]
+	for _, w := range ent.Windows {
+		if w.Set != set.Index || w.Start != m.start {
+			kept = append(kept, w)
+		}
+	}
+	ent.Windows = append(kept, marker)
+	return len(ent.Windows) - 1
 }
 
 // decodeAccs decodes a partial's accumulators.
@@ -456,6 +505,9 @@ func (pt *partition) mergedValues(set *plan.Set, ent *state.Entity, mi int) ([]t
 // emitMerged emits the final total of an owner's merged window mi.
 func (pt *partition) emitMerged(ctx goka.Context, entity string, set *plan.Set, ent *state.Entity, mi int) {
 	e := pt.e
+	if ent.Windows[mi].Final {
+		return // dead-lettered: too large to keep
+	}
 	vs, rev, err := pt.mergedValues(set, ent, mi)
 	w := ent.Windows[mi]
 	if err != nil {
@@ -525,13 +577,15 @@ func (pt *partition) contributionDone(w *state.Window) bool {
 func ownerClosesAt(set *plan.Set, w *state.Window) int64 { return w.Span().ClosesAt(set.Grace) }
 
 // partialMsg is a partial total sent to a rollup key's owner. Encoding after the kind byte:
-// uvarint set, varint start, uvarint end - start, varint source partition, byte final, uvarint
+// uvarint set, varint start, uvarint end - start, varint source partition, byte final (0 early,
+// 1 final, 2 final but failed: too large to send), uvarint
 // revision, uvarint #aggs, each uvarint len + bytes.
 type partialMsg struct {
 	set        uint16
 	start, end int64
 	from       int32
 	final      bool
+	failed     bool // final, but too large to send: the owner gives the window up
 	revision   uint64
 	aggs       [][]byte
 }
@@ -542,9 +596,12 @@ func (m *partialMsg) encode() []byte {
 	b = binary.AppendVarint(b, m.start)
 	b = binary.AppendUvarint(b, uint64(m.end-m.start))
 	b = binary.AppendVarint(b, int64(m.from))
-	if m.final {
+	switch {
+	case m.failed:
+		b = append(b, 2)
+	case m.final:
 		b = append(b, 1)
-	} else {
+	default:
 		b = append(b, 0)
 	}
 	b = binary.AppendUvarint(b, m.revision)
@@ -560,7 +617,12 @@ func decodePartial(d *wire.Reader) *partialMsg {
 	m := &partialMsg{set: uint16(d.Uvarint()), start: d.Varint()}
 	m.end = m.start + int64(d.Uvarint())
 	m.from = int32(d.Varint())
-	m.final = d.Byte() == 1
+	switch d.Byte() {
+	case 1:
+		m.final = true
+	case 2:
+		m.final, m.failed = true, true
+	}
 	m.revision = d.Uvarint()
 	n := d.Count()
 	for i := 0; i < n && d.Err() == nil; i++ {

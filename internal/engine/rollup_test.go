@@ -1,7 +1,9 @@
 package engine_test
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
@@ -309,5 +311,121 @@ func TestRollupKeyChangeRefused(t *testing.T) {
 	d.RestartWith(build(true), false)
 	if failed == nil || !strings.Contains(failed.Error(), `aggregate set "minute" changed its window or key`) {
 		t.Fatalf("restart with the set keyed otherwise: %v", failed)
+	}
+}
+
+// TestRollupOwnerStateFitsMessages: a rollup whose merged sketch cannot fit a message is refused
+// by Build; one that fits, but not beside the early partials of every partition, has its owner
+// drop early partials, never a final, and never stop. The final's distinct count is the sketch's
+// estimate of every device.
+func TestRollupOwnerStateFitsMessages(t *testing.T) {
+	build := func(maxMessage int) (*topology.Topology, error) {
+		b := topology.New("sketch").MaxMessageBytes(maxMessage)
+		src := topology.NewSource(b, "readings", topology.JSON[reading](),
+			func(r reading) string { return r.Device },
+			func(r reading) time.Time { return time.UnixMilli(r.TS) })
+		src.Aggregate("all", windows.Tumbling(time.Minute)).Grace(0).Global().Emit(topology.EarlyEvery(time.Second)).
+			Count("count").Distinct("devices", "Device")
+		return b.Build()
+	}
+	if _, err := build(16 << 10); err == nil || !strings.Contains(err.Error(), `aggregate set "all": a rollup's merged state can reach`) {
+		t.Fatalf("Build with a HyperLogLog over 16 KiB messages: %v", err)
+	}
+	topo, err := build(24 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed error
+	var logs bytes.Buffer
+	d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: 4, IdleTimeout: 5 * time.Second,
+		OnFail: func(err error) { failed = err }, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	const devices = 20_000
+	for i := range devices {
+		dev := fmt.Sprintf("device-%05d", i)
+		d.Pipe("readings", dev, reading{Device: dev, TS: t0 + int64(i)*2, Temp: 1})
+		if i%1000 == 0 {
+			d.Advance(2 * time.Second) // early partials from every partition
+		}
+	}
+	d.Advance(2 * time.Minute)
+	if failed != nil {
+		t.Fatalf("the processor stopped: %v", failed)
+	}
+	f := d.Final("all", topology.GlobalKey, at(t0))
+	if f.Float("count") != devices {
+		t.Fatalf("count %v, want %d", f.Float("count"), devices)
+	}
+	if est := f.Float("devices"); math.Abs(est-devices) > 0.03*devices {
+		t.Fatalf("distinct devices %v, want about %d", est, devices)
+	}
+	if len(d.DeadLetters()) != 0 {
+		t.Fatalf("dead letters: %+v", d.DeadLetters())
+	}
+	if !strings.Contains(logs.String(), "early partials dropped") {
+		t.Fatal("the owner's state never grew past a message: the test does not test the limit")
+	}
+}
+
+// TestRollupTooLargeDeadLettersWindow: an aggregation with no bound (a custom one collecting
+// values) whose partial, or whose merge at the owner, cannot fit a message: the window's final is
+// dead-lettered once, with its reason, no final that misses a partition's share is emitted, and
+// the processor and the other sets go on.
+func TestRollupTooLargeDeadLettersWindow(t *testing.T) {
+	values := topology.UserDefined[reading, []string]{
+		Init:   func() []string { return nil },
+		Add:    func(a []string, r reading, _ int64) []string { return append(a, r.Device) },
+		Merge:  func(a, b []string) []string { return append(a, b...) },
+		Encode: func(a []string) []byte { return []byte(strings.Join(a, ",")) },
+		Decode: func(b []byte) ([]string, error) {
+			if len(b) == 0 {
+				return nil, nil
+			}
+			return strings.Split(string(b), ","), nil
+		},
+	}
+	for _, c := range []struct {
+		name       string
+		partitions int
+		devices    int
+		why        string
+	}{
+		{"merged at the owner", 4, 3000, "merging the partial totals makes the owner's state"},
+		{"one partition's partial", 2, 4000, "is larger than a message"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := topology.New("big").MaxMessageBytes(16 << 10)
+			src := topology.NewSource(b, "readings", topology.JSON[reading](),
+				func(r reading) string { return r.Device },
+				func(r reading) time.Time { return time.UnixMilli(r.TS) })
+			src.Aggregate("names", windows.Tumbling(time.Minute)).Grace(0).Global().Custom("names", values)
+			src.Aggregate("count", windows.Tumbling(time.Minute)).Grace(0).Global().Count("count")
+			topo, err := b.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed error
+			d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: c.partitions, IdleTimeout: 5 * time.Second,
+				OnFail: func(err error) { failed = err }})
+			for i := range c.devices {
+				dev := fmt.Sprintf("device-%05d", i)
+				d.Pipe("readings", dev, reading{Device: dev, TS: t0 + int64(i)*10})
+			}
+			d.Advance(2 * time.Minute)
+			d.Restart(false) // repeated partials after a restart: still one dead letter
+			d.Advance(2 * time.Minute)
+			if failed != nil {
+				t.Fatalf("the processor stopped: %v", failed)
+			}
+			if n := d.Final("count", topology.GlobalKey, at(t0)).Float("count"); n != float64(c.devices) {
+				t.Fatalf("count %v, want %d", n, c.devices)
+			}
+			if fs := d.FinalsOf("names", topology.GlobalKey); len(fs) != 0 {
+				t.Fatalf("finals of a window that cannot be whole: %v", fs)
+			}
+			dl := d.DeadLetters()
+			if len(dl) != 1 || dl[0].Reason != "too-large" || !strings.Contains(dl[0].Detail, c.why) || dl[0].Set != "names" {
+				t.Fatalf("dead letters %+v, want one too-large of set names saying %q", dl, c.why)
+			}
+		})
 	}
 }

@@ -50,6 +50,10 @@ type Agg struct {
 	// Merge): it cannot be in a session set, whose windows merge, or in a rollup set, whose
 	// partial totals merge.
 	NoMerge bool
+	// MaxBytes bounds the accumulator's encoding, whatever it is fed (a count's few bytes, a
+	// HyperLogLog's dense registers); 0 when nothing bounds it (a DDSketch over any range, a
+	// custom aggregation). A rollup owner's state holds one merged accumulator per window.
+	MaxBytes int
 }
 
 // EmitMode says when an aggregate set emits totals (topology.EmitMode has the same values).
