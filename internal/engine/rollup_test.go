@@ -3,8 +3,8 @@ package engine_test
 import (
 	"bytes"
 	"fmt"
-	"log/slog"
 	"hash/fnv"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"strings"

@@ -12,7 +12,9 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 { return sumMetric(t, reg, name) }
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	return sumMetric(t, reg, name)
+}
 
 // sumMetric sums the series of a gauge or counter.
 func sumMetric(t *testing.T, reg *prometheus.Registry, name string) float64 {
