@@ -108,9 +108,18 @@ func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Windo
 	if !v.view.Recovered() {
 		return nil, nil // still loading: the table's stored totals are all there is to show yet
 	}
-	val, err := v.view.Get(entity)
+	key := entity
+	if def.Rollup != nil {
+		if def.Emit != plan.EmitEarly {
+			// The owner holds only the partials that are final, not a running total: shown live,
+			// a window would look like the whole while it misses the partitions still open.
+			return nil, nil
+		}
+		key = plan.RollupStateKey(set, entity)
+	}
+	val, err := v.view.Get(key)
 	if err != nil {
-		return nil, fmt.Errorf("live: get %s: %w", entity, err)
+		return nil, fmt.Errorf("live: get %s: %w", key, err)
 	}
 	e, _ := val.(*state.Entity)
 	if e == nil || (e.Layout != 0 && e.Layout != v.layout) {
@@ -118,26 +127,70 @@ func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Windo
 		// next write; until then its windows are shown as they land in the table.
 		return nil, nil
 	}
+	return openWindows(def, entity, e)
+}
+
+// openWindows are the windows of e, an entity's state or a rollup owner's, that set def holds
+// open, with their running totals, as the entity (or rollup key) entity's.
+func openWindows(def *plan.Set, entity string, e *state.Entity) ([]query.Window, error) {
+	set := def.Name
 	var out []query.Window
 	for _, w := range e.Windows {
-		if w.Set != def.Index || e.Closed(w, def.Grace) {
+		// Keyed windows are an entity's contributions to a rollup, or an owner's slots; a final
+		// merged window is the marker of one whose total could not be kept.
+		if w.Set != def.Index || w.Key != "" || w.Final || e.Closed(w, def.Grace) {
 			continue
 		}
+		accs, err := decodeAccs(def, w.Aggs)
+		if err != nil {
+			return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
+		}
+		rev := w.Revision
+		if def.Rollup != nil {
+			// The owner's running total: the final partials merged, and the early partials of the
+			// partitions not final yet.
+			for _, slot := range e.Windows {
+				if slot.Set != def.Index || slot.Start != w.Start || slot.Key == "" || slot.Final || slot.Aggs == nil {
+					continue
+				}
+				part, err := decodeAccs(def, slot.Aggs)
+				if err != nil {
+					return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
+				}
+				for k := range accs {
+					if err := accs[k].Merge(part[k]); err != nil {
+						return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
+					}
+				}
+				rev += slot.Revision
+			}
+		}
 		qw := query.Window{Entity: entity, Set: set, Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End),
-			Revision: w.Revision, Live: true, Values: map[string]totals.Value{}}
+			Revision: rev, Live: true, Values: map[string]totals.Value{}}
 		for k, ad := range def.Aggs {
-			if k >= len(w.Aggs) {
-				break
-			}
-			acc, err := ad.Decode(w.Aggs[k])
-			if err != nil {
-				return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
-			}
-			val := acc.Value()
+			val := accs[k].Value()
 			val.Name = ad.Name
 			qw.Values[ad.Name] = val
 		}
 		out = append(out, qw)
 	}
 	return out, nil
+}
+
+// decodeAccs decodes a window's accumulators; an aggregation the window has none of (added to
+// the set since) starts empty.
+func decodeAccs(def *plan.Set, aggs [][]byte) ([]plan.Accumulator, error) {
+	accs := make([]plan.Accumulator, len(def.Aggs))
+	for k, ad := range def.Aggs {
+		if k >= len(aggs) || aggs[k] == nil {
+			accs[k] = ad.New()
+			continue
+		}
+		acc, err := ad.Decode(aggs[k])
+		if err != nil {
+			return nil, err
+		}
+		accs[k] = acc
+	}
+	return accs, nil
 }
