@@ -144,3 +144,53 @@ func TestRepartitionFencesBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestRollupStateFollowsOpenWindows (DESIGN invariant 11, for rollups): entities that come and
+// go leave the table with their contributions once the partials are acknowledged, and the owners
+// keep only the windows not yet pruned: the table, the windows held and the open windows follow
+// the stream, not the entities or windows ever seen.
+func TestRollupStateFollowsOpenWindows(t *testing.T) {
+	const n = 20_000
+	b := topology.New("many")
+	src := topology.NewSource(b, "readings", topology.JSON[reading](),
+		func(r reading) string { return r.Device },
+		func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	src.Aggregate("region", windows.Tumbling(time.Minute)).Grace(5*time.Second).
+		By("region", func(r reading) string { return r.Device[len(r.Device)-1:] }).Count("n")
+	src.Aggregate("all", windows.Tumbling(time.Minute)).Grace(5 * time.Second).Global().Count("n")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: 4, FinalRetention: 30 * time.Second, IdleTimeout: 2 * time.Minute})
+	step := time.Hour.Milliseconds() / int64(n)
+	for i := range n {
+		ts := t0 + int64(i)*step
+		dev := fmt.Sprintf("dev-%07d", i) // every event a new entity
+		d.Pipe("readings", dev, reading{Device: dev, TS: ts, Temp: 1}, abacustest.At(at(ts)))
+		if i%(n/120) == 0 {
+			d.Advance(30 * time.Second) // the wall clock moves with the stream: ticks prune
+		}
+	}
+	d.Advance(6 * time.Minute) // idle: the last windows close, and the retention passes
+	if got := d.Entities(); got != 0 {
+		t.Fatalf("%d entities in the table after %d seen, all windows closed and pruned", got, n)
+	}
+	if got := gauge(t, d.Registry(), "abacus_processor_entities"); got != 0 {
+		t.Fatalf("%v keys in the table (entities and rollup owners) after every window was pruned", got)
+	}
+	if held := gauge(t, d.Registry(), "abacus_processor_windows_held"); held != 0 {
+		t.Fatalf("%v windows held after every window closed and was pruned", held)
+	}
+	if open := gauge(t, d.Registry(), "abacus_processor_windows_open"); open != 0 {
+		t.Fatalf("%v windows open after every window closed", open)
+	}
+	total := 0.0
+	for _, f := range d.FinalsOf("all", topology.GlobalKey) {
+		total += f.Float("n")
+	}
+	if total != n {
+		t.Log("late", sumMetric(t, d.Registry(), "abacus_processor_late_dropped_total"))
+		t.Fatalf("fleet-wide finals count %v events, want %d", total, n)
+	}
+}
