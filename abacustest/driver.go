@@ -11,6 +11,13 @@
 //	d.Pipe("readings", "dev-1", Reading{Device: "dev-1", TS: t0 + 61_000, Temp: 22})
 //	d.Final("minute", "dev-1", time.UnixMilli(t0)).Expect(t, map[string]float64{"count": 1, "max_temp": 20})
 //
+// Rollup sets (By, Global) run as in a processor group: each partition's partial totals go to the
+// key's owner through the in-memory loop topic, and progress messages close the owner's windows;
+// their finals are read like an entity's, with the rollup key in the entity's place
+// (d.Final("fleet", topology.GlobalKey, start)). With Partitions above 1 a rollup's final waits,
+// as it does on Kafka, for every partition to close the window: Advance past the idle timeout
+// closes those that have no more events.
+//
 // Kafka's part is simulated plainly: every message is acknowledged at once, records are processed
 // in the order they are sent (re-keyed events and ticks after the record that caused them), and
 // every processed record counts as committed, so Redeliver is how a test replays records.
