@@ -46,6 +46,7 @@ type partial struct {
 	accs         []plan.Accumulator
 	revision     uint64
 	sent         bool
+	failed       bool   // a contribution could not be merged: the final partial goes as failed
 	bound        uint64 // Sent bound of the final partial, once sent
 	// early is the running merge of the window's events, for the early partials of an EmitEarly
 	// set (rebuilt from the contributions after a restart).
@@ -201,11 +202,13 @@ func (pt *partition) mergeContribution(ctx goka.Context, entity string, ent *sta
 		err = mergeInto(set, p.accs, accs)
 	}
 	if err != nil {
-		// User code cannot read or merge this contribution: it is dead-lettered as a final
-		// total would be, and the partial goes on without it.
+		// User code cannot read or merge this contribution: the entity's share is dead-lettered
+		// as a final total would be, and the partial goes as failed, so that the owner
+		// dead-letters the window's total rather than emit one without this share.
 		pt.e.m.panics.WithLabelValues("close").Inc()
 		pt.e.log.Error("contribution to a rollup cannot be merged: dead-lettered", "set", set.Name, "entity", entity, "key", w.Key, "window_start", w.Start, "err", err)
 		pt.e.deadLetterFinal(ctx, pt.id, entity, set, w, err)
+		p.failed = true
 	} else {
 		p.revision += w.Revision
 	}
@@ -219,7 +222,12 @@ func (pt *partition) mergeContribution(ctx goka.Context, entity string, ent *sta
 // sendFinal sends a partial whose contributions are all merged to its key's owner, as final.
 func (pt *partition) sendFinal(ctx goka.Context, pk partialKey, p *partial) {
 	set := pt.e.plan.Sets[pk.set]
-	pt.sendPartial(ctx, set, pk, p.end, p.revision, p.accs, true)
+	if p.failed {
+		m := &partialMsg{set: pk.set, start: pk.start, end: p.end, from: pt.id, final: true, failed: true, userError: true, revision: p.revision}
+		ctx.Loopback(plan.RollupStateKey(set.Name, pk.key), m.encode())
+	} else {
+		pt.sendPartial(ctx, set, pk, p.end, p.revision, p.accs, true)
+	}
 	p.sent, p.bound = true, pt.e.cfg.Durability.Sent()
 	p.early = nil
 	pt.ru.inflight = append(pt.ru.inflight, pk)
@@ -372,6 +380,8 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		si = len(ent.Windows) - 1
 	}
 	switch {
+	case m.failed && m.userError:
+		mi = pt.giveUp(ctx, ent, set, m, deadletter.UserError, fmt.Sprintf("cannot be computed: user code could not merge a contribution to the partial total of source partition %d (its dead letter names the entity)", m.from))
 	case m.failed:
 		mi = pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be made: the partial total of source partition %d is larger than a message (MaxMessageBytes %d)",
 			m.from, e.plan.MaxMessageBytes))
@@ -578,14 +588,15 @@ func ownerClosesAt(set *plan.Set, w *state.Window) int64 { return w.Span().Close
 
 // partialMsg is a partial total sent to a rollup key's owner. Encoding after the kind byte:
 // uvarint set, varint start, uvarint end - start, varint source partition, byte final (0 early,
-// 1 final, 2 final but failed: too large to send), uvarint
+// 1 final, 2 final but failed: too large to send, 3 failed: user code could not merge), uvarint
 // revision, uvarint #aggs, each uvarint len + bytes.
 type partialMsg struct {
 	set        uint16
 	start, end int64
 	from       int32
 	final      bool
-	failed     bool // final, but too large to send: the owner gives the window up
+	failed     bool // final, but failed: the owner gives the window up
+	userError  bool // failed because user code could not merge a contribution (else: too large)
 	revision   uint64
 	aggs       [][]byte
 }
@@ -597,6 +608,8 @@ func (m *partialMsg) encode() []byte {
 	b = binary.AppendUvarint(b, uint64(m.end-m.start))
 	b = binary.AppendVarint(b, int64(m.from))
 	switch {
+	case m.failed && m.userError:
+		b = append(b, 3)
 	case m.failed:
 		b = append(b, 2)
 	case m.final:
@@ -622,6 +635,8 @@ func decodePartial(d *wire.Reader) *partialMsg {
 		m.final = true
 	case 2:
 		m.final, m.failed = true, true
+	case 3:
+		m.final, m.failed, m.userError = true, true, true
 	}
 	m.revision = d.Uvarint()
 	n := d.Count()

@@ -429,3 +429,57 @@ func TestRollupTooLargeDeadLettersWindow(t *testing.T) {
 		})
 	}
 }
+
+// TestRollupMergePanicDeadLettersWindow: user code that cannot merge one entity's contribution
+// dead-letters that contribution (naming the entity) and the window's final (its total cannot be
+// whole); the next window, and the processor, go on.
+func TestRollupMergePanicDeadLettersWindow(t *testing.T) {
+	picky := topology.UserDefined[reading, string]{
+		Init: func() string { return "" },
+		Add:  func(a string, r reading, _ int64) string { return a + r.Device[:1] },
+		Merge: func(a, b string) string {
+			if strings.Contains(b, "x") {
+				panic("cannot merge an x")
+			}
+			return a + b
+		},
+		Encode: func(a string) []byte { return []byte(a) },
+		Decode: func(b []byte) (string, error) { return string(b), nil },
+	}
+	b := topology.New("picky")
+	src := topology.NewSource(b, "readings", topology.JSON[reading](),
+		func(r reading) string { return r.Device },
+		func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	src.Aggregate("letters", windows.Tumbling(time.Minute)).Grace(0).Global().Custom("letters", picky)
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed error
+	d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: 2, IdleTimeout: 5 * time.Second,
+		OnFail: func(err error) { failed = err }})
+	d.Pipe("readings", "a1", reading{Device: "a1", TS: t0})
+	d.Pipe("readings", "x1", reading{Device: "x1", TS: t0 + 1})
+	d.Pipe("readings", "b1", reading{Device: "b1", TS: t0 + 60_000})
+	d.Advance(3 * time.Minute)
+	if failed != nil {
+		t.Fatalf("the processor stopped: %v", failed)
+	}
+	if fs := d.FinalsOf("letters", topology.GlobalKey); len(fs) != 1 || !fs[0].Start.Equal(at(t0+60_000)) {
+		t.Fatalf("finals %v, want only the second window's", fs)
+	}
+	var entity, window int
+	for _, r := range d.DeadLetters() {
+		switch {
+		case r.Reason == "user-error" && strings.Contains(r.Detail, `entity "x1"`):
+			entity++
+		case r.Reason == "user-error" && strings.Contains(r.Detail, `entity "all"`) && strings.Contains(r.Detail, "could not merge a contribution"):
+			window++
+		default:
+			t.Errorf("dead letter %+v", r)
+		}
+	}
+	if entity != 1 || window != 1 {
+		t.Fatalf("%d dead letters of the contribution, %d of the window; want one each: %+v", entity, window, d.DeadLetters())
+	}
+}
