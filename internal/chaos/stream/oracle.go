@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/deadletter"
@@ -337,6 +338,26 @@ func (w *oracleWindow) value(name string) totals.Value {
 	panic("oracle: no aggregation " + name)
 }
 
+// RollupTotal describes the oracle's total of a rollup window, for reports of a cell that
+// differs; ok is false for a set and key without one.
+func (o *Oracle) RollupTotal(set, key string, start int64) (desc string, ok bool) {
+	w := o.rollups[windowKey{set, key, start}]
+	if w == nil {
+		return "", false
+	}
+	parts := make([]string, 0, len(w.set.aggs)+1)
+	for _, name := range w.set.aggs {
+		v := w.value(name)
+		if v.Kind == totals.KindInt {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, v.Int))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s=%v", name, v.Float))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("last at %d", w.lastT))
+	return strings.Join(parts, " "), true
+}
+
 // Open returns the windows still open: none once every partition got its flush event. A rollup
 // window is open until every partition's stream time passes its close (the partitions the oracle
 // has read records of: by the end, every partition has its flush event).
@@ -466,35 +487,38 @@ func (c *Cells) Compare(describe func(row, family, qualifier []byte) string) *Co
 	return &Comparer{want: c, gen: c.gen, describe: describe}
 }
 
-// Cell takes one version of a cell read from the table.
-func (cmp *Comparer) Cell(row, family, qualifier []byte, ts int64, value []byte) {
+// Cell takes one version of a cell read from the table, and reports whether it is an expected
+// cell, read once, with the expected timestamp and value.
+func (cmp *Comparer) Cell(row, family, qualifier []byte, ts int64, value []byte) bool {
 	cmp.D.Compared++
 	k := CellKey(row, string(family), qualifier)
 	if cmp.haveLast && k == cmp.lastKey {
 		cmp.D.ExtraVersions++
 		cmp.D.example("extra version of %s at %d", cmp.describe(row, family, qualifier), ts)
-		return
+		return false
 	}
 	cmp.lastKey, cmp.haveLast = k, true
 	w, ok := cmp.want.m[k]
 	if !ok {
 		cmp.D.Extra++
 		cmp.D.example("extra cell %s at %d", cmp.describe(row, family, qualifier), ts)
-		return
+		return false
 	}
 	if w.seen == cmp.gen {
 		// Versions of one cell come together: a cell read again later is a hash clash or a
 		// server that returned rows out of order; either way the comparison cannot vouch for it.
 		cmp.D.ExtraVersions++
 		cmp.D.example("cell %s read twice", cmp.describe(row, family, qualifier))
-		return
+		return false
 	}
 	w.seen = cmp.gen
 	cmp.want.m[k] = w
 	if w.ts != ts || w.value != ValueHash(value) {
 		cmp.D.WrongValue++
 		cmp.D.example("cell %s: timestamp %d value %x, want timestamp %d and another value", cmp.describe(row, family, qualifier), ts, value, w.ts)
+		return false
 	}
+	return true
 }
 
 // Finish counts the expected cells never read, and returns the outcome.
