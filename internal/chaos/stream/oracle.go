@@ -82,7 +82,7 @@ type oracleWindow struct {
 	n        int64
 	sum      float64
 	min, max float64
-	// lastT and lastV are the last value by event time and its time.
+	// lastV is the last value by event time, lastT its event time.
 	lastT int64
 	lastV float64
 }

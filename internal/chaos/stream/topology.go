@@ -6,7 +6,8 @@
 // The oracle re-implements the window semantics by itself (assignment, per-partition stream time,
 // grace, lateness) rather than calling the engine, so that the suite compares the pipeline with an
 // independent account of what it must compute. It shares with the pipeline only the byte layouts
-// of package schema and the JSON decoding of the events.
+// of package schema, the JSON decoding of the events and the rollups' keys (Region and
+// topology.GlobalKey); rollup windows it totals from its own entities' contributions.
 //
 // It must never depend on timing: the oracle's answer is a function of the records and their
 // order in each partition, which is also all the engine's answer may depend on.
