@@ -45,6 +45,48 @@ func describeAggregate(row, _, qualifier []byte) string {
 	return fmt.Sprintf("%s %s window %d %s", e, set, start, qualifier)
 }
 
+// describeAggregateOf names an aggregate cell with, for a rollup window's, the oracle's total:
+// the cells hold hashes only, and a differing rollup cell is reported with what it should hold.
+func describeAggregateOf(o *stream.Oracle) func(row, family, qualifier []byte) string {
+	return func(row, family, qualifier []byte) string {
+		d := describeAggregate(row, family, qualifier)
+		if e, set, start, err := schema.ParseAggregateRow(row); err == nil {
+			if total, ok := o.RollupTotal(set, e, start); ok {
+				d += " (the oracle's total: " + total + ")"
+			}
+		}
+		return d
+	}
+}
+
+// setTally counts an aggregates table's cells by set as a comparison reads them: the cells
+// read (newest versions) and those the oracle expects, with its value.
+type setTally struct {
+	read, right map[string]int64
+	lastRow     []byte
+	lastSet     string
+}
+
+func newSetTally() *setTally {
+	return &setTally{read: map[string]int64{}, right: map[string]int64{}}
+}
+
+// cell counts the newest version of a cell; right says the oracle's comparison found it right.
+func (t *setTally) cell(row []byte, right bool) {
+	if !bytes.Equal(row, t.lastRow) {
+		// A row's cells come together: parse its key once.
+		t.lastRow = append(t.lastRow[:0], row...)
+		t.lastSet = "(unreadable row)"
+		if _, set, _, err := schema.ParseAggregateRow(row); err == nil {
+			t.lastSet = set
+		}
+	}
+	t.read[t.lastSet]++
+	if right {
+		t.right[t.lastSet]++
+	}
+}
+
 func describeFact(row, _, qualifier []byte) string {
 	e, ts, err := schema.ParseFactRow(row)
 	if err != nil {
@@ -54,8 +96,9 @@ func describeFact(row, _, qualifier []byte) string {
 }
 
 // tableCheck compares one table with the oracle's cells and, when ref is set, with a reference
-// table's cells; it returns the cells it read, for use as a reference in turn.
-func tableCheck(ctx context.Context, hb *hbase.Client, table string, want, ref *stream.Cells, describe func(row, family, qualifier []byte) string) (vsOracle, vsRef stream.Diff, read *stream.Cells, err error) {
+// table's cells; it returns the cells it read, for use as a reference in turn. With tally set,
+// it counts the cells by set.
+func tableCheck(ctx context.Context, hb *hbase.Client, table string, want, ref *stream.Cells, describe func(row, family, qualifier []byte) string, tally *setTally) (vsOracle, vsRef stream.Diff, read *stream.Cells, err error) {
 	read = stream.NewCells()
 	cmpOracle := want.Compare(describe)
 	var cmpRef *stream.Comparer
@@ -65,7 +108,7 @@ func tableCheck(ctx context.Context, hb *hbase.Client, table string, want, ref *
 	var last uint64
 	first := true
 	err = scanTable(ctx, hb, table, func(c *hbase.Cell) {
-		cmpOracle.Cell(c.Row, c.Family, c.Qualifier, c.Timestamp, c.Value)
+		right := cmpOracle.Cell(c.Row, c.Family, c.Qualifier, c.Timestamp, c.Value)
 		if cmpRef != nil {
 			cmpRef.Cell(c.Row, c.Family, c.Qualifier, c.Timestamp, c.Value)
 		}
@@ -73,6 +116,9 @@ func tableCheck(ctx context.Context, hb *hbase.Client, table string, want, ref *
 		if k := stream.CellKey(c.Row, string(c.Family), c.Qualifier); first || k != last {
 			first, last = false, k
 			read.Add(c.Row, string(c.Family), c.Qualifier, c.Timestamp, c.Value, nil)
+			if tally != nil {
+				tally.cell(c.Row, right)
+			}
 		}
 	})
 	if err != nil {

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +12,7 @@ import (
 
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/chaos/stream"
+	"github.com/abacus-stream/abacus/schema"
 )
 
 // TestCheckDeadLetters: one dead letter per bad record passes; identical repeats are told from
@@ -131,5 +135,58 @@ func TestCheckLateRecords(t *testing.T) {
 	c = check(func(l *lateRecords) { l.add(rec(6, "tumble", 99_999)) })
 	if fails(c) || c.TimestampDiffers != 1 || c.Identical != 2 {
 		t.Fatalf("a repeat with another timestamp: %+v", c)
+	}
+}
+
+// TestPrintBySet: the by-set tally passes a table whose cells are the oracle's, counting its
+// rollup cells; it fails the run for a rollup cell not right, naming the set, and when the oracle
+// expects no rollup cell at all (a check that would vouch for nothing).
+func TestPrintBySet(t *testing.T) {
+	const buckets = 8
+	base := int64(3000 * 60_000)
+	o := stream.NewOracle(stream.Layout{AggregatesBuckets: buckets, FactsBuckets: buckets, Family: "d"})
+	now := time.UnixMilli(base + 3*24*3600_000)
+	v, _ := json.Marshal(stream.Event{Entity: "ent-001", Time: base + 1000, Kind: stream.TypeMeasurement, V: 3})
+	o.Feed(stream.SourceRecord{Topic: "src", Offset: 0, Key: []byte("ent-001"), Value: v, Timestamp: now})
+	flush := stream.FlushRecords(1, base+24*3600_000)[0]
+	o.Feed(stream.SourceRecord{Topic: "src", Offset: 1, Key: flush.Key, Value: flush.Value, Timestamp: now})
+	if o.Open() != 0 {
+		t.Fatalf("%d windows open after the flush", o.Open())
+	}
+	// One event: a tumbling window (n, sum, max, _meta), 5 hopping ones (n, min, _meta), its
+	// region's window (n, sum, min, max, last, _meta) and the global one (and mean).
+	rows := map[string][]byte{
+		stream.SetTumble: schema.AggregateRow("ent-001", stream.SetTumble, base, buckets),
+		stream.SetRegion: schema.AggregateRow(stream.Region("ent-001"), stream.SetRegion, base, buckets),
+		stream.SetGlobal: schema.AggregateRow("all", stream.SetGlobal, base, buckets),
+	}
+	counts := map[string]int{stream.SetTumble: 4, stream.SetRegion: 6, stream.SetGlobal: 7}
+	tally := func(wrong string) *setTally {
+		tl := newSetTally()
+		for set, n := range counts {
+			for i := range n {
+				tl.cell(rows[set], !(set == wrong && i == 0))
+			}
+		}
+		for i := range 5 {
+			row := schema.AggregateRow("ent-001", stream.SetHop, base-int64(i)*60_000, buckets)
+			for range 3 {
+				tl.cell(row, true)
+			}
+		}
+		return tl
+	}
+	s := &summary{oracle: o}
+	if n := s.printBySet(io.Discard, "aggregates", tally(""), true); n != 13 || len(s.failures) != 0 {
+		t.Fatalf("a right table: %d rollup cells right, failures %v", n, s.failures)
+	}
+	if n := s.printBySet(io.Discard, "aggregates", tally(stream.SetGlobal), true); n != 12 || len(s.failures) != 1 ||
+		!strings.Contains(s.failures[0], "set "+stream.SetGlobal) {
+		t.Fatalf("a wrong global cell: %d rollup cells right, failures %v", n, s.failures)
+	}
+	empty := &summary{oracle: stream.NewOracle(stream.Layout{AggregatesBuckets: buckets, FactsBuckets: buckets, Family: "d"})}
+	empty.printBySet(io.Discard, "aggregates", newSetTally(), true)
+	if len(empty.failures) != len(stream.RollupSets()) || len(stream.RollupSets()) != 2 {
+		t.Fatalf("no rollup cells expected: failures %v", empty.failures)
 	}
 }

@@ -32,6 +32,10 @@ type runCfg struct {
 	roles      []*role
 }
 
+// loopTopic is the processor group's loop topic (goka's naming): ticks, close messages and the
+// rollups' partial totals and progress.
+func (rc *runCfg) loopTopic() string { return rc.procGroup + "-loop" }
+
 // driver holds what a run shares.
 type driver struct {
 	o       *options
@@ -357,7 +361,7 @@ func (d *driver) cleanup(runs ...*runCfg) {
 				d.logf("drop table %s: %v", t, err)
 			}
 		}
-		topics = append(topics, rc.topo.TotalsTopic(), rc.topo.DeadLetterTopic(), rc.topo.LateTopic(), rc.procGroup+"-loop", rc.procGroup+"-table")
+		topics = append(topics, rc.topo.TotalsTopic(), rc.topo.DeadLetterTopic(), rc.topo.LateTopic(), rc.loopTopic(), rc.procGroup+"-table")
 	}
 	if _, err := d.adm.DeleteTopics(ctx, topics...); err != nil {
 		d.logf("delete topics: %v", err)

@@ -226,8 +226,9 @@ func (d *driver) produce(ctx context.Context, g *stream.Generator, sum *summary)
 	return nil
 }
 
-// drain waits until the processor has read every source record, the sinks have committed
-// every record of their topics, and the totals topic has stopped growing.
+// drain waits until the processor has read every source record and every record of its loop
+// topic (the rollups' partial totals and progress, which the rollup finals wait for), the sinks
+// have committed every record of their topics, and the totals topic has stopped growing.
 func (d *driver) drain(ctx context.Context, rc *runCfg) error {
 	deadline := time.Now().Add(d.o.drainTimeout)
 	var lastTotals int64 = -1
@@ -247,15 +248,16 @@ func (d *driver) drain(ctx context.Context, rc *runCfg) error {
 		factsLag, err2 := kafkaread.GroupLag(c, d.adm, rc.factsGroup, d.source)
 		aggLag, err3 := kafkaread.GroupLag(c, d.adm, rc.aggGroup, rc.topo.TotalsTopic())
 		totalsEnd, err4 := kafkaread.EndSum(c, d.adm, rc.topo.TotalsTopic())
+		loopLag, err5 := kafkaread.GroupLag(c, d.adm, rc.procGroup, rc.loopTopic())
 		cancel()
-		if err := firstErr(err1, err2, err3, err4); err != nil {
+		if err := firstErr(err1, err2, err3, err4, err5); err != nil {
 			continue // the broker may be restarting
 		}
 		if time.Since(lastLog) > 30*time.Second {
-			d.logf("%s: lag processor %d, facts sink %d, aggregates sink %d", rc.name, procLag, factsLag, aggLag)
+			d.logf("%s: lag processor %d (loop topic %d), facts sink %d, aggregates sink %d", rc.name, procLag, loopLag, factsLag, aggLag)
 			lastLog = time.Now()
 		}
-		if procLag != 0 || factsLag != 0 || aggLag != 0 || totalsEnd != lastTotals {
+		if procLag != 0 || loopLag != 0 || factsLag != 0 || aggLag != 0 || totalsEnd != lastTotals {
 			lastTotals, stable = totalsEnd, time.Time{}
 			continue
 		}
@@ -317,21 +319,24 @@ func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *sum
 	d.logf("oracle: %d records, %d aggregate cells, %d fact cells, %d bad records", o.Records, o.Aggregates.Len(), o.Facts.Len(), len(o.Bad))
 
 	var refAgg, refFacts *stream.Cells
+	describeAgg := describeAggregateOf(o)
 	if refRun != nil && sum.refRan {
-		if sum.refAgg, _, refAgg, err = tableCheck(ctx, d.hb, refRun.aggTable, o.Aggregates, nil, describeAggregate); err != nil {
+		sum.refBySet = newSetTally()
+		if sum.refAgg, _, refAgg, err = tableCheck(ctx, d.hb, refRun.aggTable, o.Aggregates, nil, describeAgg, sum.refBySet); err != nil {
 			return err
 		}
-		if sum.refFacts, _, refFacts, err = tableCheck(ctx, d.hb, refRun.factsTable, o.Facts, nil, describeFact); err != nil {
+		if sum.refFacts, _, refFacts, err = tableCheck(ctx, d.hb, refRun.factsTable, o.Facts, nil, describeFact, nil); err != nil {
 			return err
 		}
 		if sum.refDLQ, sum.refLate, err = d.checkSetAside(ctx, refRun, o); err != nil {
 			return err
 		}
 	}
-	if sum.chaosAgg, sum.chaosVsRefAgg, _, err = tableCheck(ctx, d.hb, chaosRun.aggTable, o.Aggregates, refAgg, describeAggregate); err != nil {
+	sum.chaosBySet = newSetTally()
+	if sum.chaosAgg, sum.chaosVsRefAgg, _, err = tableCheck(ctx, d.hb, chaosRun.aggTable, o.Aggregates, refAgg, describeAgg, sum.chaosBySet); err != nil {
 		return err
 	}
-	if sum.chaosFacts, sum.chaosVsRefFacts, _, err = tableCheck(ctx, d.hb, chaosRun.factsTable, o.Facts, refFacts, describeFact); err != nil {
+	if sum.chaosFacts, sum.chaosVsRefFacts, _, err = tableCheck(ctx, d.hb, chaosRun.factsTable, o.Facts, refFacts, describeFact, nil); err != nil {
 		return err
 	}
 	if sum.chaosDLQ, sum.chaosLate, err = d.checkSetAside(ctx, chaosRun, o); err != nil {

@@ -25,6 +25,8 @@ type summary struct {
 	chaosVsRefAgg, chaosVsRefFacts         stream.Diff
 	chaosDLQ, refDLQ                       *dlqCheck
 	chaosLate, refLate                     *lateCheck
+	// chaosBySet and refBySet count each aggregates table's cells by set, rollups among them.
+	chaosBySet, refBySet *setTally
 
 	produce, drain, reference, compare time.Duration
 	failures                           []string
@@ -50,6 +52,8 @@ func (d *driver) printSummary(s *summary) bool {
 	s.printDiff(w, &t, "reference facts vs oracle", s.refFacts, ran && s.refRan)
 	s.printDiff(w, &t, "chaos aggregates vs reference", s.chaosVsRefAgg, ran && s.refRan)
 	s.printDiff(w, &t, "chaos facts vs reference", s.chaosVsRefFacts, ran && s.refRan)
+	rollupCells := s.printBySet(w, "chaos aggregates by set", s.chaosBySet, ran)
+	rollupCells += s.printBySet(w, "reference aggregates by set", s.refBySet, ran && s.refRan)
 	s.printDeadLetters(w, "chaos dead letters", s.chaosDLQ, false)
 	s.printDeadLetters(w, "reference dead letters", s.refDLQ, true)
 	s.printLateRecords(w, "chaos late records", s.chaosLate, false)
@@ -57,7 +61,8 @@ func (d *driver) printSummary(s *summary) bool {
 	fmt.Fprintf(w, "timings:  produce %v, drain after the faults %v, reference run %v, oracle and comparison %v; total %v\n",
 		s.produce.Round(time.Second), s.drain.Round(time.Second), s.reference.Round(time.Second), s.compare.Round(time.Second),
 		time.Since(d.t0).Round(time.Second))
-	fmt.Fprintf(w, "summary:  %d events, %d cells compared, %d mismatches, %d extra versions\n", s.kinds[stream.OnTime]+s.kinds[stream.Straggler]+s.kinds[stream.Late]+s.kinds[stream.Future]+s.kinds[stream.Malformed], t.compared, t.mismatches, t.extraVersions)
+	fmt.Fprintf(w, "summary:  %d events, %d cells compared (%d rollup cells checked right), %d mismatches, %d extra versions\n",
+		s.kinds[stream.OnTime]+s.kinds[stream.Straggler]+s.kinds[stream.Late]+s.kinds[stream.Future]+s.kinds[stream.Malformed], t.compared, rollupCells, t.mismatches, t.extraVersions)
 	if len(s.failures) == 0 {
 		fmt.Fprintf(w, "RESULT:   PASS\n")
 		return true
@@ -168,6 +173,54 @@ func (s *summary) printDiff(w io.Writer, t *cellTally, what string, dd stream.Di
 	if dd.Mismatches() > 0 {
 		s.failures = append(s.failures, fmt.Sprintf("%s: %d differences", what, dd.Mismatches()))
 	}
+}
+
+// printBySet prints an aggregates table's cells by set (if it was compared): per set, the cells
+// read that the oracle expects with their value, of those it expects. It returns the rollup
+// cells found right. A rollup set the oracle expects no cell of fails the run, since its check
+// would then vouch for nothing; so does a set with a cell wrong, missing or extra (the diff
+// counts them too, this says which set they are of).
+func (s *summary) printBySet(w io.Writer, what string, t *setTally, ran bool) int64 {
+	if !ran || t == nil {
+		return 0
+	}
+	want := s.oracle.CellsBySet
+	rollup := map[string]bool{}
+	for _, set := range stream.RollupSets() {
+		rollup[set] = true
+	}
+	names := map[string]bool{}
+	for _, m := range []map[string]int64{want, t.read} {
+		for set := range m {
+			names[set] = true
+		}
+	}
+	for set := range rollup {
+		names[set] = true
+	}
+	sorted := make([]string, 0, len(names))
+	for set := range names {
+		sorted = append(sorted, set)
+	}
+	sort.Strings(sorted)
+	var parts []string
+	var rollupRight int64
+	for _, set := range sorted {
+		kind := ""
+		if rollup[set] {
+			kind = " (rollup)"
+			rollupRight += t.right[set]
+			if want[set] == 0 {
+				s.failures = append(s.failures, fmt.Sprintf("%s: the oracle expects no cell of rollup set %s, which is then not checked", what, set))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s%s %d of %d right, %d read", set, kind, t.right[set], want[set], t.read[set]))
+		if t.right[set] != want[set] || t.read[set] != want[set] {
+			s.failures = append(s.failures, fmt.Sprintf("%s: set %s has %d of the oracle's %d cells right, %d read", what, set, t.right[set], want[set], t.read[set]))
+		}
+	}
+	fmt.Fprintf(w, "%-34s %s; %d rollup cells checked right\n", what+":", strings.Join(parts, ", "), rollupRight)
+	return rollupRight
 }
 
 // printDeadLetters prints one deployment's dead-letter check (if it ran). clean says that the

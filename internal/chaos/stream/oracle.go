@@ -8,10 +8,12 @@ import (
 	"hash/fnv"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/totals"
 )
 
@@ -52,6 +54,11 @@ type Oracle struct {
 	LateFor                   map[string]int64 // per set: events too late for every window of the set
 	// LateRecords counts, per set, the events late for some window of the set: a late record each.
 	LateRecords map[string]int64
+	// CellsBySet counts the expected aggregate cells of each set.
+	CellsBySet map[string]int64
+
+	// rollups holds every rollup window's merged total, by (set, rollup key, start).
+	rollups map[windowKey]*oracleWindow
 }
 
 // LateSource is an event late for some window of one set or more, as its late records must show
@@ -63,8 +70,11 @@ type LateSource struct {
 	Sets      []string
 }
 
+// oracleWindow is a window's running total: an entity's window of an entity set, an entity's
+// contribution to a rollup window (entity is the entity, keyed by it in its partition), or a
+// rollup window's merged total (entity is the rollup key).
 type oracleWindow struct {
-	set      string
+	set      *setDef
 	entity   string
 	start    int64
 	end      int64
@@ -72,6 +82,34 @@ type oracleWindow struct {
 	n        int64
 	sum      float64
 	min, max float64
+	// lastV is the last value by event time, lastT its event time.
+	lastT int64
+	lastV float64
+}
+
+// add applies one event: among events of one time, the later applied wins the last value, as
+// within an entity's window.
+func (w *oracleWindow) add(t int64, v float64) {
+	if w.n == 0 || t >= w.lastT {
+		w.lastT, w.lastV = t, v
+	}
+	w.n++
+	w.sum += v
+	w.min, w.max = min(w.min, v), max(w.max, v)
+}
+
+// merge adds a closed contribution c to a rollup total: contributions merge in no particular
+// order, so the last value of two at one time is the larger.
+func (w *oracleWindow) merge(c *oracleWindow) {
+	if c.n == 0 {
+		return
+	}
+	if w.n == 0 || c.lastT > w.lastT || (c.lastT == w.lastT && c.lastV > w.lastV) {
+		w.lastT, w.lastV = c.lastT, c.lastV
+	}
+	w.n += c.n
+	w.sum += c.sum
+	w.min, w.max = min(w.min, c.min), max(w.max, c.max)
 }
 
 type oraclePartition struct {
@@ -82,7 +120,7 @@ type oraclePartition struct {
 
 type windowKey struct {
 	set    string
-	entity string
+	entity string // the entity, or a rollup total's key
 	start  int64
 }
 
@@ -91,17 +129,42 @@ func NewOracle(l Layout) *Oracle {
 	return &Oracle{layout: l, parts: map[int32]*oraclePartition{},
 		Aggregates: NewCells(), Facts: NewCells(),
 		Bad: map[deadletter.Source]deadletter.Reason{}, Late: map[deadletter.Source]LateSource{},
-		LateFor: map[string]int64{}, LateRecords: map[string]int64{}}
+		LateFor: map[string]int64{}, LateRecords: map[string]int64{}, CellsBySet: map[string]int64{},
+		rollups: map[windowKey]*oracleWindow{}}
 }
 
-// sets mirrors the topology's aggregate sets.
-var sets = []struct {
-	name      string
-	size, adv int64
-	grace     int64
-}{
-	{SetTumble, tumbleSpec.Size(), tumbleSpec.Advance(), tumbleGrace.Milliseconds()},
-	{SetHop, hopSpec.Size(), hopSpec.Advance(), hopGrace.Milliseconds()},
+// setDef mirrors one aggregate set of the topology.
+type setDef struct {
+	name             string
+	size, adv, grace int64
+	aggs             []string // aggregation names, each computed by value
+	// rollup, for a rollup set, is an entity's rollup key; nil for an entity set.
+	rollup func(entity string) string
+}
+
+// sets mirrors the topology's aggregate sets (the flush set's windows never close: it has no
+// cells to mirror).
+var sets = []*setDef{
+	{name: SetTumble, size: tumbleSpec.Size(), adv: tumbleSpec.Advance(), grace: tumbleGrace.Milliseconds(),
+		aggs: []string{"n", "sum", "max"}},
+	{name: SetHop, size: hopSpec.Size(), adv: hopSpec.Advance(), grace: hopGrace.Milliseconds(),
+		aggs: []string{"n", "min"}},
+	{name: SetRegion, size: tumbleSpec.Size(), adv: tumbleSpec.Advance(), grace: tumbleGrace.Milliseconds(),
+		aggs: []string{"n", "sum", "min", "max", "last"}, rollup: Region},
+	{name: SetGlobal, size: tumbleSpec.Size(), adv: tumbleSpec.Advance(), grace: tumbleGrace.Milliseconds(),
+		aggs: []string{"n", "sum", "min", "max", "mean", "last"}, rollup: func(string) string { return topology.GlobalKey }},
+}
+
+// RollupSets names the topology's rollup sets, which the oracle totals from its entities'
+// contributions.
+func RollupSets() []string {
+	var out []string
+	for _, s := range sets {
+		if s.rollup != nil {
+			out = append(out, s.name)
+		}
+	}
+	return out
 }
 
 // Feed takes the next record of its partition.
@@ -164,17 +227,16 @@ func (o *Oracle) Feed(r SourceRecord) {
 					late = true // this window is closed: the event is late for it
 					continue
 				}
+				// A rollup set's windows are, at the event's partition, the entity's contributions:
+				// judged by the same stream time as its entity windows.
 				k := windowKey{s.name, ev.Entity, start}
 				w := p.open[k]
 				if w == nil {
-					w = &oracleWindow{set: s.name, entity: ev.Entity, start: start, end: start + s.size, closesAt: closesAt,
-						min: math.Inf(1), max: math.Inf(-1)}
+					w = newWindow(s, ev.Entity, start, closesAt)
 					p.open[k] = w
 					heap.Push(&p.due, w)
 				}
-				w.n++
-				w.sum += ev.V
-				w.min, w.max = min(w.min, ev.V), max(w.max, ev.V)
+				w.add(ev.Time, ev.V)
 				hit = true
 			}
 			if !hit {
@@ -201,17 +263,45 @@ func (o *Oracle) Feed(r SourceRecord) {
 	}
 	for p.due.Len() > 0 && p.due[0].closesAt <= p.streamTime {
 		w := heap.Pop(&p.due).(*oracleWindow)
-		delete(p.open, windowKey{w.set, w.entity, w.start})
-		o.final(w)
+		delete(p.open, windowKey{w.set.name, w.entity, w.start})
+		if w.set.rollup != nil {
+			o.contribute(w)
+		} else {
+			o.CellsBySet[w.set.name] += int64(len(w.set.aggs) + 1)
+			o.final(w)
+		}
 	}
 }
 
-// final adds the cells of a closed window's final total.
+func newWindow(s *setDef, entity string, start, closesAt int64) *oracleWindow {
+	return &oracleWindow{set: s, entity: entity, start: start, end: start + s.size, closesAt: closesAt,
+		min: math.Inf(1), max: math.Inf(-1)}
+}
+
+// contribute merges an entity's closed contribution into its rollup window's total and writes
+// the total's cells again. Merging is commutative and the cells of a total replace the previous
+// ones, so once every contribution is in, whatever the order partitions closed them in, the
+// cells are the final total's: the one the engine emits once every partition's stream time
+// passes the window's close (Open counts the windows not there yet).
+func (o *Oracle) contribute(c *oracleWindow) {
+	key := c.set.rollup(c.entity)
+	k := windowKey{c.set.name, key, c.start}
+	w := o.rollups[k]
+	if w == nil {
+		w = newWindow(c.set, key, c.start, c.closesAt)
+		o.rollups[k] = w
+		o.CellsBySet[c.set.name] += int64(len(c.set.aggs) + 1)
+	}
+	w.merge(c)
+	o.final(w)
+}
+
+// final adds the cells of a window's final total; for a rollup window, of its total so far.
 func (o *Oracle) final(w *oracleWindow) {
-	row := schema.AggregateRow(w.entity, w.set, w.start, o.layout.AggregatesBuckets)
+	row := schema.AggregateRow(w.entity, w.set.name, w.start, o.layout.AggregatesBuckets)
 	desc := func(name string) func() string {
 		return func() string {
-			return fmt.Sprintf("%s %s window %s %s", w.entity, w.set, time.UnixMilli(w.start).UTC().Format(time.RFC3339), name)
+			return fmt.Sprintf("%s %s window %s %s", w.entity, w.set.name, time.UnixMilli(w.start).UTC().Format(time.RFC3339), name)
 		}
 	}
 	add := func(name string, v totals.Value) {
@@ -221,22 +311,67 @@ func (o *Oracle) final(w *oracleWindow) {
 		}
 		o.Aggregates.Add(row, o.layout.Family, []byte(name), w.end, b, desc(name))
 	}
-	add("n", totals.Value{Kind: totals.KindInt, Int: w.n})
-	switch w.set {
-	case SetTumble:
-		add("sum", totals.Value{Kind: totals.KindFloat, Float: w.sum})
-		add("max", totals.Value{Kind: totals.KindFloat, Float: w.max})
-	case SetHop:
-		add("min", totals.Value{Kind: totals.KindFloat, Float: w.min})
+	for _, name := range w.set.aggs {
+		add(name, w.value(name))
 	}
+	// The revision counts the events applied, which for a rollup is the sum of its contributions'.
 	o.Aggregates.Add(row, o.layout.Family, []byte(schema.MetaQualifier), w.end, schema.AppendMeta(nil, true, uint64(w.n)), desc(schema.MetaQualifier))
 }
 
-// Open returns the windows still open: none once every partition got its flush event.
+// value is the window's value of an aggregation named as in sets.
+func (w *oracleWindow) value(name string) totals.Value {
+	f := func(x float64) totals.Value { return totals.Value{Kind: totals.KindFloat, Float: x} }
+	switch name {
+	case "n":
+		return totals.Value{Kind: totals.KindInt, Int: w.n}
+	case "sum":
+		return f(w.sum)
+	case "min":
+		return f(w.min)
+	case "max":
+		return f(w.max)
+	case "mean":
+		return f(w.sum / float64(w.n))
+	case "last":
+		return f(w.lastV)
+	}
+	panic("oracle: no aggregation " + name)
+}
+
+// RollupTotal describes the oracle's total of a rollup window, for reports of a cell that
+// differs; ok is false for a set and key without one.
+func (o *Oracle) RollupTotal(set, key string, start int64) (desc string, ok bool) {
+	w := o.rollups[windowKey{set, key, start}]
+	if w == nil {
+		return "", false
+	}
+	parts := make([]string, 0, len(w.set.aggs)+1)
+	for _, name := range w.set.aggs {
+		v := w.value(name)
+		if v.Kind == totals.KindInt {
+			parts = append(parts, fmt.Sprintf("%s=%d", name, v.Int))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s=%v", name, v.Float))
+		}
+	}
+	parts = append(parts, fmt.Sprintf("last at %d", w.lastT))
+	return strings.Join(parts, " "), true
+}
+
+// Open returns the windows still open: none once every partition got its flush event. A rollup
+// window is open until every partition's stream time passes its close (the partitions the oracle
+// has read records of: by the end, every partition has its flush event).
 func (o *Oracle) Open() int {
 	n := 0
+	st := int64(math.MaxInt64)
 	for _, p := range o.parts {
 		n += len(p.open)
+		st = min(st, p.streamTime)
+	}
+	for _, w := range o.rollups {
+		if w.closesAt > st {
+			n++
+		}
 	}
 	return n
 }
@@ -352,35 +487,38 @@ func (c *Cells) Compare(describe func(row, family, qualifier []byte) string) *Co
 	return &Comparer{want: c, gen: c.gen, describe: describe}
 }
 
-// Cell takes one version of a cell read from the table.
-func (cmp *Comparer) Cell(row, family, qualifier []byte, ts int64, value []byte) {
+// Cell takes one version of a cell read from the table, and reports whether it is an expected
+// cell, read once, with the expected timestamp and value.
+func (cmp *Comparer) Cell(row, family, qualifier []byte, ts int64, value []byte) bool {
 	cmp.D.Compared++
 	k := CellKey(row, string(family), qualifier)
 	if cmp.haveLast && k == cmp.lastKey {
 		cmp.D.ExtraVersions++
 		cmp.D.example("extra version of %s at %d", cmp.describe(row, family, qualifier), ts)
-		return
+		return false
 	}
 	cmp.lastKey, cmp.haveLast = k, true
 	w, ok := cmp.want.m[k]
 	if !ok {
 		cmp.D.Extra++
 		cmp.D.example("extra cell %s at %d", cmp.describe(row, family, qualifier), ts)
-		return
+		return false
 	}
 	if w.seen == cmp.gen {
 		// Versions of one cell come together: a cell read again later is a hash clash or a
 		// server that returned rows out of order; either way the comparison cannot vouch for it.
 		cmp.D.ExtraVersions++
 		cmp.D.example("cell %s read twice", cmp.describe(row, family, qualifier))
-		return
+		return false
 	}
 	w.seen = cmp.gen
 	cmp.want.m[k] = w
 	if w.ts != ts || w.value != ValueHash(value) {
 		cmp.D.WrongValue++
 		cmp.D.example("cell %s: timestamp %d value %x, want timestamp %d and another value", cmp.describe(row, family, qualifier), ts, value, w.ts)
+		return false
 	}
+	return true
 }
 
 // Finish counts the expected cells never read, and returns the outcome.

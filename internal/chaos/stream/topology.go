@@ -6,13 +6,15 @@
 // The oracle re-implements the window semantics by itself (assignment, per-partition stream time,
 // grace, lateness) rather than calling the engine, so that the suite compares the pipeline with an
 // independent account of what it must compute. It shares with the pipeline only the byte layouts
-// of package schema and the JSON decoding of the events.
+// of package schema, the JSON decoding of the events and the rollups' keys (Region and
+// topology.GlobalKey); rollup windows it totals from its own entities' contributions.
 //
 // It must never depend on timing: the oracle's answer is a function of the records and their
 // order in each partition, which is also all the engine's answer may depend on.
 package stream
 
 import (
+	"hash/fnv"
 	"time"
 
 	"github.com/abacus-stream/abacus/topology"
@@ -51,12 +53,30 @@ type Event struct {
 	Pad string `json:"pad,omitempty"`
 }
 
-// The aggregate sets and their parameters, which the oracle mirrors.
+// The aggregate sets and their parameters, which the oracle mirrors. SetRegion and SetGlobal are
+// rollups with the tumbling set's window and grace: per region (RegionDimension, Region) and one
+// total for every entity (its row's entity is topology.GlobalKey).
 const (
 	SetTumble = "tumble-1m"
 	SetHop    = "hop-5m"
+	SetRegion = "region-1m"
+	SetGlobal = "global-1m"
 	SetFlush  = "flush"
+
+	RegionDimension = "region"
 )
+
+// regions are the rollup keys of SetRegion: a handful, so that every region totals entities of
+// every partition and each of its windows merges partials from several partitions.
+var regions = []string{"af", "ap", "eu", "sa", "us"}
+
+// Region is the region of an entity, a fixed function of its name (the generator's events carry
+// none): a hash, not the partitioner's, so that regions cut across partitions.
+func Region(entity string) string {
+	h := fnv.New32a()
+	h.Write([]byte(entity))
+	return regions[h.Sum32()%uint32(len(regions))]
+}
 
 var (
 	tumbleSpec  = windows.Tumbling(time.Minute)
@@ -67,8 +87,12 @@ var (
 
 // Topology is the chaos topology: per entity, one-minute tumbling windows (20 s grace; count, sum
 // and max, with early firings every 5 s, so cells are overwritten by newer totals before the final
-// one) and five-minute windows hopping every minute (30 s grace; count and min, final only), and
-// the flush set of the flush events. Late events go to the late topic, one record per set an event
+// one) and five-minute windows hopping every minute (30 s grace; count and min, final only); two
+// rollups of the tumbling windows, per region (count, sum, min, max and last, with early firings
+// every 5 s) and global (count, sum, min, max, mean and last, final only); and the flush set of
+// the flush events. The rollups' aggregations are those whose merge the oracle computes exactly:
+// the values are integers, so sums and means do not depend on the order partials merge in, and
+// last breaks ties between entities by the larger value. Late events go to the late topic, one record per set an event
 // is late for (so that the suite can check that none is lost in a crash); events more than five
 // minutes ahead of their record's timestamp are dead-lettered.
 func Topology() (*topology.Topology, error) {
@@ -82,6 +106,12 @@ func Topology() (*topology.Topology, error) {
 		Count("n").Sum("sum", "V").Max("max", "V")
 	src.Aggregate(SetHop, hopSpec).Grace(hopGrace).Types(TypeMeasurement).
 		Count("n").Min("min", "V")
+	src.Aggregate(SetRegion, tumbleSpec).Grace(tumbleGrace).Types(TypeMeasurement).
+		By(RegionDimension, func(e Event) string { return Region(e.Entity) }).
+		Emit(topology.EarlyEvery(5*time.Second)).
+		Count("n").Sum("sum", "V").Min("min", "V").Max("max", "V").Last("last", "V")
+	src.Aggregate(SetGlobal, tumbleSpec).Grace(tumbleGrace).Types(TypeMeasurement).Global().
+		Count("n").Sum("sum", "V").Min("min", "V").Max("max", "V").Mean("mean", "V").Last("last", "V")
 	src.Aggregate(SetFlush, windows.Tumbling(time.Hour)).Grace(0).Types(TypeFlush).Count("n")
 	return b.Build()
 }
