@@ -71,7 +71,12 @@ func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
 		// The input replays minutes of event time in seconds and ends with its sentinels; an
 		// idle partition must not advance stream time with the wall clock and close the
 		// sentinels' windows (or, in the restore runs, every window) on its own.
-		IdleTimeout:    time.Hour,
+		IdleTimeout: time.Hour,
+		// Ticks at the pace of the default IdleTimeout (its quarter, the default tick), not of
+		// the hour above: a partition also sends its rollup progress at each tick, and once the
+		// input stops, the progress that lets a rollup's owner emit the last window's final may
+		// wait for the next tick (seen in dense-rollup: stalled with an hour's 15-minute tick).
+		TickInterval:   processors.DefaultIdleTimeout / 4,
 		FinalRetention: a.finalRetention,
 	})
 	if err != nil {
