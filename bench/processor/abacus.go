@@ -32,23 +32,32 @@ type reading struct {
 // abacusTopology is the benchmark's aggregation: per entity, 1-minute tumbling windows with no
 // grace, count + sum + max of v, finals only (the default emission). With late set, late events
 // go to that topic, as users who keep them configure it: writing their late records is part of
-// what a late event costs.
-func abacusTopology(group, input, output, late string) (*topology.Topology, error) {
+// what a late event costs. With rollup, the same source has two more sets with the same window
+// and aggregations: per region (By, regionOf the entity; sentinels have none, so they are left
+// out) and for all events (Global).
+func abacusTopology(group, input, output, late string, rollup bool) (*topology.Topology, error) {
 	b := topology.New(group).TotalsTopic(output)
 	if late != "" {
 		b.LateTopic(late)
 	}
-	topology.NewSource(b, input, topology.JSON[reading](),
+	src := topology.NewSource(b, input, topology.JSON[reading](),
 		func(r reading) string { return r.Entity },
-		func(r reading) time.Time { return time.UnixMilli(r.TS) }).
-		Aggregate(setName, windows.Tumbling(time.Minute)).Grace(0).
+		func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	src.Aggregate(setName, windows.Tumbling(time.Minute)).Grace(0).
 		Count("count").Sum("sum", "v").Max("max", "v")
+	if rollup {
+		src.Aggregate(regionSet, windows.Tumbling(time.Minute)).Grace(0).
+			By("region", func(r reading) string { return regionOf(r.Entity) }).
+			Count("count").Sum("sum", "v").Max("max", "v")
+		src.Aggregate(globalSet, windows.Tumbling(time.Minute)).Grace(0).Global().
+			Count("count").Sum("sum", "v").Max("max", "v")
+	}
 	return b.Build()
 }
 
 // runAbacus runs the abacus processor until ctx is done, reporting the events it received.
 func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
-	topo, err := abacusTopology(a.group, a.input, a.output, a.late)
+	topo, err := abacusTopology(a.group, a.input, a.output, a.late, a.rollup)
 	if err != nil {
 		return err
 	}
@@ -62,7 +71,12 @@ func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
 		// The input replays minutes of event time in seconds and ends with its sentinels; an
 		// idle partition must not advance stream time with the wall clock and close the
 		// sentinels' windows (or, in the restore runs, every window) on its own.
-		IdleTimeout:    time.Hour,
+		IdleTimeout: time.Hour,
+		// Ticks at the pace of the default IdleTimeout (its quarter, the default tick), not of
+		// the hour above: a partition also sends its rollup progress at each tick, and once the
+		// input stops, the progress that lets a rollup's owner emit the last window's final may
+		// wait for the next tick (seen in dense-rollup: stalled with an hour's 15-minute tick).
+		TickInterval:   processors.DefaultIdleTimeout / 4,
 		FinalRetention: a.finalRetention,
 	})
 	if err != nil {
@@ -107,7 +121,7 @@ func decodeAbacus(rec *kgo.Record) (final, bool, error) {
 	if err != nil {
 		return final{}, false, err
 	}
-	f := final{entity: r.Entity, start: r.Start}
+	f := final{set: r.Set, entity: r.Entity, start: r.Start}
 	c, ok1 := r.Value("count")
 	s, ok2 := r.Value("sum")
 	m, ok3 := r.Value("max")
@@ -118,8 +132,8 @@ func decodeAbacus(rec *kgo.Record) (final, bool, error) {
 	return f, r.Final, nil
 }
 
-// setName is the benchmark topology's one aggregate set: each late event gives one late record,
-// which names it.
+// setName is the benchmark topology's per-entity set, its one set outside the rollup workloads
+// (which have no late events): each late event gives one late record, which names it.
 const setName = "minute"
 
 // lateRecord is what the harness checks of a record of abacus's late topic.

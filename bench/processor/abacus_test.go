@@ -12,7 +12,10 @@ import (
 )
 
 func TestAbacusTopologyBuilds(t *testing.T) {
-	if _, err := abacusTopology("g", "in", "out", "late"); err != nil {
+	if _, err := abacusTopology("g", "in", "out", "late", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := abacusTopology("g", "in", "out", "", true); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -28,7 +31,7 @@ func TestDecodeAbacus(t *testing.T) {
 	if err != nil || !isFinal {
 		t.Fatalf("decode: final %v, %v", isFinal, err)
 	}
-	if f != (final{entity: "dev-0000001", start: 60_000, agg: winAgg{count: 3, sum: 12, max: 7}}) {
+	if f != (final{set: "minute", entity: "dev-0000001", start: 60_000, agg: winAgg{count: 3, sum: 12, max: 7}}) {
 		t.Fatalf("decoded %+v", f)
 	}
 	r.Values = r.Values[:1]

@@ -31,13 +31,16 @@ type config struct {
 	javaDir         string
 	javaOpts        string
 	emit            string
-	cpuprofile      string
-	finalRetention  time.Duration
-	workdir         string
-	keep            bool
-	inputPrefix     string
-	reuse           bool
-	jsonOut         string
+	// streamsRollupGrace is the grace of Kafka Streams' repartitioned (per-region, global)
+	// aggregations in a rollup workload (see the -kstreams-rollup-grace flag).
+	streamsRollupGrace time.Duration
+	cpuprofile         string
+	finalRetention     time.Duration
+	workdir            string
+	keep               bool
+	inputPrefix        string
+	reuse              bool
+	jsonOut            string
 }
 
 func main() {
@@ -78,7 +81,7 @@ func parseFlags(args []string) (*config, error) {
 	fl.StringVar(&brokers, "brokers", envOr("ABACUS_KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka seed brokers, comma separated (env ABACUS_KAFKA_BROKERS)")
 	fl.IntVar(&c.events, "events", 1_000_000, "events per workload (entities scale with it: sparse events/10, dense events/100)")
 	fl.IntVar(&c.entities, "entities", 0, "override the entity count of both workloads")
-	fl.StringVar(&workloads, "workloads", "sparse,dense", "workloads to run: sparse, dense, and late ones: sparse-late<pct>, dense-late<pct> (the base workload plus pct% late events, e.g. sparse,sparse-late10,sparse-late50 -systems abacus)")
+	fl.StringVar(&workloads, "workloads", "sparse,dense", "workloads to run: sparse, dense, late ones: sparse-late<pct>, dense-late<pct> (the base workload plus pct% late events, e.g. sparse,sparse-late10,sparse-late50 -systems abacus), and rollup ones: sparse-rollup, dense-rollup (the base's input, with a per-region and a global set beside the per-entity one)")
 	fl.StringVar(&systemsFlag, "systems", strings.Join(names, ","), "systems to run, in this order")
 	fl.IntVar(&c.runs, "runs", 1, "runs of each system per workload; the table shows the medians")
 	fl.BoolVar(&c.restore, "restore", true, "measure abacus's state size and restore times")
@@ -89,6 +92,7 @@ func parseFlags(args []string) (*config, error) {
 	fl.StringVar(&c.javaDir, "java-dir", "bench/processor/java", "the Kafka Streams application's Maven project (built)")
 	fl.StringVar(&c.javaOpts, "java-opts", "-Xms1g -Xmx1g", "JVM options of the Kafka Streams application")
 	fl.StringVar(&c.emit, "emit", "suppress", "Kafka Streams finals: suppress (untilWindowCloses) or close (EmitStrategy.onWindowClose)")
+	fl.DurationVar(&c.streamsRollupGrace, "kstreams-rollup-grace", 10*time.Minute, "rollup workloads: grace of Kafka Streams' per-region and global aggregations, which read repartition topics whose records come as far out of event-time order as the input tasks drift apart, up to the input's span (10m for sparse): with less, they drop on-time events as late; at most 10m, or the sentinels would not close the last window")
 	fl.StringVar(&c.cpuprofile, "cpuprofile", "", "folder for CPU profiles of the abacus steps (abacus-<workload>-<run>.pprof)")
 	fl.DurationVar(&c.finalRetention, "abacus-final-retention", 0, "abacus's FinalRetention (0: its default, 1 minute); the input replays minutes of event time in seconds, so with the default no closed window leaves the table during a run")
 	fl.StringVar(&c.workdir, "workdir", "", "folder for local state and step logs (default: a new temporary folder)")
@@ -122,6 +126,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.emit != "suppress" && c.emit != "close" {
 		return nil, fmt.Errorf("-emit must be suppress or close, got %q", c.emit)
+	}
+	if maxGrace := time.Duration(sentinelGapMs-windowMs) * time.Millisecond; c.streamsRollupGrace < 0 || c.streamsRollupGrace > maxGrace {
+		return nil, fmt.Errorf("-kstreams-rollup-grace must be from 0 to %v (the sentinels close the last window then), got %v", maxGrace, c.streamsRollupGrace)
 	}
 	if c.runs < 1 || c.events < partitions {
 		return nil, errors.New("-runs must be at least 1 and -events at least 12")
@@ -170,7 +177,8 @@ func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
 	log.Info("procbench", "brokers", cfg.brokers, "run", runPrefix, "workdir", cfg.workdir)
 
 	t := &tally{ok: true}
-	abacusRuns := map[string][]*result{} // by workload, for the late events' table
+	abacusRuns := map[string][]*result{}         // by workload, for the late events' table
+	allRuns := map[string]map[string][]*result{} // by workload and system, for the rollup table
 	for _, wname := range cfg.workloads {
 		w, _ := newWorkload(wname, cfg.events, cfg.entities)
 		in, err := adm.ensureInput(ctx, log, w, cfg.inputPrefix, cfg.reuse)
@@ -183,8 +191,10 @@ func harness(ctx context.Context, cfg *config, log *slog.Logger) (bool, error) {
 		}
 		printTable(os.Stdout, in, cfg, byRun)
 		abacusRuns[wname] = byRun["abacus"]
+		allRuns[wname] = byRun
 	}
 	printLate(os.Stdout, cfg, cfg.workloads, abacusRuns)
+	printRollup(os.Stdout, cfg, cfg.workloads, allRuns)
 	if cfg.restore && !printRestore(ctx, cfg, adm, log, runPrefix) {
 		t.ok = false
 	}
@@ -254,6 +264,11 @@ func runWorkload(ctx context.Context, cfg *config, adm *admin, log *slog.Logger,
 	for run := range cfg.runs {
 		for _, sname := range cfg.systems {
 			sys, _ := systemByName(sname)
+			if in.w.rollup && !sys.finals {
+				// A system that writes no finals does on a rollup workload what it did on its
+				// base: the same input, read the same way.
+				continue
+			}
 			res := runSystem(ctx, cfg, adm, log, runPrefix, in, sys, run)
 			if res.err != nil {
 				t.ok = false
@@ -297,7 +312,7 @@ func cleanupRun(adm *admin, log *slog.Logger, cfg *config, runPrefix string) {
 
 // runSystem runs one system once over the input.
 func runSystem(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, runPrefix string, in *input, sys system, run int) *result {
-	l := launch{group: fmt.Sprintf("%s-%s-%s-%d", runPrefix, in.w.name, sys.name, run+1), input: in.topic}
+	l := launch{group: fmt.Sprintf("%s-%s-%s-%d", runPrefix, in.w.name, sys.name, run+1), input: in.topic, rollup: in.w.rollup}
 	l.storage = filepath.Join(cfg.workdir, l.group)
 	if sys.finals {
 		l.output = l.group + "-out"

@@ -37,6 +37,13 @@ type outputStats struct {
 	sumMax     float64
 	lastAppend time.Time
 	samples    []string
+	// setFinals counts the finals of each set (setName, regionSet, globalSet) that matched.
+	setFinals [3]int64
+	// In a rollup workload, per window: closed is the newest broker append time of its entity
+	// finals (when the last partition closed the window, near enough: each emits its finals as
+	// it closes it), global the append time of its global final. The difference is how long the
+	// global key's owner took to merge every partition's partial and emit the final.
+	closed, global []time.Time
 }
 
 // newOutputReader reads topic from its start, decoding records with decode and checking them
@@ -107,11 +114,11 @@ func (r *outputReader) add(rec *kgo.Record) {
 	if r.expect == nil {
 		return
 	}
-	want, i, ok := r.expect.lookup(f.entity, f.start)
+	want, i, ok := r.expect.lookup(f.set, f.entity, f.start)
 	sample := func(what string) {
 		if len(st.samples) < 5 {
-			st.samples = append(st.samples, fmt.Sprintf("%s %s window %s: got %+v, want %+v",
-				what, f.entity, time.UnixMilli(f.start).UTC().Format(time.TimeOnly), f.agg, want))
+			st.samples = append(st.samples, fmt.Sprintf("%s %s %s window %s: got %+v, want %+v",
+				what, f.set, f.entity, time.UnixMilli(f.start).UTC().Format(time.TimeOnly), f.agg, want))
 		}
 	}
 	switch {
@@ -127,7 +134,40 @@ func (r *outputReader) add(rec *kgo.Record) {
 		sample("wrong")
 	default:
 		r.seen[i] = true
+		set := r.expect.setOf(i)
+		st.setFinals[set]++
+		if r.expect.rollup {
+			st.noteTime(r.expect, set, int((f.start-r.expect.base)/windowMs), rec.Timestamp)
+		}
 	}
+}
+
+// noteTime notes when a final of window wi of a rollup workload was appended: the newest of its
+// entity finals, its global final.
+func (st *outputStats) noteTime(x *expectation, set, wi int, at time.Time) {
+	if st.closed == nil {
+		st.closed, st.global = make([]time.Time, x.windows), make([]time.Time, x.windows)
+	}
+	switch set {
+	case 0:
+		if at.After(st.closed[wi]) {
+			st.closed[wi] = at
+		}
+	case 2:
+		st.global[wi] = at
+	}
+}
+
+// globalLags returns, per window of a rollup workload, the global final's append time minus the
+// window's close (the newest of its entity finals); a window missing either has none.
+func (st outputStats) globalLags() []time.Duration {
+	var lags []time.Duration
+	for wi := range st.closed {
+		if !st.closed[wi].IsZero() && !st.global[wi].IsZero() {
+			lags = append(lags, st.global[wi].Sub(st.closed[wi]))
+		}
+	}
+	return lags
 }
 
 // received is the number of finals of real windows read so far.
@@ -174,6 +214,11 @@ func (st outputStats) check(x *expectation) error {
 	var bad []string
 	if st.finals != int64(x.finals) {
 		bad = append(bad, fmt.Sprintf("%d finals, want %d", st.finals, x.finals))
+	}
+	for i, name := range []string{setName, regionSet, globalSet} {
+		if st.setFinals[i] != int64(x.setFinals[i]) {
+			bad = append(bad, fmt.Sprintf("%d correct finals of set %s, want %d", st.setFinals[i], name, x.setFinals[i]))
+		}
 	}
 	if st.count != x.count {
 		bad = append(bad, fmt.Sprintf("counts sum to %d, want %d", st.count, x.count))

@@ -19,6 +19,11 @@ type row struct {
 	finals                                   int64
 	hasFinals                                bool
 	failure                                  string
+	// setFinals: the finals of each set (entity, region, global); lagLast, lagMax, lagMed: a
+	// rollup run's global lag (globalLag) of the last window, the largest and the median over
+	// its windows, in s.
+	setFinals               [3]int64
+	lagLast, lagMax, lagMed float64
 }
 
 func median(xs []float64) float64 {
@@ -35,7 +40,7 @@ func median(xs []float64) float64 {
 
 func summarize(name string, rs []*result) row {
 	r := row{system: name, runs: len(rs)}
-	var st, pr, co, lf, eps, cpu, rss []float64
+	var st, pr, co, lf, eps, cpu, rss, ll, lm, lmed []float64
 	for _, x := range rs {
 		if x.err != nil {
 			if r.failure == "" {
@@ -54,8 +59,13 @@ func summarize(name string, rs []*result) row {
 			lf = append(lf, x.lastFinal.Sub(x.first).Seconds())
 			r.hasFinals = true
 			r.finals = x.out.finals
+			r.setFinals = x.out.setFinals
+		}
+		if last, mx, med, ok := x.globalLag(); ok {
+			ll, lm, lmed = append(ll, last.Seconds()), append(lm, mx.Seconds()), append(lmed, med.Seconds())
 		}
 	}
+	r.lagLast, r.lagMax, r.lagMed = median(ll), median(lm), median(lmed)
 	r.startup, r.processed, r.committed = median(st), median(pr), median(co)
 	r.eps, r.cpuPerM, r.rssMiB, r.lastFinal = median(eps), median(cpu), median(rss), median(lf)
 	return r
@@ -113,6 +123,10 @@ func printTable(w io.Writer, in *input, cfg *config, byRun map[string][]*result)
 		fmt.Fprintf(w, "; %s finals expected", thousands(int64(in.expect.finals)))
 		fmt.Fprintf(w, ", %s late records (abacus's late topic, checked one by one)", thousands(int64(in.expect.lateCount)))
 	}
+	if wl.rollup {
+		fmt.Fprintf(w, " (sets %s per entity, %s per region of %d, %s global: %s + %s + %s)", setName, regionSet, regions, globalSet,
+			thousands(int64(in.expect.setFinals[0])), thousands(int64(in.expect.setFinals[1])), thousands(int64(in.expect.setFinals[2])))
+	}
 	fmt.Fprintf(w, "; %d run(s) each, medians", cfg.runs)
 	if cfg.finalRetention > 0 {
 		fmt.Fprintf(w, "; abacus FinalRetention %v", cfg.finalRetention)
@@ -127,6 +141,9 @@ func printTable(w io.Writer, in *input, cfg *config, byRun map[string][]*result)
 		"system", "startup", "processed", "committed", "events/s", "last final", "CPU-s/M", "RSS MiB", "finals", "abacus/x: ev/s CPU last")
 	for _, s := range cfg.systems {
 		r := rows[s]
+		if r.runs == 0 {
+			continue // not run on this workload (a rollup workload runs the systems with finals only)
+		}
 		if r.ok == 0 {
 			fmt.Fprintf(w, "%-14s FAILED: %s\n", s, r.failure)
 			continue
@@ -206,6 +223,95 @@ func printLate(w io.Writer, cfg *config, names []string, abacus map[string][]*re
 	fmt.Fprintln(w, "  per record than on-time ones).")
 }
 
+// globalLag is a rollup run's global lag per window: the broker append time of the window's
+// global final minus that of its newest entity final, which a partition emits as it closes the
+// window. It is how long the global key's owner took to have every partition's partial and emit
+// the merged final. It returns the last window's (closed by the sentinels, after the whole input
+// went through), the largest and the median over the windows; ok is false without rollups.
+func (r *result) globalLag() (last, largest, med time.Duration, ok bool) {
+	if r.err != nil || r.out.closed == nil {
+		return 0, 0, 0, false
+	}
+	lags := r.out.globalLags()
+	n := len(r.out.closed)
+	if len(lags) == 0 || r.out.closed[n-1].IsZero() || r.out.global[n-1].IsZero() {
+		return 0, 0, 0, false
+	}
+	last = r.out.global[n-1].Sub(r.out.closed[n-1])
+	slices.Sort(lags)
+	return last, lags[len(lags)-1], lags[len(lags)/2], true
+}
+
+// printRollup prints each rollup workload beside its base workload (the same input topic, the
+// per-entity set alone), run in the same invocation: abacus's ratio to its base is what the
+// per-region and global sets cost, its ratio to Kafka Streams the comparison on the rollup work,
+// and the global lag whether the global key's owner keeps up with the input rate.
+func printRollup(w io.Writer, cfg *config, names []string, runs map[string]map[string][]*result) {
+	var rollups []string
+	for _, n := range names {
+		if wl, _ := newWorkload(n, cfg.events, cfg.entities); wl.rollup {
+			rollups = append(rollups, n)
+		}
+	}
+	if len(rollups) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n== rollups: per-entity, per-region (%d) and global sets on one source, beside the per-entity set alone on the same input; medians of %d run(s)\n", regions, cfg.runs)
+	fmt.Fprintf(w, "%-14s %-14s %10s %9s %24s | %-23s | %-16s | %s\n", "workload", "system", "events/s", "CPU-s/M",
+		"finals entity+region+gl", "global lag last max med", "abacus/x ev/s CPU", "each run: events/s, CPU-s/M, global lag of the last window")
+	for _, n := range rollups {
+		wl, _ := newWorkload(n, cfg.events, cfg.entities)
+		var base row
+		if b, ok := runs[wl.base]; ok {
+			base = summarize("abacus", b["abacus"])
+			if base.ok > 0 {
+				fmt.Fprintf(w, "%-14s %-14s %10s %9s %24s | %-23s | %-16s |\n", wl.base, "abacus", thousands(int64(base.eps)), num(base.cpuPerM, 2),
+					thousands(base.setFinals[0]), "-", "")
+			}
+		}
+		ab := summarize("abacus", runs[n]["abacus"])
+		for _, s := range cfg.systems {
+			rs := runs[n][s]
+			if len(rs) == 0 {
+				continue
+			}
+			r := summarize(s, rs)
+			if r.ok == 0 {
+				fmt.Fprintf(w, "%-14s %-14s FAILED: %s\n", n, s, r.failure)
+				continue
+			}
+			var ratios string
+			switch {
+			case s == "abacus" && base.ok > 0:
+				ratios = fmt.Sprintf("%6s %5s (x base)", ratio(r.eps, base.eps), ratio(r.cpuPerM, base.cpuPerM))
+			case s != "abacus" && ab.ok > 0:
+				ratios = fmt.Sprintf("%6s %5s", ratio(ab.eps, r.eps), ratio(ab.cpuPerM, r.cpuPerM))
+			}
+			var each []string
+			for _, x := range rs {
+				if x.err != nil {
+					each = append(each, "failed")
+					continue
+				}
+				lag := "-"
+				if last, _, _, ok := x.globalLag(); ok {
+					lag = secs(last.Seconds())
+				}
+				each = append(each, fmt.Sprintf("%s %.2f %s", thousands(int64(x.throughput())), x.cpuPerMillion(), lag))
+			}
+			fmt.Fprintf(w, "%-14s %-14s %10s %9s %24s | %7s %7s %7s | %-16s | %s\n", n, s, thousands(int64(r.eps)), num(r.cpuPerM, 2),
+				fmt.Sprintf("%s+%s+%s", thousands(r.setFinals[0]), thousands(r.setFinals[1]), thousands(r.setFinals[2])),
+				secs(r.lagLast), secs(r.lagMax), secs(r.lagMed), ratios, strings.Join(each, "; "))
+		}
+	}
+	fmt.Fprintln(w, "  global lag: per window, the broker append time of the global final minus that of the window's newest")
+	fmt.Fprintln(w, "  entity final (the last partition closing it); last: the window the sentinels close, after the whole")
+	fmt.Fprintln(w, "  input; max, med: over all windows, most of which close while the input streams at full rate. Kafka")
+	fmt.Fprintf(w, "  Streams' per-region and global aggregations read repartition topics with grace %v (see -kstreams-rollup-grace);\n", cfg.streamsRollupGrace)
+	fmt.Fprintln(w, "  at_least_once emits its finals at its 30 s commits. abacus/x: abacus on the rollup workload over the row's")
+	fmt.Fprintln(w, "  system; x base: abacus on the rollup workload over abacus on its base (the per-entity set alone).")
+}
+
 // jsonResult is one step in the -json file.
 type jsonResult struct {
 	Workload     string  `json:"workload"`
@@ -220,7 +326,9 @@ type jsonResult struct {
 	CPUSPerMEv   float64 `json:"cpu_s_per_million_events"`
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
 	Finals       int64   `json:"finals,omitempty"`
-	Error        string  `json:"error,omitempty"`
+	// GlobalLagS: a rollup run's global lag of each window (result.globalLag), in s.
+	GlobalLagS []float64 `json:"global_lag_s,omitempty"`
+	Error      string    `json:"error,omitempty"`
 }
 
 func toJSON(workload string, run int, r *result) jsonResult {
@@ -234,6 +342,11 @@ func toJSON(workload string, run int, r *result) jsonResult {
 	j.EventsPerS, j.CPUSPerMEv, j.PeakRSSBytes = r.throughput(), r.cpuPerMillion(), r.rss
 	if !r.lastFinal.IsZero() {
 		j.LastFinalS, j.Finals = sec(r.lastFinal), r.out.finals
+	}
+	for wi := range r.out.closed {
+		if !r.out.closed[wi].IsZero() && !r.out.global[wi].IsZero() {
+			j.GlobalLagS = append(j.GlobalLagS, r.out.global[wi].Sub(r.out.closed[wi]).Seconds())
+		}
 	}
 	return j
 }

@@ -13,7 +13,7 @@
 #       -workloads sparse,sparse-late10,sparse-late50       abacus with 0, 10 and 50% late events
 #   bench/processor/run.sh -h                               every flag
 #
-# Input topics are kept (procbench-<workload>-<size>-v1) and reused by later runs of the same
+# Input topics are kept (procbench-<workload>-<size>-v2) and reused by later runs of the same
 # size, so before/after comparisons read the same records; -reuse-input=false produces them again.
 #
 # Needs Go and a running Kafka: ABACUS_KAFKA_BROKERS, else testenv/services.sh's (KAFKA_PORT).

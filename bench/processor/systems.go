@@ -48,6 +48,7 @@ type launch struct {
 	input      string
 	output     string
 	late       string // abacus's late topic, which the step reads back and checks; "" for none
+	rollup     bool   // a rollup workload: per-region and global sets beside the per-entity one
 	storage    string
 	cpuprofile string
 }
@@ -64,6 +65,9 @@ func (s system) command(cfg *config, l launch) (*exec.Cmd, error) {
 			"abacus.bench.StreamsAggregate",
 			"brokers="+strings.Join(cfg.brokers, ","), "input="+l.input, "output="+l.output,
 			"app="+l.group, "state="+l.storage, "guarantee="+s.guarantee, "emit="+cfg.emit)
+		if l.rollup {
+			args = append(args, "rollup=true", fmt.Sprintf("rollup-grace-ms=%d", cfg.streamsRollupGrace.Milliseconds()), fmt.Sprintf("partitions=%d", partitions))
+		}
 		return exec.Command("java", args...), nil
 	}
 	self, err := os.Executable()
@@ -78,21 +82,33 @@ func (s system) command(cfg *config, l launch) (*exec.Cmd, error) {
 	if l.cpuprofile != "" {
 		args = append(args, "-cpuprofile", l.cpuprofile)
 	}
+	if l.rollup && s.name == "abacus" {
+		args = append(args, "-rollup")
+	}
 	if cfg.finalRetention > 0 {
 		args = append(args, "-final-retention", cfg.finalRetention.String())
 	}
 	return exec.Command(self, args...), nil
 }
 
-// decodeStreams reads one final of the Kafka Streams application: key = entity, value = window
-// start, count, sum, max (32 bytes, big endian). It writes finals only.
+// decodeStreams reads one final of the Kafka Streams application: key = entity, region or
+// globalKey (which says the set: the three never collide), value = window start, count, sum, max
+// (32 bytes, big endian). It writes finals only.
 func decodeStreams(rec *kgo.Record) (final, bool, error) {
 	if len(rec.Value) != 32 {
 		return final{}, false, fmt.Errorf("value of %d bytes, want 32", len(rec.Value))
 	}
 	v := rec.Value
+	key := string(rec.Key)
+	set := setName
+	if key == globalKey {
+		set = globalSet
+	} else if strings.HasPrefix(key, regionPrefix) {
+		set = regionSet
+	}
 	return final{
-		entity: string(rec.Key),
+		set:    set,
+		entity: key,
 		start:  int64(binary.BigEndian.Uint64(v[0:])),
 		agg: winAgg{
 			count: int64(binary.BigEndian.Uint64(v[8:])),

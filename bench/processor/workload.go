@@ -16,6 +16,14 @@ const (
 	entityPrefix   = "dev-"
 	sentinelPrefix = "~sentinel-" // closes every real window; never an expected final
 	probePrefix    = "~probe-"    // restore steps: processed only once state is rebuilt
+
+	// A rollup workload's per-region set has this many regions: entity i is in region i mod
+	// regions. The entity's index, not a hash of its name, picks the region: the partition is
+	// FNV-1a of the name mod 12, and FNV-1a mod 100 would share a factor of 4 with it, so a
+	// region would see only 3 of the 12 partitions.
+	regions      = 100
+	regionPrefix = "region-"
+	globalKey    = "all" // the entity of a global rollup's totals (topology.GlobalKey)
 )
 
 // workload is one deterministic input: which entity reports when, with which value. Its event
@@ -24,7 +32,7 @@ const (
 // must close are known in advance. A late workload (sparse-late10) adds late events among them
 // (lateGen): they are late for every window, so the finals stay those of its base workload.
 type workload struct {
-	name     string // sparse | dense | restore, or sparse-late<pct> | dense-late<pct>
+	name     string // sparse | dense | restore, sparse-late<pct> | dense-late<pct>, sparse-rollup | dense-rollup
 	entities int
 	// rounds: sparse and restore have one event per entity per window (rounds = windows, a round
 	// spans one minute); dense has one event per entity per second (rounds = seconds).
@@ -35,9 +43,13 @@ type workload struct {
 	// sentinels' own windows stay open. The restore workload keeps its windows open instead.
 	sentinels bool
 	// late is the fraction of the real events that are late (0.1 for sparse-late10), and base
-	// the name of the workload it adds them to ("" for a workload without late events).
+	// the name of the workload whose on-time events it has ("" for sparse, dense, restore).
 	late float64
 	base string
+	// rollup: the topology adds a per-region and a global set to the per-entity one, on the
+	// same source (sparse-rollup, dense-rollup). The input is its base's, the very same topic,
+	// so the ratio of the two workloads' figures is what the two rollup sets cost.
+	rollup bool
 }
 
 // newWorkload sizes a workload for about events events. Entity counts follow the issue at 1M
@@ -57,6 +69,8 @@ func newWorkload(name string, events, entities int) (*workload, error) {
 			return nil, fmt.Errorf("workload %q: the late percentage must be a whole number from 1 to 90", name)
 		}
 		kind, w.base, w.late = b, b, float64(n)/100
+	} else if b, ok := strings.CutSuffix(name, "-rollup"); ok && (b == "sparse" || b == "dense") {
+		kind, w.base, w.rollup = b, b, true
 	}
 	switch kind {
 	case "sparse":
@@ -66,7 +80,7 @@ func newWorkload(name string, events, entities int) (*workload, error) {
 	case "restore":
 		w.entities, w.roundMs = events, windowMs
 	default:
-		return nil, fmt.Errorf("unknown workload %q (sparse, dense, sparse-late<pct>, dense-late<pct>)", name)
+		return nil, fmt.Errorf("unknown workload %q (sparse, dense, sparse-late<pct>, dense-late<pct>, sparse-rollup, dense-rollup)", name)
 	}
 	if entities > 0 && kind != "restore" {
 		w.entities = entities
@@ -95,12 +109,41 @@ func (w *workload) windows() int {
 }
 
 // topicName is the input topic's name: deterministic, so a later run (before/after a change)
-// can reuse the same input.
+// can reuse the same input. A rollup workload reads its base's topic.
 func (w *workload) topicName(prefix string) string {
-	return fmt.Sprintf("%s-%s-%dx%d-v1", prefix, w.name, w.rounds, w.entities)
+	name := w.name
+	if w.rollup {
+		name = w.base
+	}
+	// v2: the sentinels moved from one minute past the last window's end to sentinelGapMs.
+	return fmt.Sprintf("%s-%s-%dx%d-v2", prefix, name, w.rounds, w.entities)
 }
 
 func entityName(i int) string { return entityPrefix + fmt.Sprintf("%07d", i) }
+
+// regionName is the per-region set's key of region i.
+func regionName(i int) string { return regionPrefix + fmt.Sprintf("%02d", i) }
+
+// regionOf is the region of an entity named by entityName, "" for any other name (sentinels,
+// probes): a rollup leaves an event with key "" out of its set. The Kafka Streams application
+// computes the same (StreamsAggregate.regionOf).
+func regionOf(entity string) string {
+	i, ok := entityIndex(entity)
+	if !ok {
+		return ""
+	}
+	return regionName(i % regions)
+}
+
+// regionIndex parses a name made by regionName.
+func regionIndex(name string) (int, bool) {
+	s, ok := strings.CutPrefix(name, regionPrefix)
+	if !ok || len(s) != 2 {
+		return 0, false
+	}
+	i, err := strconv.Atoi(s)
+	return i, err == nil && i >= 0 && i < regions
+}
 
 // entityIndex parses a name made by entityName.
 func entityIndex(name string) (int, bool) {
@@ -237,9 +280,17 @@ func (w *workload) lastTime(base int64) int64 {
 	return base + int64(w.rounds-1)*w.roundMs + int64(w.entities-1)*w.roundMs/int64(w.entities)
 }
 
-// sentinelTime is far enough past the last event to close every real window (grace 0).
+// sentinelGapMs is how far past the last real window's end the sentinels are: enough to close it
+// with grace 0, and in Kafka Streams' rollup aggregations with their grace too. Those read
+// repartition topics, where the records of a replayed input arrive as far out of event-time order
+// as the input tasks drift apart (nothing keeps two stream threads, or two tasks of one thread,
+// at the same event time), up to the input's whole span: 10 minutes for sparse. So their grace
+// must cover the span (-kstreams-rollup-grace, 10 minutes), and the sentinels come after it.
+const sentinelGapMs = 11 * windowMs
+
+// sentinelTime is far enough past the last event to close every real window (sentinelGapMs).
 func (w *workload) sentinelTime(base int64) int64 {
-	return (w.lastTime(base)/windowMs + 2) * windowMs
+	return (w.lastTime(base)/windowMs+1)*windowMs + sentinelGapMs
 }
 
 // coprime returns a multiplier near 7919 that is coprime with n, so k -> k*m mod n permutes.
@@ -305,27 +356,51 @@ type winAgg struct {
 	max   float64
 }
 
-// expectation holds every final total a correct run emits, by entity and window.
+// The sets of the topology beside setName (per entity), in a rollup workload: per region (By)
+// and for all events (Global), with the same window and aggregations.
+const (
+	regionSet = "region-minute"
+	globalSet = "fleet-minute"
+)
+
+// expectation holds every final total a correct run emits, by set, key and window.
 type expectation struct {
-	base    int64
-	windows int
-	wins    []winAgg // entity*windows + window index; count 0: no such window
-	finals  int
-	count   int64
-	sum     float64
-	sumMax  float64
+	base     int64
+	windows  int
+	entities int
+	rollup   bool // the per-region and global sets' finals are expected too
+	// wins: entity*windows + window index, then (rollup) regions*windows of the per-region set
+	// (regionAt) and windows of the global one (globalAt); count 0: no such window.
+	wins   []winAgg
+	finals int
+	// setFinals counts the finals of each set: setName, regionSet, globalSet.
+	setFinals [3]int
+	count     int64
+	sum       float64
+	sumMax    float64
 	// late holds, per partition, the input offsets of the late events, ascending: the sources of
 	// the late records a correct run writes, one per event (the topology has one set).
 	late      [partitions][]int64
 	lateCount int
 }
 
+// regionAt is the index in wins of region r's window wi.
+func (x *expectation) regionAt(r, wi int) int { return x.entities*x.windows + r*x.windows + wi }
+
+// globalAt is the index in wins of the global set's window wi.
+func (x *expectation) globalAt(wi int) int { return x.entities*x.windows + regions*x.windows + wi }
+
 // expect computes the finals of a workload with sentinels: every real window closes. Late events
 // change none; their offsets are those of the records produced in each() order (a new topic, one
-// producer, which keeps each partition's order), the sentinels coming after them all.
+// producer, which keeps each partition's order), the sentinels coming after them all. A rollup
+// workload's region and global totals are those of its on-time events, as its entities' are.
 func (w *workload) expect(base int64) *expectation {
-	x := &expectation{base: base, windows: w.windows()}
-	x.wins = make([]winAgg, w.entities*x.windows)
+	x := &expectation{base: base, windows: w.windows(), entities: w.entities, rollup: w.rollup}
+	n := w.entities * x.windows
+	if w.rollup {
+		n += (regions + 1) * x.windows
+	}
+	x.wins = make([]winAgg, n)
 	var next [partitions]int64 // each partition's next offset
 	var part []int8
 	if w.late > 0 {
@@ -343,17 +418,17 @@ func (w *workload) expect(base int64) *expectation {
 		if e.late {
 			return
 		}
-		a := &x.wins[e.entity*x.windows+int((e.ts-base)/windowMs)]
-		if a.count == 0 {
-			a.max = math.Inf(-1)
+		wi := int((e.ts - base) / windowMs)
+		x.wins[e.entity*x.windows+wi].add(e.v)
+		if w.rollup {
+			x.wins[x.regionAt(e.entity%regions, wi)].add(e.v)
+			x.wins[x.globalAt(wi)].add(e.v)
 		}
-		a.count++
-		a.sum += e.v
-		a.max = max(a.max, e.v)
 	})
-	for _, a := range x.wins {
+	for i, a := range x.wins {
 		if a.count > 0 {
 			x.finals++
+			x.setFinals[x.setOf(i)]++
 			x.count += a.count
 			x.sum += a.sum
 			x.sumMax += a.max
@@ -380,21 +455,64 @@ func (x *expectation) lateIndex(p int32, off int64) int {
 
 // final is one final window total read back from a system's output topic.
 type final struct {
-	entity string
+	set    string // setName, or in a rollup workload regionSet or globalSet
+	entity string // the set's key: entity, region or globalKey
 	start  int64
 	agg    winAgg
 }
 
-// lookup returns the expected total of f's window and whether it is an expected window.
-func (x *expectation) lookup(entity string, start int64) (winAgg, int, bool) {
-	ent, ok := entityIndex(entity)
-	if !ok || (start-x.base)%windowMs != 0 {
+// add folds one event's value into a window's total.
+func (a *winAgg) add(v float64) {
+	if a.count == 0 {
+		a.max = math.Inf(-1)
+	}
+	a.count++
+	a.sum += v
+	a.max = max(a.max, v)
+}
+
+// setOf is the set of wins[i]: 0 per entity, 1 per region, 2 global.
+func (x *expectation) setOf(i int) int {
+	switch {
+	case i < x.entities*x.windows:
+		return 0
+	case i < x.globalAt(0):
+		return 1
+	}
+	return 2
+}
+
+// lookup returns the expected total of a final's window (set, key, start), its index in wins and
+// whether it is an expected window.
+func (x *expectation) lookup(set, key string, start int64) (winAgg, int, bool) {
+	if (start-x.base)%windowMs != 0 {
 		return winAgg{}, 0, false
 	}
 	wi := int((start - x.base) / windowMs)
-	if wi < 0 || wi >= x.windows || ent*x.windows+wi >= len(x.wins) {
+	if wi < 0 || wi >= x.windows {
 		return winAgg{}, 0, false
 	}
-	i := ent*x.windows + wi
+	var i int
+	switch set {
+	case setName:
+		ent, ok := entityIndex(key)
+		if !ok || ent >= x.entities {
+			return winAgg{}, 0, false
+		}
+		i = ent*x.windows + wi
+	case regionSet:
+		r, ok := regionIndex(key)
+		if !ok || !x.rollup {
+			return winAgg{}, 0, false
+		}
+		i = x.regionAt(r, wi)
+	case globalSet:
+		if key != globalKey || !x.rollup {
+			return winAgg{}, 0, false
+		}
+		i = x.globalAt(wi)
+	default:
+		return winAgg{}, 0, false
+	}
 	return x.wins[i], i, x.wins[i].count > 0
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -271,5 +272,117 @@ func TestLateOffsets(t *testing.T) {
 	}
 	if x.lateIndex(0, next[0]) >= 0 || x.lateIndex(-1, 0) >= 0 || x.lateIndex(partitions, 0) >= 0 {
 		t.Fatal("lateIndex finds a late event where there is none")
+	}
+}
+
+// A rollup workload reads its base's input (the same topic) and expects, beside its entities'
+// finals, one per region and window and one per window for all events, each the merge of its
+// entities' totals; the check catches a rollup final that is wrong, missing or in the wrong set.
+func TestRollupWorkload(t *testing.T) {
+	for _, name := range []string{"sparse", "dense"} {
+		w, err := newWorkload(name+"-rollup", 60_000, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := newWorkload(name, 60_000, 0)
+		if !w.rollup || w.base != name || w.topicName("p") != b.topicName("p") || w.events() != b.events() {
+			t.Fatalf("%s-rollup: base %q, topic %s (base's %s), %d events", name, w.base, w.topicName("p"), b.topicName("p"), w.events())
+		}
+		x, bx := w.expect(testBase), b.expect(testBase)
+		n := bx.entities * bx.windows
+		if !slices.Equal(x.wins[:n], bx.wins) || x.setFinals[0] != bx.finals {
+			t.Fatalf("%s-rollup: the entity finals differ from the base's", name)
+		}
+		if x.setFinals[1] != regions*x.windows || x.setFinals[2] != x.windows || x.finals != bx.finals+(regions+1)*x.windows {
+			t.Fatalf("%s-rollup: finals by set %v", name, x.setFinals)
+		}
+		// Each rollup total is the merge of its entities' totals.
+		for wi := range x.windows {
+			var g winAgg
+			rs := make([]winAgg, regions)
+			for ent := range x.entities {
+				a := x.wins[ent*x.windows+wi]
+				if a.count == 0 {
+					continue
+				}
+				for _, m := range []*winAgg{&g, &rs[ent%regions]} {
+					if m.count == 0 {
+						m.max = a.max
+					}
+					m.count, m.sum, m.max = m.count+a.count, m.sum+a.sum, max(m.max, a.max)
+				}
+			}
+			if want, _, ok := x.lookup(globalSet, globalKey, testBase+int64(wi)*windowMs); !ok || want != g {
+				t.Fatalf("%s-rollup window %d: global %+v, entities merge to %+v", name, wi, want, g)
+			}
+			for r := range regions {
+				if want, _, ok := x.lookup(regionSet, regionName(r), testBase+int64(wi)*windowMs); !ok || want != rs[r] {
+					t.Fatalf("%s-rollup window %d region %d: %+v, entities merge to %+v", name, wi, r, want, rs[r])
+				}
+			}
+		}
+		if _, _, ok := bx.lookup(globalSet, globalKey, testBase); ok {
+			t.Fatalf("%s: a workload without rollups expects a global final", name)
+		}
+	}
+	if regionOf(entityName(1234)) != "region-34" || regionOf("~sentinel-3") != "" || regionOf(regionName(7)) != "" {
+		t.Fatal("regionOf")
+	}
+
+	w, _ := newWorkload("sparse-rollup", 2_400, 0) // 240 entities, 10 windows
+	x := w.expect(testBase)
+	t0 := time.UnixMilli(testBase)
+	feed := func(mutate func([]*kgo.Record) []*kgo.Record) (outputStats, error) {
+		r := &outputReader{decode: decodeStreams, expect: x, seen: make([]bool, len(x.wins))}
+		var recs []*kgo.Record
+		for wi := range x.windows {
+			at := t0.Add(time.Duration(wi) * time.Minute)
+			start := testBase + int64(wi)*windowMs
+			for ent := range w.entities {
+				rec := streamsRecord(entityName(ent), start, x.wins[ent*x.windows+wi])
+				rec.Timestamp = at
+				recs = append(recs, rec)
+			}
+			for reg := range regions {
+				recs = append(recs, streamsRecord(regionName(reg), start, x.wins[x.regionAt(reg, wi)]))
+			}
+			rec := streamsRecord(globalKey, start, x.wins[x.globalAt(wi)])
+			rec.Timestamp = at.Add(time.Duration(wi) * time.Second)
+			recs = append(recs, rec)
+		}
+		for _, rec := range mutate(recs) {
+			r.add(rec)
+		}
+		if r.err != nil {
+			return outputStats{}, r.err
+		}
+		return r.stats(), r.stats().check(x)
+	}
+	st, err := feed(func(r []*kgo.Record) []*kgo.Record { return r })
+	if err != nil {
+		t.Fatalf("a correct run fails: %v", err)
+	}
+	res := &result{out: st}
+	if last, mx, _, ok := res.globalLag(); !ok || last != 9*time.Second || mx != 9*time.Second {
+		t.Fatalf("global lag: last %v, max %v, %v", last, mx, ok)
+	}
+	perWindow := w.entities + regions + 1
+	for name, mutate := range map[string]func([]*kgo.Record) []*kgo.Record{
+		"global missing": func(r []*kgo.Record) []*kgo.Record { return r[:len(r)-1] },
+		"region wrong": func(r []*kgo.Record) []*kgo.Record {
+			r[w.entities] = streamsRecord(regionName(0), testBase, winAgg{count: 1, sum: 1, max: 1})
+			return r
+		},
+		"region as global": func(r []*kgo.Record) []*kgo.Record {
+			r[perWindow-1] = streamsRecord(regionName(0), testBase, x.wins[x.globalAt(0)])
+			return r
+		},
+		"unknown region": func(r []*kgo.Record) []*kgo.Record {
+			return append(r, streamsRecord(regionPrefix+"100", testBase, x.wins[x.globalAt(0)]))
+		},
+	} {
+		if _, err := feed(mutate); err == nil || !strings.Contains(err.Error(), "FINALS DO NOT MATCH") {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 }

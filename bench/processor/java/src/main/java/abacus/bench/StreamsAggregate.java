@@ -6,7 +6,9 @@ import java.io.IOException;
 import java.io.PrintStream;
 import java.nio.ByteBuffer;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
@@ -31,15 +33,22 @@ import org.apache.kafka.streams.Topology;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.EmitStrategy;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.KGroupedStream;
+import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.KTable;
 import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.kstream.Repartitioned;
 import org.apache.kafka.streams.kstream.Suppressed;
 import org.apache.kafka.streams.kstream.TimeWindowedKStream;
 import org.apache.kafka.streams.kstream.TimeWindows;
 import org.apache.kafka.streams.kstream.Windowed;
 import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.processor.TimestampExtractor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
+import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
+import org.apache.kafka.streams.processor.api.FixedKeyRecord;
 import org.apache.kafka.streams.state.WindowStore;
 
 /**
@@ -65,8 +74,28 @@ import org.apache.kafka.streams.state.WindowStore;
  * partition; it closes (committing) and exits 0 when its stdin reaches EOF, and
  * exits 1 if a stream thread dies or the close times out.
  *
+ * <p>With rollup=true (the harness's rollup workloads), two more windowed aggregations of the same
+ * stream, with the same window and aggregations, write to the same output topic: per region
+ * ({@link #regionOf}, the key is the region) and for all events (the key is {@code all}). Each is
+ * a group-by to a new key, so Kafka Streams writes the whole input to a repartition topic for it
+ * and aggregates it in a second sub-topology; the global one's repartition topic has one key, so
+ * one task (one thread) aggregates every event. The records of a repartition partition come from
+ * every input task, and nothing keeps the input tasks (of two threads, or of one) at the same event
+ * time: on the harness's replayed input they drift apart by minutes, so with grace 0 these
+ * aggregations drop most on-time events as late (seen: 7 of 8). They get rollup-grace-ms instead
+ * (the harness's -kstreams-rollup-grace, default 10 minutes: the sparse input's whole span), which
+ * holds every window open until the end of the input. The input's sentinels close the last windows by
+ * stream time, which a repartition task advances only with records it receives: a sentinel is sent
+ * to every region (and, as every record, to the global key), so every region partition sees one.
+ * But the first input task to reach its sentinel would close every window while the others are
+ * still minutes behind: after the repartition, a {@link SentinelBarrier} lets a key's sentinel
+ * through only once the sentinels of all input partitions have come for it, i.e. once the whole
+ * input has. Both are the harness's way to end a finite input, as the sentinels are.
+ *
  * <p>Arguments, key=value: brokers, input, output, app (application.id), state (state.dir),
- * guarantee (at_least_once | exactly_once_v2), emit (suppress | close), threads (default 2).
+ * guarantee (at_least_once | exactly_once_v2), emit (suppress | close), threads (default 2),
+ * rollup (false | true), rollup-grace-ms (default 600000), partitions (of the input, default 12:
+ * the sentinels a barrier waits for).
  */
 public final class StreamsAggregate {
   private StreamsAggregate() {}
@@ -164,13 +193,71 @@ public final class StreamsAggregate {
         .array();
   }
 
-  static Topology topology(String input, String output, String emit, LongAdder seen) {
-    StreamsBuilder b = new StreamsBuilder();
-    TimeWindowedKStream<String, Reading> windowed =
-        b.stream(input, Consumed.with(Serdes.String(), new ReadingSerde()).withTimestampExtractor(new ReadingTime()))
-            .peek((k, v) -> seen.increment())
-            .groupByKey()
-            .windowedBy(TimeWindows.ofSizeWithNoGrace(Duration.ofMinutes(1)));
+  static final int REGIONS = 100;
+  static final String ENTITY_PREFIX = "dev-";
+  static final String GLOBAL_KEY = "all";
+
+  /**
+   * The region of an entity named dev-NNNNNNN: its number mod 100, as region-NN; null for any
+   * other name (the sentinels). The Go harness computes the same (regionOf in workload.go).
+   */
+  static String regionOf(String entity) {
+    if (entity == null || !entity.startsWith(ENTITY_PREFIX)) {
+      return null;
+    }
+    int i;
+    try {
+      i = Integer.parseInt(entity.substring(ENTITY_PREFIX.length()));
+    } catch (NumberFormatException e) {
+      return null;
+    }
+    return regionName(i % REGIONS);
+  }
+
+  static String regionName(int r) {
+    return (r < 10 ? "region-0" : "region-") + r;
+  }
+
+  /**
+   * Drops a key's sentinels until one has come from each of the input's partitions (each ends with
+   * one, sent after all its records, and a repartition partition gets one producer's records in
+   * order): the last one then moves the task's stream time past every window. In memory only: the
+   * benchmark has no failures, and a lost count would fail its checks loudly.
+   */
+  static final class SentinelBarrier implements FixedKeyProcessor<String, Reading, Reading> {
+    private final int partitions;
+    private final Map<String, java.util.Set<String>> seen = new HashMap<>();
+    private FixedKeyProcessorContext<String, Reading> ctx;
+
+    SentinelBarrier(int partitions) {
+      this.partitions = partitions;
+    }
+
+    @Override
+    public void init(FixedKeyProcessorContext<String, Reading> ctx) {
+      this.ctx = ctx;
+    }
+
+    @Override
+    public void process(FixedKeyRecord<String, Reading> rec) {
+      Reading r = rec.value();
+      if (r.entity != null && r.entity.startsWith(SENTINEL_PREFIX)) {
+        java.util.Set<String> from = seen.computeIfAbsent(rec.key(), k -> new java.util.HashSet<>());
+        from.add(r.entity);
+        if (from.size() < partitions) {
+          return;
+        }
+      }
+      ctx.forward(rec);
+    }
+  }
+
+  static final String SENTINEL_PREFIX = "~sentinel-";
+
+  /** One windowed count + sum + max of a grouped stream, its finals written to output. */
+  static void aggregate(
+      KGroupedStream<String, Reading> grouped, TimeWindows windows, String store, String emit, String output) {
+    TimeWindowedKStream<String, Reading> windowed = grouped.windowedBy(windows);
     if (emit.equals("close")) {
       windowed = windowed.emitStrategy(EmitStrategy.onWindowClose());
     } else if (!emit.equals("suppress")) {
@@ -180,7 +267,7 @@ public final class StreamsAggregate {
         windowed.aggregate(
             Agg::new,
             (k, r, a) -> a.add(r),
-            Materialized.<String, Agg, WindowStore<Bytes, byte[]>>as("agg")
+            Materialized.<String, Agg, WindowStore<Bytes, byte[]>>as(store)
                 .withKeySerde(Serdes.String())
                 .withValueSerde(new AggSerde()));
     if (emit.equals("suppress")) {
@@ -190,6 +277,53 @@ public final class StreamsAggregate {
         .toStream()
         .map((wk, a) -> KeyValue.pair(wk.key(), encodeFinal(wk, a)))
         .to(output, Produced.with(Serdes.String(), Serdes.ByteArray()));
+  }
+
+  static Topology topology(
+      String input,
+      String output,
+      String emit,
+      boolean rollup,
+      Duration rollupGrace,
+      int partitions,
+      LongAdder seen) {
+    StreamsBuilder b = new StreamsBuilder();
+    KStream<String, Reading> src =
+        b.stream(input, Consumed.with(Serdes.String(), new ReadingSerde()).withTimestampExtractor(new ReadingTime()))
+            .peek((k, v) -> seen.increment());
+    aggregate(src.groupByKey(), TimeWindows.ofSizeWithNoGrace(Duration.ofMinutes(1)), "agg", emit, output);
+    if (rollup) {
+      TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMinutes(1), rollupGrace);
+      // groupBy(region), written as what groupBy is (a new key, a repartition topic, then
+      // groupByKey), so that a sentinel goes to every region and the barrier sits after the
+      // repartition.
+      KStream<String, Reading> byRegion =
+          src.flatMap(
+              (k, r) -> {
+                String region = regionOf(k);
+                if (region != null) {
+                  return List.of(KeyValue.pair(region, r));
+                }
+                List<KeyValue<String, Reading>> all = new ArrayList<>(REGIONS);
+                for (int i = 0; i < REGIONS; i++) {
+                  all.add(KeyValue.pair(regionName(i), r));
+                }
+                return all;
+              });
+      aggregate(
+          byRegion
+              .repartition(Repartitioned.with(Serdes.String(), new ReadingSerde()).withName("region"))
+              .processValues(() -> new SentinelBarrier(partitions))
+              .groupByKey(Grouped.with(Serdes.String(), new ReadingSerde())),
+          windows, "agg-region", emit, output);
+      // groupBy(constant), the same way.
+      aggregate(
+          src.selectKey((k, r) -> GLOBAL_KEY)
+              .repartition(Repartitioned.with(Serdes.String(), new ReadingSerde()).withName("global"))
+              .processValues(() -> new SentinelBarrier(partitions))
+              .groupByKey(Grouped.with(Serdes.String(), new ReadingSerde())),
+          windows, "agg-global", emit, output);
+    }
     return b.build();
   }
 
@@ -224,7 +358,15 @@ public final class StreamsAggregate {
     // Everything else (commit interval, record cache, RocksDB settings, producer and consumer
     // settings) stays at Kafka Streams' defaults: the benchmark measures what a team gets.
 
-    Topology topo = topology(a.get("input"), a.get("output"), a.getOrDefault("emit", "suppress"), seen);
+    Topology topo =
+        topology(
+            a.get("input"),
+            a.get("output"),
+            a.getOrDefault("emit", "suppress"),
+            Boolean.parseBoolean(a.getOrDefault("rollup", "false")),
+            Duration.ofMillis(Long.parseLong(a.getOrDefault("rollup-grace-ms", "600000"))),
+            Integer.parseInt(a.getOrDefault("partitions", "12")),
+            seen);
     KafkaStreams streams = new KafkaStreams(topo, p);
     CountDownLatch stop = new CountDownLatch(1);
     AtomicBoolean failed = new AtomicBoolean();
