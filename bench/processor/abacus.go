@@ -73,9 +73,10 @@ func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
 		// sentinels' windows (or, in the restore runs, every window) on its own.
 		IdleTimeout: time.Hour,
 		// Ticks at the pace of the default IdleTimeout (its quarter, the default tick), not of
-		// the hour above: a partition also sends its rollup progress at each tick, and once the
-		// input stops, the progress that lets a rollup's owner emit the last window's final may
-		// wait for the next tick (seen in dense-rollup: stalled with an hour's 15-minute tick).
+		// the hour above, as a deployment's would. (dense-rollup once stalled with an hour's
+		// 15-minute tick: partitions then noticed the acknowledgements their rollup progress
+		// waits for only at a tick; they nudge themselves since, processors'
+		// TestRollupFinalsWithoutTicks.)
 		TickInterval:   processors.DefaultIdleTimeout / 4,
 		FinalRetention: a.finalRetention,
 	})

@@ -228,7 +228,7 @@ func (pt *partition) closeDue(ctx goka.Context) {
 func (pt *partition) closeHeapDue(ctx goka.Context, h *closeHeap, st int64) {
 	for h.Len() > 0 && h.minAt() <= st {
 		entity := h.minEntity()
-		if !pt.durable(entity) {
+		if !pt.closable(entity) {
 			h.remove(entity)
 			pt.waiting = append(pt.waiting, entity)
 			pt.countWaits()

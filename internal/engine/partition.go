@@ -404,6 +404,9 @@ func (pt *partition) set(ctx goka.Context, ent *state.Entity) {
 	ctx.SetValue(ent)
 	pt.wrote(ctx.Key())
 	pt.remember(ctx.Key(), ent)
+	if pt.e.rollups {
+		pt.ru.wroteST(ent.StreamTime, pt.e.cfg.Durability.Sent(), pt.acked)
+	}
 }
 
 func (pt *partition) originOf(k originKey) *origin {
@@ -441,6 +444,16 @@ func (pt *partition) wrote(entity string) {
 	}
 }
 
+// closable reports whether the entity's windows due to close can be emitted: the entity's
+// every write is acknowledged, or, for a rollup key's owner, which partials rewrite all the time
+// (a global key's at every partial of every window), the writes that changed its windows due.
+func (pt *partition) closable(entity string) bool {
+	if isOwnerKey(entity) {
+		return pt.ownerDurable(entity)
+	}
+	return pt.durable(entity)
+}
+
 // durable reports whether every write of the entity is acknowledged.
 func (pt *partition) durable(entity string) bool {
 	b, ok := pt.writes[entity]
@@ -458,7 +471,7 @@ func (pt *partition) durable(entity string) bool {
 // entity's write, an idle advance that waited for the partition's record.
 func (pt *partition) catchUp(ctx goka.Context) {
 	a := pt.e.cfg.Durability.Acknowledged()
-	if a == pt.acked && len(pt.metaFlight) == 0 && !pt.pendingIdle.set && len(pt.waiting) == 0 && pt.candidates == 0 && len(pt.ru.inflight) == 0 {
+	if a == pt.acked && len(pt.metaFlight) == 0 && !pt.pendingIdle.set && len(pt.waiting) == 0 && pt.candidates == 0 && len(pt.ru.inflight) == 0 && len(pt.ru.stFlight) == 0 {
 		return
 	}
 	pt.acked = a
@@ -498,7 +511,7 @@ func (pt *partition) catchUp(ctx goka.Context) {
 	if len(pt.waiting) > 0 {
 		still := pt.waiting[:0]
 		for _, entity := range pt.waiting {
-			if !pt.durable(entity) {
+			if !pt.closable(entity) {
 				still = append(still, entity)
 				continue
 			}
@@ -536,9 +549,10 @@ func (pt *partition) countWaits() {
 // describing the layout wait for Kafka's acknowledgement: goka calls back only for messages, and
 // without one the wait could last until the next tick.
 func (pt *partition) nudge(ctx goka.Context) {
-	// With rollups, the partition also waits for its final partials and its record to be
-	// acknowledged: its progress, which the owners close their windows by, moves only then.
-	rollupWait := pt.e.rollups && (len(pt.ru.inflight) > 0 || len(pt.metaFlight) > 0)
+	// With rollups, the partition also waits for its final partials, and for the writes that
+	// carry its stream time past their windows, to be acknowledged: its progress, which the
+	// owners close their windows by, moves only then.
+	rollupWait := pt.e.rollups && (len(pt.ru.inflight) > 0 || (len(pt.ru.stFlight) > 0 && pt.ru.sentT < pt.ru.doneClose-1))
 	if pt.nudged || pt.tickKey == "" || (len(pt.waiting) == 0 && !pt.pendingIdle.set && pt.layoutHeld && !pt.recordWanted && !rollupWait) {
 		return
 	}

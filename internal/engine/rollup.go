@@ -70,11 +70,59 @@ type rollupView struct {
 	st       int64
 	metaST   int64
 	due      closeHeap // owner keys with a merged window not emitted yet
+	// writes holds, per owner key, its windows' last writes not acknowledged yet: a window's
+	// final waits for the write that last changed it, not for the key's later writes.
+	writes map[string][]ownerWrite
+
+	// durableST is the largest stream time that an acknowledged write of the partition carries
+	// (an entity's StreamTime): a restart rebuilds its stream time to at least that, as it does
+	// to the record's (an entity leaves the table only once the record covers it). stFlight are
+	// the writes that carry a larger one, not acknowledged yet, in the order sent.
+	durableST int64
+	stFlight  []stWrite
+	// doneClose is the largest close of a final partial acknowledged: until the progress sent
+	// passes it, owners wait for the partition.
+	doneClose int64
+}
+
+// stWrite is a write carrying stream time st, held by Kafka once Acknowledged reaches bound.
+type stWrite struct {
+	st    int64
+	bound uint64
+}
+
+// wroteST records a write that carries stream time st, with its Sent bound.
+func (v *rollupView) wroteST(st int64, bound, acked uint64) {
+	if st <= v.durableST || (len(v.stFlight) > 0 && st <= v.stFlight[len(v.stFlight)-1].st) {
+		return // a later-sent write carries it or more already
+	}
+	if bound <= acked {
+		v.durableST = st
+		return
+	}
+	v.stFlight = append(v.stFlight, stWrite{st, bound})
+}
+
+// settleST moves durableST on with the writes Kafka acknowledged.
+func (v *rollupView) settleST(acked uint64) {
+	n := 0
+	for n < len(v.stFlight) && v.stFlight[n].bound <= acked {
+		v.durableST = max(v.durableST, v.stFlight[n].st)
+		n++
+	}
+	v.stFlight = v.stFlight[n:]
+}
+
+// ownerWrite is a write of an owner's window: it closes at closes, and Kafka holds it once
+// Acknowledged reaches bound.
+type ownerWrite struct {
+	closes int64
+	bound  uint64
 }
 
 func newRollupView(npar int) rollupView {
-	v := rollupView{partials: map[partialKey]*partial{}, closing: map[int64]int{}, sentT: minTime, st: minTime, metaST: minTime,
-		progress: make([]int64, npar), due: newCloseHeap()}
+	v := rollupView{partials: map[partialKey]*partial{}, closing: map[int64]int{}, sentT: minTime, st: minTime, metaST: minTime, durableST: minTime, doneClose: minTime,
+		progress: make([]int64, npar), due: newCloseHeap(), writes: map[string][]ownerWrite{}}
 	for i := range v.progress {
 		v.progress[i] = minTime
 	}
@@ -232,10 +280,7 @@ func (pt *partition) sendFinal(ctx goka.Context, pk partialKey, p *partial) {
 	p.early = nil
 	pt.ru.inflight = append(pt.ru.inflight, pk)
 	pt.e.m.rollupPartials.WithLabelValues(set.Name, "true").Inc()
-	// The progress that lets the owner close the window waits for the partition's record to hold
-	// its stream time: ask for the record now rather than at the next tick.
-	pt.metaDirty, pt.recordWanted = true, true
-	pt.nudge(ctx)
+	pt.nudge(ctx) // the progress waits for its acknowledgement: look again soon, even if idle
 }
 
 // sendEarly sends the running partial of an EmitEarly window to its key's owner.
@@ -271,6 +316,7 @@ func (pt *partition) sendPartial(ctx goka.Context, set *plan.Set, pk partialKey,
 // contributions may leave their entities, and the partition's progress may move.
 func (pt *partition) settleRollups(ctx goka.Context) {
 	now := pt.e.cfg.Now()
+	pt.ru.settleST(pt.acked)
 	n := 0
 	for n < len(pt.ru.inflight) {
 		pk := pt.ru.inflight[n]
@@ -280,6 +326,7 @@ func (pt *partition) settleRollups(ctx goka.Context) {
 		}
 		n++
 		delete(pt.ru.partials, pk)
+		pt.ru.doneClose = max(pt.ru.doneClose, p.closes)
 		if pt.ru.closing[p.closes]--; pt.ru.closing[p.closes] == 0 {
 			delete(pt.ru.closing, p.closes)
 		}
@@ -292,10 +339,12 @@ func (pt *partition) settleRollups(ctx goka.Context) {
 }
 
 // progressT is how far the partition's final partials are all sent and acknowledged: the stream
-// time its acknowledged record holds (a restart resumes from no earlier one, so no window closed
-// by it can take an event again), short of the first window whose partial is not done.
+// time Kafka holds (a restart resumes from no earlier one, so no window closed by it can take an
+// event again), short of the first window whose partial is not done.
 func (pt *partition) progressT() int64 {
-	t := max(pt.metaST, pt.metaIdleST) // an idle advance in the record is applied at any restart
+	// The record's stream time, its idle advance (applied at any restart), or the stream time
+	// an acknowledged entity write carries, whichever is furthest: a restart resumes from it.
+	t := max(pt.metaST, pt.metaIdleST, pt.ru.durableST)
 	for c := range pt.ru.closing {
 		t = min(t, c-1)
 	}
@@ -308,11 +357,36 @@ func (pt *partition) sendProgress(ctx goka.Context) {
 	if t == minTime || t <= pt.ru.sentT || len(pt.e.tickKeys) == 0 {
 		return
 	}
+	if pt.ru.sentT != minTime && t < pt.e.nextRollupClose(pt.ru.sentT) {
+		return // no rollup window closes in between: the owners would learn nothing
+	}
 	pt.ru.sentT = t
 	msg := (&loopMsg{kind: loopProgress, partition: pt.id, offset: t}).encode()
 	for _, k := range pt.e.tickKeys {
 		ctx.Loopback(k, msg)
 	}
+}
+
+// nextRollupClose is the first close of any rollup set's window after stream time x: windows of
+// a set end at whole multiples of its advance plus its size, so their closes are known without
+// looking at any state. Progress that passes none of them tells an owner nothing new.
+func (e *Engine) nextRollupClose(x int64) int64 {
+	next := int64(math.MaxInt64)
+	for _, s := range e.plan.Sets {
+		if s.Rollup == nil {
+			continue
+		}
+		adv, off := s.Window.Advance(), s.Window.Size()+s.Grace
+		if adv <= 0 {
+			continue
+		}
+		k := (x - off) / adv
+		if (x-off)%adv != 0 && (x-off) < 0 {
+			k-- // floor
+		}
+		next = min(next, (k+1)*adv+off)
+	}
+	return next
 }
 
 // onProgress takes a source partition's progress in, and emits the merged windows it closes.
@@ -442,6 +516,13 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	}
 	pt.windowsDelta(opened, len(ent.Windows)-before)
 	pt.set(ctx, ent)
+	if b := e.cfg.Durability.Sent(); b > pt.acked {
+		ws := pt.ru.writes[ctx.Key()]
+		for len(ws) > 0 && ws[0].bound <= pt.acked { // in the order sent: the acknowledged ones first
+			ws = ws[1:]
+		}
+		pt.ru.writes[ctx.Key()] = append(ws, ownerWrite{closes: w.ClosesAt(set.Grace), bound: b})
+	}
 	if isNew {
 		pt.entities.Inc()
 	}
@@ -466,6 +547,30 @@ func (pt *partition) giveUp(ctx goka.Context, ent *state.Entity, set *plan.Set, 
 	}
 	ent.Windows = append(kept, marker)
 	return len(ent.Windows) - 1
+}
+
+// ownerDurable reports whether the writes of an owner's windows that its rollup stream time has
+// closed are acknowledged. Later writes change only windows still open: a restart finds the
+// closed ones as they are now.
+func (pt *partition) ownerDurable(entity string) bool {
+	ws := pt.ru.writes[entity]
+	kept := ws[:0]
+	ok := true
+	for _, w := range ws {
+		if w.bound <= pt.acked {
+			continue
+		}
+		kept = append(kept, w)
+		if w.closes <= pt.ru.st {
+			ok = false
+		}
+	}
+	if len(kept) == 0 {
+		delete(pt.ru.writes, entity)
+	} else {
+		pt.ru.writes[entity] = kept
+	}
+	return ok
 }
 
 // decodeAccs decodes a partial's accumulators.
