@@ -53,6 +53,9 @@ type loopMsg struct {
 }
 
 func (m *loopMsg) encode() []byte {
+	if m.kind == loopPartial && m.partial != nil {
+		return m.partial.encode()
+	}
 	b := make([]byte, 0, 32+len(m.topic)+len(m.value))
 	b = append(b, byte(m.kind))
 	switch m.kind {
@@ -82,7 +85,11 @@ func decodeLoop(b []byte) (*loopMsg, error) {
 	switch m.kind {
 	case loopClose, loopTick, loopNudge:
 	case loopPartial:
-		m.partial = decodePartial(d)
+		p, err := decodePartial(d)
+		if err != nil {
+			return nil, err
+		}
+		m.partial = p
 	case loopProgress:
 		m.partition = int32(d.Varint())
 		m.offset = d.Varint()

@@ -14,6 +14,9 @@ func FuzzDecodeLoop(f *testing.F) {
 		{kind: loopTick},
 		{kind: loopClose},
 		{kind: loopEvent, source: 1, topic: "device-readings", partition: 7, offset: 1 << 33, value: []byte(`{"device":"d"}`)},
+		{kind: loopProgress, partition: 3, offset: 1 << 40},
+		{kind: loopPartial, partial: &partialMsg{set: 2, start: -60_000, end: 0, from: 5, final: true, revision: 9, aggs: [][]byte{{1, 2}, nil}}},
+		{kind: loopPartial, partial: &partialMsg{set: 1, start: 0, end: 60_000, from: 1, final: true, failed: true, userError: true}},
 	} {
 		f.Add(m.encode())
 	}

@@ -731,22 +731,31 @@ func (m *partialMsg) encode() []byte {
 	return b
 }
 
-func decodePartial(d *wire.Reader) *partialMsg {
-	m := &partialMsg{set: uint16(d.Uvarint()), start: d.Varint()}
+func decodePartial(d *wire.Reader) (*partialMsg, error) {
+	set := d.Uvarint()
+	m := &partialMsg{set: uint16(set), start: d.Varint()}
 	m.end = m.start + int64(d.Uvarint())
 	m.from = int32(d.Varint())
-	switch d.Byte() {
+	switch f := d.Byte(); f {
+	case 0:
 	case 1:
 		m.final = true
 	case 2:
 		m.final, m.failed = true, true
 	case 3:
 		m.final, m.failed, m.userError = true, true, true
+	default:
+		if d.Err() == nil {
+			return nil, fmt.Errorf("%w: partial total with final byte %d", errCorruptLoop, f)
+		}
+	}
+	if set > math.MaxUint16 && d.Err() == nil {
+		return nil, fmt.Errorf("%w: partial total of set %d", errCorruptLoop, set)
 	}
 	m.revision = d.Uvarint()
 	n := d.Count()
 	for i := 0; i < n && d.Err() == nil; i++ {
 		m.aggs = append(m.aggs, append([]byte(nil), d.Bytes()...))
 	}
-	return m
+	return m, d.Err()
 }
