@@ -432,81 +432,17 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	if isNew {
 		ent = &state.Entity{}
 	}
-	slot := state.SlotKey(m.from)
-	si := ent.FindKey(set.Index, m.start, slot)
-	if si >= 0 && ent.Windows[si].Final {
-		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
-		return
-	}
 	before := len(ent.Windows)
-	mi := ent.FindKey(set.Index, m.start, "")
-	hadMerged := mi >= 0
-	if mi >= 0 && ent.Windows[mi].Final {
-		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
-		return // its final could not be kept and was dead-lettered
-	}
+	mi, si, hadMerged := pt.slotsOf(ent, set, m)
 	if mi < 0 {
-		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end})
-		mi = len(ent.Windows) - 1
+		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
+		return // its slot is final, or the window was given up
 	}
-	if si < 0 {
-		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end, Key: slot})
-		si = len(ent.Windows) - 1
-	}
-	switch {
-	case m.failed && m.userError:
-		mi = pt.giveUp(ctx, ent, set, m, deadletter.UserError, fmt.Sprintf("cannot be computed: user code could not merge a contribution to the partial total of source partition %d (its dead letter names the entity)", m.from))
-	case m.failed:
-		mi = pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be made: the partial total of source partition %d is larger than a message (MaxMessageBytes %d)",
-			m.from, e.plan.MaxMessageBytes))
-	case m.final:
-		accs, err := accumulators(set, ent, mi)
-		if err == nil {
-			var part []plan.Accumulator
-			if part, err = decodeAccs(set, m.aggs); err == nil {
-				err = mergeInto(set, accs, part)
-			}
-		}
-		if err != nil {
-			// User code cannot read or merge the partial: the window cannot be whole.
-			e.m.panics.WithLabelValues("close").Inc()
-			e.log.Error("partial total of a rollup cannot be merged: its window's final is dead-lettered", "set", set.Name, "key", ctx.Key(), "from", m.from, "err", err)
-			mi = pt.giveUp(ctx, ent, set, m, deadletter.UserError, fmt.Sprintf("cannot be computed: the partial total of source partition %d cannot be merged: %v", m.from, err))
-			break
-		}
-		storeAccs(&ent.Windows[mi], accs)
-		ent.Windows[mi].Revision += m.revision
-		ent.Windows[si].Final, ent.Windows[si].Aggs, ent.Windows[si].Revision = true, nil, m.revision
-	default:
-		ent.Windows[si].Aggs, ent.Windows[si].Revision = m.aggs, m.revision
-	}
-	now := e.cfg.Now()
-	var early *update
-	if set.Emit == plan.EmitEarly && !ent.Windows[mi].Final {
-		if lw := &ent.Windows[mi]; lw.LastEmit == 0 || now.Sub(time.UnixMilli(lw.LastEmit)) >= set.EmitEvery {
-			if vs, rev, err := pt.mergedValues(set, ent, mi); err == nil {
-				lw.LastEmit = now.UnixMilli()
-				early = &update{set: set, window: *lw, values: vs}
-				early.window.Revision = rev
-			}
-		}
-	}
+	mi = pt.takePartial(ctx, ent, set, m, mi, si)
+	early := pt.earlyTotal(set, ent, mi)
 	if n := pt.stateSize(ent); n > e.plan.MaxMessageBytes {
-		// The owner's state holds per window the merge of the final partials and the early
-		// partials of the slots not final yet. Early partials only serve early totals: they go
-		// first, the ones of every window of the key, so that the state fits the changelog.
-		dropped := 0
-		for i := range ent.Windows {
-			if w := &ent.Windows[i]; w.Key != "" && !w.Final && w.Aggs != nil {
-				w.Aggs, dropped = nil, dropped+1
-			}
-		}
-		n2 := pt.stateSize(ent)
-		e.log.Warn("rollup owner state too large for a message: early partials dropped", "set", set.Name, "key", ctx.Key(),
-			"bytes", n, "without_early", n2, "dropped", dropped, "limit", e.plan.MaxMessageBytes)
-		if n2 > e.plan.MaxMessageBytes {
-			mi, early = pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be kept: merging the partial totals makes the owner's state %d bytes, more than the limit of %d (MaxMessageBytes)",
-				n2, e.plan.MaxMessageBytes)), nil
+		if mi = pt.fitOwnerState(ctx, ent, set, m, mi, n); ent.Windows[mi].Final {
+			early = nil
 		}
 	}
 	ent.StreamTime = max(ent.StreamTime, pt.closeST())
@@ -516,13 +452,7 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	}
 	pt.windowsDelta(opened, len(ent.Windows)-before)
 	pt.set(ctx, ent)
-	if b := e.cfg.Durability.Sent(); b > pt.acked {
-		ws := pt.ru.writes[ctx.Key()]
-		for len(ws) > 0 && ws[0].bound <= pt.acked { // in the order sent: the acknowledged ones first
-			ws = ws[1:]
-		}
-		pt.ru.writes[ctx.Key()] = append(ws, ownerWrite{closes: w.ClosesAt(set.Grace), bound: b})
-	}
+	pt.ownerWrote(ctx.Key(), w.ClosesAt(set.Grace))
 	if isNew {
 		pt.entities.Inc()
 	}
@@ -530,6 +460,116 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		e.emit(ctx, rollupValue(ctx.Key(), set), set, &early.window, early.values, false)
 	}
 	pt.schedule(ctx.Key(), ent)
+}
+
+// slotsOf finds, or makes, the merged window of m's window in an owner's state and m's source
+// partition's slot in it, and reports whether the merged window was there; mi is -1 when the
+// partial changes nothing: its slot is final, or the window was given up.
+func (pt *partition) slotsOf(ent *state.Entity, set *plan.Set, m *partialMsg) (mi, si int, hadMerged bool) {
+	slot := state.SlotKey(m.from)
+	si = ent.FindKey(set.Index, m.start, slot)
+	if si >= 0 && ent.Windows[si].Final {
+		return -1, -1, false
+	}
+	mi = ent.FindKey(set.Index, m.start, "")
+	if hadMerged = mi >= 0; hadMerged && ent.Windows[mi].Final {
+		return -1, -1, false
+	}
+	if mi < 0 {
+		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end})
+		mi = len(ent.Windows) - 1
+	}
+	if si < 0 {
+		ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: m.start, End: m.end, Key: slot})
+		si = len(ent.Windows) - 1
+	}
+	return mi, si, hadMerged
+}
+
+// takePartial applies m to the owner's merged window mi and slot si: an early partial replaces
+// the slot's, a final one is merged into the window and leaves the slot final, a failed one gives
+// the window up. It returns the index of the merged window (or of its marker).
+func (pt *partition) takePartial(ctx goka.Context, ent *state.Entity, set *plan.Set, m *partialMsg, mi, si int) int {
+	e := pt.e
+	switch {
+	case m.failed && m.userError:
+		return pt.giveUp(ctx, ent, set, m, deadletter.UserError, fmt.Sprintf("cannot be computed: user code could not merge a contribution to the partial total of source partition %d (its dead letter names the entity)", m.from))
+	case m.failed:
+		return pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be made: the partial total of source partition %d is larger than a message (MaxMessageBytes %d)",
+			m.from, e.plan.MaxMessageBytes))
+	case !m.final:
+		ent.Windows[si].Aggs, ent.Windows[si].Revision = m.aggs, m.revision
+		return mi
+	}
+	accs, err := accumulators(set, ent, mi)
+	if err == nil {
+		var part []plan.Accumulator
+		if part, err = decodeAccs(set, m.aggs); err == nil {
+			err = mergeInto(set, accs, part)
+		}
+	}
+	if err != nil {
+		// User code cannot read or merge the partial: the window cannot be whole.
+		e.m.panics.WithLabelValues("close").Inc()
+		e.log.Error("partial total of a rollup cannot be merged: its window's final is dead-lettered", "set", set.Name, "key", ctx.Key(), "from", m.from, "err", err)
+		return pt.giveUp(ctx, ent, set, m, deadletter.UserError, fmt.Sprintf("cannot be computed: the partial total of source partition %d cannot be merged: %v", m.from, err))
+	}
+	storeAccs(&ent.Windows[mi], accs)
+	ent.Windows[mi].Revision += m.revision
+	ent.Windows[si].Final, ent.Windows[si].Aggs, ent.Windows[si].Revision = true, nil, m.revision
+	return mi
+}
+
+// earlyTotal is the early total of an EarlyEvery set's merged window mi when one is due (its
+// LastEmit moves), or nil.
+func (pt *partition) earlyTotal(set *plan.Set, ent *state.Entity, mi int) *update {
+	lw := &ent.Windows[mi]
+	now := pt.e.cfg.Now()
+	if set.Emit != plan.EmitEarly || lw.Final || (lw.LastEmit != 0 && now.Sub(time.UnixMilli(lw.LastEmit)) < set.EmitEvery) {
+		return nil
+	}
+	vs, rev, err := pt.mergedValues(set, ent, mi)
+	if err != nil {
+		return nil // the final will say why, dead-lettered
+	}
+	lw.LastEmit = now.UnixMilli()
+	u := &update{set: set, window: *lw, values: vs}
+	u.window.Revision = rev
+	return u
+}
+
+// fitOwnerState makes an owner's state of n bytes, more than a message, fit: the early partials of
+// its slots not final yet go first (they only serve early totals), the ones of every window of the
+// key; if it still does not fit, m's window is given up. It returns the merged window's index.
+func (pt *partition) fitOwnerState(ctx goka.Context, ent *state.Entity, set *plan.Set, m *partialMsg, mi, n int) int {
+	e := pt.e
+	dropped := 0
+	for i := range ent.Windows {
+		if w := &ent.Windows[i]; w.Key != "" && !w.Final && w.Aggs != nil {
+			w.Aggs, dropped = nil, dropped+1
+		}
+	}
+	n2 := pt.stateSize(ent)
+	e.log.Warn("rollup owner state too large for a message: early partials dropped", "set", set.Name, "key", ctx.Key(),
+		"bytes", n, "without_early", n2, "dropped", dropped, "limit", e.plan.MaxMessageBytes)
+	if n2 <= e.plan.MaxMessageBytes {
+		return mi
+	}
+	return pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be kept: merging the partial totals makes the owner's state %d bytes, more than the limit of %d (MaxMessageBytes)",
+		n2, e.plan.MaxMessageBytes))
+}
+
+// ownerWrote records the write of an owner's window that closes at closes, not acknowledged yet.
+func (pt *partition) ownerWrote(key string, closes int64) {
+	b := pt.e.cfg.Durability.Sent()
+	if b <= pt.acked {
+		return
+	}
+	ws := pt.ru.writes[key]
+	for len(ws) > 0 && ws[0].bound <= pt.acked { // in the order sent: the acknowledged ones first
+		ws = ws[1:]
+	}
+	pt.ru.writes[key] = append(ws, ownerWrite{closes: closes, bound: b})
 }
 
 // giveUp dead-letters the final total of m's window of the owner's key, which cannot be whole,
