@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
@@ -82,18 +83,20 @@ func TestDemo(t *testing.T) {
 				}
 				time.Sleep(time.Second)
 			}
-			// A rollup's window is final once every partition has closed it: the fleet-wide
-			// set's first finals follow the slowest partition's backfill.
-			for {
-				n, _, err := countWindows(base + "api/v1/windows?set=fleet-minute&limit=5")
-				if err == nil && n > 0 {
-					t.Logf("%s: %d fleet-wide windows after %s", mode, n, time.Minute-time.Until(deadline))
-					break
+			// A rollup's window is final once every partition has closed it: the rollups' first
+			// finals follow the slowest partition's backfill, each set's owners in their own time.
+			for _, q := range []string{"set=fleet-minute", "set=region-minute&entity=" + strings.Join(devices.Regions, ",")} {
+				for {
+					n, _, err := countWindows(base + "api/v1/windows?" + q + "&from=-1h&limit=5")
+					if err == nil && n > 0 {
+						t.Logf("%s: %d windows of %s after %s", mode, n, q, time.Minute-time.Until(deadline))
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("no rollup window (%s) within a minute: %d windows, last error %v", q, n, err)
+					}
+					time.Sleep(time.Second)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no fleet-wide rollup window within a minute: %d windows, last error %v", n, err)
-				}
-				time.Sleep(time.Second)
 			}
 			checkGrafanaDoneWhen(t, base)
 			cancel()
