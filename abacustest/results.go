@@ -244,24 +244,17 @@ func (d *Driver) Windows(set, entity string) []Window {
 		d.t.Fatalf("abacustest: state of %q: %v", key, err)
 	}
 	var out []Window
-	for _, w := range ent.Windows {
+	for i, w := range ent.Windows {
 		if w.Set != s.Index || w.Key != "" {
 			continue // another set's, or a contribution to a rollup, or an owner's slot
 		}
-		accs := d.decodeAccs(s, key, w.Aggs)
+		accs, err := s.DecodeAccs(w.Aggs)
 		rev := w.Revision
-		if s.Rollup != nil {
-			for _, slot := range ent.Windows {
-				if slot.Set != s.Index || slot.Start != w.Start || slot.Key == "" || slot.Final || slot.Aggs == nil {
-					continue
-				}
-				for k, a := range d.decodeAccs(s, key, slot.Aggs) {
-					if err := accs[k].Merge(a); err != nil {
-						d.t.Fatalf("abacustest: %s window of %q: %v", set, entity, err)
-					}
-				}
-				rev += slot.Revision
-			}
+		if err == nil && s.Rollup != nil {
+			accs, rev, err = s.OwnerTotal(ent, i)
+		}
+		if err != nil {
+			d.t.Fatalf("abacustest: %s window of %q: %v", set, entity, err)
 		}
 		win := Window{Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End), Revision: rev, Values: map[string]totals.Value{}}
 		for k, a := range s.Aggs {
@@ -273,24 +266,6 @@ func (d *Driver) Windows(set, entity string) []Window {
 	}
 	slices.SortFunc(out, func(a, b Window) int { return a.Start.Compare(b.Start) })
 	return out
-}
-
-// decodeAccs decodes a window's accumulators; one the window has none of starts empty.
-func (d *Driver) decodeAccs(s *plan.Set, key string, aggs [][]byte) []plan.Accumulator {
-	d.t.Helper()
-	accs := make([]plan.Accumulator, len(s.Aggs))
-	for k, a := range s.Aggs {
-		if k >= len(aggs) || aggs[k] == nil {
-			accs[k] = a.New()
-			continue
-		}
-		acc, err := a.Decode(aggs[k])
-		if err != nil {
-			d.t.Fatalf("abacustest: %s window of %q: %v", s.Name, key, err)
-		}
-		accs[k] = acc
-	}
-	return accs
 }
 
 // Entities is the number of entities in the processor's tables.

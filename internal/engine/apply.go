@@ -339,17 +339,12 @@ func (pt *partition) addSession(ent *state.Entity, set *plan.Set, ev plan.Event,
 // accumulators decodes window i's accumulators, or returns fresh ones when i < 0. An aggregation
 // with no stored accumulator (added to the set since the window opened) starts fresh.
 func accumulators(set *plan.Set, ent *state.Entity, i int) ([]plan.Accumulator, error) {
-	accs := make([]plan.Accumulator, len(set.Aggs))
-	for k, ad := range set.Aggs {
-		if i < 0 || k >= len(ent.Windows[i].Aggs) || ent.Windows[i].Aggs[k] == nil {
-			accs[k] = ad.New()
-			continue
-		}
-		a, err := ad.Decode(ent.Windows[i].Aggs[k])
-		if err != nil {
-			return nil, fmt.Errorf("window %d, aggregation %q: %w", ent.Windows[i].Start, ad.Name, err)
-		}
-		accs[k] = a
+	if i < 0 {
+		return set.DecodeAccs(nil)
+	}
+	accs, err := set.DecodeAccs(ent.Windows[i].Aggs)
+	if err != nil {
+		return nil, fmt.Errorf("window %d, %w", ent.Windows[i].Start, err)
 	}
 	return accs, nil
 }

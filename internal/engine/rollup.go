@@ -623,36 +623,20 @@ func decodeAccs(set *plan.Set, aggs [][]byte) (accs []plan.Accumulator, err erro
 	if len(aggs) != len(set.Aggs) {
 		return nil, fmt.Errorf("partial has %d aggregations, the set %d", len(aggs), len(set.Aggs))
 	}
-	accs = make([]plan.Accumulator, len(aggs))
-	for k, b := range aggs {
-		if accs[k], err = set.Aggs[k].Decode(b); err != nil {
-			return nil, err
-		}
-	}
-	return accs, nil
+	return set.DecodeAccs(aggs)
 }
 
-// mergedValues is the total of an owner's merged window mi: its final partials' merge and the
-// early partials of the slots not final yet, with their revisions' sum.
-func (pt *partition) mergedValues(set *plan.Set, ent *state.Entity, mi int) ([]totals.Value, uint64, error) {
-	accs, err := accumulators(set, ent, mi)
+// mergedValues is the total of an owner's merged window mi (plan.Set.OwnerTotal), named. User
+// code runs in it out of any record's callback: a panic is returned as an error.
+func (pt *partition) mergedValues(set *plan.Set, ent *state.Entity, mi int) (vs []totals.Value, rev uint64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	accs, rev, err := set.OwnerTotal(ent, mi)
 	if err != nil {
 		return nil, 0, err
-	}
-	rev := ent.Windows[mi].Revision
-	for i := range ent.Windows {
-		w := &ent.Windows[i]
-		if i == mi || w.Set != set.Index || w.Start != ent.Windows[mi].Start || w.Final || w.Aggs == nil {
-			continue
-		}
-		part, err := decodeAccs(set, w.Aggs)
-		if err != nil {
-			return nil, 0, err
-		}
-		if err := mergeInto(set, accs, part); err != nil {
-			return nil, 0, err
-		}
-		rev += w.Revision
 	}
 	return valuesOf(set, accs), rev, nil
 }

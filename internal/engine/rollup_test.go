@@ -213,13 +213,22 @@ func TestRollupEarlyFirings(t *testing.T) {
 		IdleTimeout: 20 * time.Second, AckLag: 2})
 	rng := rand.New(rand.NewPCG(7, 7))
 	clock := t0
-	for range 800 {
+	held := map[int64]float64{} // what the owner holds of each window mid-stream
+	for i := range 800 {
 		dev := fmt.Sprintf("d%02d", rng.IntN(30))
 		clock += int64(rng.IntN(300))
 		d.Pipe("readings", dev, reading{Device: dev, TS: clock - int64(rng.IntN(5000)), Temp: float64(rng.IntN(30))})
 		if lag := time.Duration(clock-d.Now().UnixMilli()) * time.Millisecond; lag > 0 {
 			d.Advance(lag)
 		}
+		if i%100 == 50 {
+			for _, w := range d.Windows("all", topology.GlobalKey) {
+				held[w.Start.UnixMilli()] = max(held[w.Start.UnixMilli()], w.Values["count"].Number())
+			}
+		}
+	}
+	if len(held) == 0 {
+		t.Fatal("the global key's owner held no window mid-stream (abacustest.Windows of a rollup)")
 	}
 	d.Advance(3 * time.Minute)
 	checkRollupFinals(t, d)
@@ -236,6 +245,11 @@ func TestRollupEarlyFirings(t *testing.T) {
 	}
 	if early == 0 {
 		t.Fatal("no early total of the fleet-wide rollup")
+	}
+	for start, n := range held {
+		if f := d.Final("all", topology.GlobalKey, at(start)); n > f.Float("count") {
+			t.Fatalf("the owner held %v events of window %d, its final counts %v", n, start, f.Float("count"))
+		}
 	}
 }
 

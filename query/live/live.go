@@ -135,35 +135,21 @@ func (v *View) OpenWindows(_ context.Context, set, entity string) ([]query.Windo
 func openWindows(def *plan.Set, entity string, e *state.Entity) ([]query.Window, error) {
 	set := def.Name
 	var out []query.Window
-	for _, w := range e.Windows {
+	for i, w := range e.Windows {
 		// Keyed windows are an entity's contributions to a rollup, or an owner's slots; a final
 		// merged window is the marker of one whose total could not be kept.
 		if w.Set != def.Index || w.Key != "" || w.Final || e.Closed(w, def.Grace) {
 			continue
 		}
-		accs, err := decodeAccs(def, w.Aggs)
-		if err != nil {
-			return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
-		}
+		accs, err := def.DecodeAccs(w.Aggs)
 		rev := w.Revision
-		if def.Rollup != nil {
+		if err == nil && def.Rollup != nil {
 			// The owner's running total: the final partials merged, and the early partials of the
 			// partitions not final yet.
-			for _, slot := range e.Windows {
-				if slot.Set != def.Index || slot.Start != w.Start || slot.Key == "" || slot.Final || slot.Aggs == nil {
-					continue
-				}
-				part, err := decodeAccs(def, slot.Aggs)
-				if err != nil {
-					return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
-				}
-				for k := range accs {
-					if err := accs[k].Merge(part[k]); err != nil {
-						return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
-					}
-				}
-				rev += slot.Revision
-			}
+			accs, rev, err = def.OwnerTotal(e, i)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
 		}
 		qw := query.Window{Entity: entity, Set: set, Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End),
 			Revision: rev, Live: true, Values: map[string]totals.Value{}}
@@ -175,22 +161,4 @@ func openWindows(def *plan.Set, entity string, e *state.Entity) ([]query.Window,
 		out = append(out, qw)
 	}
 	return out, nil
-}
-
-// decodeAccs decodes a window's accumulators; an aggregation the window has none of (added to
-// the set since) starts empty.
-func decodeAccs(def *plan.Set, aggs [][]byte) ([]plan.Accumulator, error) {
-	accs := make([]plan.Accumulator, len(def.Aggs))
-	for k, ad := range def.Aggs {
-		if k >= len(aggs) || aggs[k] == nil {
-			accs[k] = ad.New()
-			continue
-		}
-		acc, err := ad.Decode(aggs[k])
-		if err != nil {
-			return nil, err
-		}
-		accs[k] = acc
-	}
-	return accs, nil
 }
