@@ -680,6 +680,11 @@ status_hbase_cluster() {
       echo "$name: stopped (port $port)"
     fi
   done < <(hbc_names)
+  # Where hbase:meta is open, as the probe finds it through ZooKeeper.
+  if is_running hbase-cluster/master; then
+    [ -x "$probe_bin" ] || build_probe
+    echo "hbase-cluster meta: $(probe hbase-cluster/master 2>&1 | sed 's/;.*//')"
+  fi
 }
 
 rs_arg() { # rs_arg N: N must name a region server of the cluster
