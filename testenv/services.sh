@@ -497,6 +497,12 @@ EOF
 # with the rootdir on the local filesystem, under <data>/hbase-cluster and on its own ports, so it
 # runs beside the standalone HBase. Process names (pid files <data>/NAME.pid): hbase-cluster/zk,
 # hbase-cluster/master, hbase-cluster/rs-N.
+# What the local-filesystem rootdir weakens: there is no HDFS, so a dead region server's WAL stays
+# readable on the shared local disk and nothing tests HDFS lease recovery, pipelines or fencing; a
+# WAL write is not replicated, and hsync is off (hbase.unsafe.stream.capability.enforce=false).
+# Seen working with HBase 2.6.4: after a SIGKILL the master's ServerCrashProcedure splits the dead
+# server's WAL into recovered.edits (another region server does the split) and the regions' new
+# servers replay them; acknowledged writes that were only in that WAL read back.
 hbc_dir=$data/hbase-cluster
 hbc_zk_port() { echo "$hbc_port"; }
 hbc_master_port() { echo $((hbc_port + 1)); }
