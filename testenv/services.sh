@@ -13,6 +13,10 @@
 #   testenv/services.sh start-broker N   start broker N again and wait until it answers
 #   testenv/services.sh kill-hbase       SIGKILL HBase (master, region server and ZooKeeper: one JVM),
 #                                        as a crash would; `start` brings it back through WAL recovery
+#   With HBASE_REGIONSERVERS=3 (the HBase cluster):
+#   testenv/services.sh kill-rs N        SIGKILL region server N; stop-rs N: stop it cleanly
+#   testenv/services.sh start-rs N       start region server N again and wait until it registers
+#   testenv/services.sh pause-rs N       SIGSTOP region server N; resume-rs N: SIGCONT it
 #
 # Settings (environment):
 #   ABACUS_TESTENV_DIR   data, logs and pid files (default: testenv/.data, git-ignored)
@@ -28,6 +32,14 @@
 #   HBASE_ZK_PORT        embedded ZooKeeper client port (default 2181)
 #   HBASE_MASTER_PORT    master RPC port (default 16000); HBASE_RS_PORT region server RPC (default 16020)
 #   HBASE_HEAP           -Xmx of the HBase JVM (default 1g; the failure suite's long form uses 4g)
+#   HBASE_REGIONSERVERS  1 (default): the standalone HBase above; 3 (2..9): a distributed cluster
+#                        instead, under <data>/hbase-cluster: a ZooKeeper, an HMaster and N
+#                        HRegionServers, each its own JVM, rootdir on the local filesystem
+#   HBASE_CLUSTER_PORT   first port of the cluster (default 36100): ZooKeeper PORT, master PORT+1,
+#                        region server i PORT+10+i
+#   HBASE_CLUSTER_HEAP   -Xmx of each cluster JVM (default 384m)
+#   HBASE_CLUSTER_ZK_SESSION_MS  the cluster's zookeeper.session.timeout (default 10000): how long a
+#                        dead region server goes unnoticed
 #   SERVICES             which to run: "kafka hbase" (default), "kafka" or "hbase"; the secure mode is
 #                        "kdc secure-hbase" (see below)
 #   READY_TIMEOUT        seconds to wait for each service (default 240)
@@ -123,6 +135,7 @@ probe() {
       ;;
     kafka-cluster/node-*) "$probe_bin" -kafka "127.0.0.1:$(node_port "${1##*-}")" -brokers "$kafka_brokers" ;;
     hbase) "$probe_bin" -zookeeper "127.0.0.1:$zk_port" ;;
+    hbase-cluster/master) "$probe_bin" -zookeeper "127.0.0.1:$(hbc_zk_port)" ;;
     # A real AS exchange: the KDC answers and the client keytab is good.
     kdc) KRB5_CONFIG=$kdc_dir/krb5.conf KRB5CCNAME=FILE:$kdc_dir/probe.ccache \
            kinit -k -t "$kdc_dir/client.keytab" "client@$realm" 2>&1 ;;
@@ -165,6 +178,11 @@ kafka_brokers=${KAFKA_BROKERS:-1}
 [[ $kafka_brokers =~ ^[1-9]$ ]] || die "KAFKA_BROKERS=$kafka_brokers: say 1 (the single broker) or 3 (a cluster; 2..9 work too)"
 cluster_port=${KAFKA_CLUSTER_PORT:-19192}
 cluster_heap=${KAFKA_CLUSTER_HEAP:-384m}
+hbase_rs=${HBASE_REGIONSERVERS:-1}
+[[ $hbase_rs =~ ^[1-9]$ ]] || die "HBASE_REGIONSERVERS=$hbase_rs: say 1 (the standalone HBase) or 3 (a cluster; 2..9 work too)"
+hbc_port=${HBASE_CLUSTER_PORT:-36100}
+hbc_heap=${HBASE_CLUSTER_HEAP:-384m}
+hbc_session_ms=${HBASE_CLUSTER_ZK_SESSION_MS:-10000}
 
 # Broker N's name (its pid file is $data/NAME.pid), folder, client and controller ports.
 node_name() { if [ "$kafka_brokers" = 1 ]; then echo kafka; else echo "kafka-cluster/node-$1"; fi; }
@@ -406,6 +424,7 @@ hbase_java_opts=(
 
 start_hbase() {
   local dir=$data/hbase logf=$data/hbase/hbase.log
+  if ((hbase_rs > 1)); then start_hbase_cluster; return; fi
   if is_running hbase; then log "hbase already running (pid $(cat "$data/hbase.pid"))"; return 0; fi
   for p in "$zk_port" "$master_port" "$rs_port"; do
     port_busy "$p" && die "port $p is taken by another process: set HBASE_ZK_PORT/HBASE_MASTER_PORT/HBASE_RS_PORT"
@@ -471,6 +490,237 @@ EOF
     org.apache.hadoop.hbase.master.HMaster start >"$dir/stdout.log" 2>&1 </dev/null &
   echo $! >"$data/hbase.pid"
   wait_ready hbase "$logf"
+}
+
+# HBase cluster mode (HBASE_REGIONSERVERS=2..9): a ZooKeeper, one HMaster and N HRegionServers, each
+# its own JVM, from the same jars as the standalone HBase, distributed (hbase.cluster.distributed=true)
+# with the rootdir on the local filesystem, under <data>/hbase-cluster and on its own ports, so it
+# runs beside the standalone HBase. Process names (pid files <data>/NAME.pid): hbase-cluster/zk,
+# hbase-cluster/master, hbase-cluster/rs-N.
+# What the local-filesystem rootdir weakens: there is no HDFS, so a dead region server's WAL stays
+# readable on the shared local disk and nothing tests HDFS lease recovery, pipelines or fencing; a
+# WAL write is not replicated, and hsync is off (hbase.unsafe.stream.capability.enforce=false).
+# Seen working with HBase 2.6.4: after a SIGKILL the master's ServerCrashProcedure splits the dead
+# server's WAL into recovered.edits (another region server does the split) and the regions' new
+# servers replay them; acknowledged writes that were only in that WAL read back.
+hbc_dir=$data/hbase-cluster
+hbc_zk_port() { echo "$hbc_port"; }
+hbc_master_port() { echo $((hbc_port + 1)); }
+hbc_rs_port() { echo $((hbc_port + 10 + $1)); }
+
+# hbc_site DIR EXTRA...: hbase-site.xml of one cluster process (EXTRA: name value pairs).
+hbc_site() {
+  local f=$1/hbase-site.xml
+  shift
+  prop() { printf '  <property><name>%s</name><value>%s</value></property>\n' "$1" "$2"; }
+  {
+    echo '<?xml version="1.0"?>'
+    echo '<configuration>'
+    prop hbase.cluster.distributed true
+    prop hbase.rootdir "file://$hbc_dir/root"
+    prop hbase.unsafe.stream.capability.enforce false
+    prop hbase.zookeeper.quorum 127.0.0.1
+    prop hbase.zookeeper.property.clientPort "$(hbc_zk_port)"
+    prop zookeeper.znode.parent /hbase
+    prop hbase.master.port "$(hbc_master_port)"
+    prop hbase.master.info.port -1
+    prop hbase.regionserver.info.port -1
+    prop hbase.master.hostname 127.0.0.1
+    prop hbase.unsafe.regionserver.hostname 127.0.0.1
+    prop hbase.regionserver.hostname 127.0.0.1
+    prop hbase.regionserver.handler.count 8
+    prop hbase.client.retries.number 5
+    prop hbase.master.wait.on.regionservers.mintostart 1
+    prop hbase.balancer.period 3600000
+    prop hbase.normalizer.period 3600000
+    prop hbase.procedure.store.wal.use.hsync false
+    # How soon the master notices a dead region server: its ZooKeeper session must expire first.
+    prop zookeeper.session.timeout "$hbc_session_ms"
+    while (($# >= 2)); do prop "$1" "$2"; shift 2; done
+    echo '</configuration>'
+  } >"$f"
+}
+
+hbc_log4j() { # hbc_log4j DIR LOGFILE
+  cat >"$1/log4j2.properties" <<EOF
+rootLogger.level=INFO
+rootLogger.appenderRef.f.ref=F
+appender.f.type=File
+appender.f.name=F
+appender.f.fileName=$2
+appender.f.layout.type=PatternLayout
+appender.f.layout.pattern=%d{ISO8601} %-5p [%t] %c{1}: %m%n
+logger.zk.name=org.apache.zookeeper
+logger.zk.level=WARN
+logger.hadoop.name=org.apache.hadoop.hbase.shaded
+logger.hadoop.level=WARN
+logger.hdfs.name=org.apache.hadoop.hdfs
+logger.hdfs.level=WARN
+EOF
+}
+
+# hbc_launch NAME MAINCLASS ARGS...: start one cluster JVM with conf dir <hbc_dir>/NAME-less-prefix/conf.
+hbc_launch() {
+  local name=$1 dir=$data/$1 main=$2
+  shift 2
+  nohup java -Xms64m "-Xmx$hbc_heap" -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+    -Djava.net.preferIPv4Stack=true "${hbase_java_opts[@]}" \
+    -Dlog4j2.configurationFile="$dir/conf/log4j2.properties" \
+    -Dhbase.log.dir="$dir" -Dhbase.home.dir="$dir" -Dzookeeper.jmx.log4j.disable=true \
+    -cp "$dir/conf:$(cat "$data/hbase.classpath")" "$main" "$@" >"$dir/stdout.log" 2>&1 </dev/null &
+  echo $! >"$data/$name.pid"
+}
+
+# hbc_start_zk: ZooKeeper's own standalone server (the zookeeper jar is on HBase's classpath).
+hbc_start_zk() {
+  local name=hbase-cluster/zk dir=$hbc_dir/zk
+  if is_running "$name"; then log "$name already running (pid $(cat "$data/$name.pid"))"; return 0; fi
+  port_busy "$(hbc_zk_port)" && die "port $(hbc_zk_port) is taken by another process: set HBASE_CLUSTER_PORT"
+  mkdir -p "$dir/conf" "$dir/data"
+  cat >"$dir/conf/zoo.cfg" <<EOF
+tickTime=1000
+dataDir=$dir/data
+clientPort=$(hbc_zk_port)
+clientPortAddress=127.0.0.1
+maxSessionTimeout=60000
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,stat,srvr,mntr,cons
+EOF
+  hbc_log4j "$dir/conf" "$dir/zk.log"
+  sed -i 's/^logger.zk.level=WARN/logger.zk.level=INFO/' "$dir/conf/log4j2.properties"
+  log "starting $name on 127.0.0.1:$(hbc_zk_port)"
+  hbc_launch "$name" org.apache.zookeeper.server.ZooKeeperServerMain "$dir/conf/zoo.cfg"
+  local t0=$SECONDS
+  until port_busy "$(hbc_zk_port)"; do
+    is_running "$name" || { tail -n 30 "$dir/stdout.log" "$dir/zk.log" >&2 || true; die "$name exited"; }
+    ((SECONDS - t0 > ready_timeout)) && die "$name not listening after $ready_timeout s"
+    sleep 0.2
+  done
+  log "$name ready after $((SECONDS - t0)) s"
+}
+
+hbc_start_master() {
+  local name=hbase-cluster/master dir=$hbc_dir/master
+  if is_running "$name"; then log "$name already running (pid $(cat "$data/$name.pid"))"; return 0; fi
+  port_busy "$(hbc_master_port)" && die "port $(hbc_master_port) is taken by another process: set HBASE_CLUSTER_PORT"
+  mkdir -p "$dir/conf" "$dir/tmp"
+  hbc_site "$dir/conf" hbase.tmp.dir "$dir/tmp"
+  hbc_log4j "$dir/conf" "$dir/master.log"
+  log "starting $name on 127.0.0.1:$(hbc_master_port) (heap $hbc_heap)"
+  hbc_launch "$name" org.apache.hadoop.hbase.master.HMaster start
+}
+
+# hbc_launch_rs N: start region server N's JVM in the background.
+hbc_launch_rs() {
+  local n=$1 name=hbase-cluster/rs-$1 dir=$hbc_dir/rs-$1
+  port_busy "$(hbc_rs_port "$n")" && die "port $(hbc_rs_port "$n") ($name) is taken by another process: set HBASE_CLUSTER_PORT"
+  mkdir -p "$dir/conf" "$dir/tmp"
+  hbc_site "$dir/conf" hbase.tmp.dir "$dir/tmp" hbase.regionserver.port "$(hbc_rs_port "$n")"
+  hbc_log4j "$dir/conf" "$dir/rs.log"
+  log "starting $name on 127.0.0.1:$(hbc_rs_port "$n") (heap $hbc_heap)"
+  hbc_launch "$name" org.apache.hadoop.hbase.regionserver.HRegionServer start
+}
+
+# hbc_wait_rs N: region server N registered with the master (its log says so) and is still alive.
+hbc_wait_rs() {
+  local n=$1 name=hbase-cluster/rs-$1 logf=$hbc_dir/rs-$1/rs.log t0=$SECONDS
+  until grep -q 'Serving as 127.0.0.1,' "$logf" 2>/dev/null; do
+    is_running "$name" || { tail -n 40 "$logf" "$hbc_dir/rs-$n/stdout.log" >&2 || true; die "$name exited before it was ready (log: $logf)"; }
+    ((SECONDS - t0 > ready_timeout)) && { tail -n 40 "$logf" >&2 || true; die "$name not ready after $ready_timeout s (log: $logf)"; }
+    sleep 0.5
+  done
+  log "$name registered after $((SECONDS - t0)) s"
+}
+
+start_hbase_cluster() {
+  local i
+  fetch_one hbase
+  hbc_start_zk
+  hbc_start_master
+  for ((i = 1; i <= hbase_rs; i++)); do
+    if is_running "hbase-cluster/rs-$i"; then log "hbase-cluster/rs-$i already running (pid $(cat "$data/hbase-cluster/rs-$i.pid"))"; continue; fi
+    rm -f "$hbc_dir/rs-$i/rs.log"
+    hbc_launch_rs "$i"
+  done
+  for ((i = 1; i <= hbase_rs; i++)); do hbc_wait_rs "$i"; done
+  wait_ready hbase-cluster/master "$hbc_dir/master/master.log"
+}
+
+hbc_names() { # every cluster process, ZooKeeper last
+  local i
+  echo hbase-cluster/master
+  for ((i = 1; i <= hbase_rs; i++)); do echo "hbase-cluster/rs-$i"; done
+  echo hbase-cluster/zk
+}
+
+stop_hbase_cluster() {
+  local i rs=()
+  # Region servers and master together (a region server waits for its master to close its
+  # regions), then ZooKeeper, which they need to shut down cleanly.
+  for ((i = 1; i <= hbase_rs; i++)); do
+    rs+=("hbase-cluster/rs-$i")
+    # A paused (SIGSTOPped) one would never see its SIGTERM.
+    is_running "hbase-cluster/rs-$i" && kill -CONT "$(cat "$data/hbase-cluster/rs-$i.pid")"
+  done
+  stop_one hbase-cluster/master "${rs[@]}"
+  stop_one hbase-cluster/zk
+}
+
+status_hbase_cluster() {
+  local name pid port
+  while IFS= read -r name; do
+    case $name in
+      */zk) port=$(hbc_zk_port) ;;
+      */master) port=$(hbc_master_port) ;;
+      *) port=$(hbc_rs_port "${name##*-}") ;;
+    esac
+    if is_running "$name"; then
+      pid=$(cat "$data/$name.pid")
+      if grep -q '^State:.*T' "/proc/$pid/status" 2>/dev/null; then
+        echo "$name: PAUSED (SIGSTOP; pid $pid, rss $(rss_of "$pid")) on 127.0.0.1:$port"
+      else
+        echo "$name: running (pid $pid, rss $(rss_of "$pid")) on 127.0.0.1:$port; log $(ls "$data/$name"/*.log 2>/dev/null | grep -v stdout | head -n 1)"
+      fi
+    else
+      echo "$name: stopped (port $port)"
+    fi
+  done < <(hbc_names)
+  # Where hbase:meta is open, as the probe finds it through ZooKeeper.
+  if is_running hbase-cluster/master; then
+    [ -x "$probe_bin" ] || build_probe
+    echo "hbase-cluster meta: $(probe hbase-cluster/master 2>&1 | sed 's/;.*//')"
+  fi
+}
+
+rs_arg() { # rs_arg N: N must name a region server of the cluster
+  ((hbase_rs > 1)) || die "region server commands need the cluster: set HBASE_REGIONSERVERS=3"
+  [[ ${1:-} =~ ^[1-9]$ ]] && (($1 <= hbase_rs)) || die "say a region server number from 1 to $hbase_rs (HBASE_REGIONSERVERS=$hbase_rs)"
+}
+
+rs_signal() { # rs_signal VERB N
+  local name=hbase-cluster/rs-$2 pid
+  is_running "$name" || die "$name is not running"
+  pid=$(cat "$data/$name.pid")
+  case $1 in
+    kill)
+      kill -9 "$pid"
+      while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+      rm -f "$data/$name.pid"
+      log "killed $name (pid $pid, SIGKILL) at $(date -u +%H:%M:%S.%3N)" ;;
+    pause) kill -STOP "$pid"; log "paused $name (pid $pid, SIGSTOP) at $(date -u +%H:%M:%S.%3N)" ;;
+    resume) kill -CONT "$pid"; log "resumed $name (pid $pid, SIGCONT) at $(date -u +%H:%M:%S.%3N)" ;;
+  esac
+}
+
+start_rs() {
+  local n=$1 name=hbase-cluster/rs-$1
+  if is_running "$name"; then log "$name already running (pid $(cat "$data/$name.pid"))"; return 0; fi
+  is_running hbase-cluster/zk || die "the cluster's ZooKeeper is not running: run start first"
+  fetch_one hbase
+  rm -f "$hbc_dir/rs-$n/rs.log"
+  hbc_launch_rs "$n"
+  hbc_wait_rs "$n"
 }
 
 # need_krb5: the MIT Kerberos KDC and client tools, from Debian's packages when missing (a fresh
@@ -730,6 +980,8 @@ status() {
           echo "kafka broker $i: stopped"
         fi
       done
+    elif [ "$name" = hbase ] && ((hbase_rs > 1)); then
+      status_hbase_cluster
     elif is_running "$name"; then
       pid=$(cat "$data/$name.pid")
       case $name in
@@ -772,7 +1024,18 @@ print_env() {
       fi
       ;;
   esac
-  case " $services " in *" hbase "*) echo "export ABACUS_HBASE_ZK=127.0.0.1:$zk_port" ;; esac
+  case " $services " in *" hbase "*)
+    if ((hbase_rs > 1)); then
+      echo "export ABACUS_HBASE_ZK=127.0.0.1:$(hbc_zk_port)"
+      # Tests that need the HBase cluster find it here, and kill, pause and restart its region
+      # servers through this script with the same data folder and ports.
+      echo "export ABACUS_HBASE_CLUSTER_ZK=127.0.0.1:$(hbc_zk_port)"
+      echo "export ABACUS_HBASE_CLUSTER_REGIONSERVERS=$hbase_rs"
+      echo "export ABACUS_HBASE_CLUSTER_DIR=$data"
+    else
+      echo "export ABACUS_HBASE_ZK=127.0.0.1:$zk_port"
+    fi ;;
+  esac
   case " $services " in *" secure-hbase "*)
     echo "export ABACUS_SECURE_HBASE_ZK=127.0.0.1:$shb_zk_port"
     echo "export ABACUS_KRB5_CONF=$kdc_dir/krb5.conf"
@@ -793,6 +1056,8 @@ stop_all() {
       names=()
       for ((i = 1; i <= kafka_brokers; i++)); do names+=("$(node_name "$i")"); done
       stop_one "${names[@]}"
+    elif [ "$s" = hbase ] && ((hbase_rs > 1)); then
+      stop_hbase_cluster
     else
       stop_one "$s"
     fi
@@ -831,6 +1096,7 @@ case $cmd in
       case $s in
         kafka) if [ "$kafka_brokers" = 1 ]; then rm -rf "${data:?}/kafka"; else rm -rf "${data:?}/kafka-cluster"; fi ;;
         secure-hbase) rm -rf "${secure:?}/hbase" ;;
+        hbase) if [ "$hbase_rs" = 1 ]; then rm -rf "${data:?}/hbase"; else rm -rf "${hbc_dir:?}"; fi ;;
         kdc) rm -rf "${kdc_dir:?}" ;;
         *) rm -rf "${data:?}/$s" ;;
       esac
@@ -839,5 +1105,10 @@ case $cmd in
   kill-broker) broker_arg "${2:-}"; kill_broker "$2" ;;
   start-broker) need_java; broker_arg "${2:-}"; build_probe; start_broker "$2" ;;
   kill-hbase) kill_hbase ;;
+  kill-rs) rs_arg "${2:-}"; rs_signal kill "$2" ;;
+  pause-rs) rs_arg "${2:-}"; rs_signal pause "$2" ;;
+  resume-rs) rs_arg "${2:-}"; rs_signal resume "$2" ;;
+  stop-rs) rs_arg "${2:-}"; is_running "hbase-cluster/rs-$2" && kill -CONT "$(cat "$data/hbase-cluster/rs-$2.pid")"; stop_one "hbase-cluster/rs-$2" ;;
+  start-rs) need_java; rs_arg "${2:-}"; start_rs "$2" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
