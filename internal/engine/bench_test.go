@@ -24,24 +24,29 @@ func cpuTime() time.Duration {
 // sets (tumbling, hopping, session) in memory, closing every window: the cost of a user's
 // topology test. Goal: under 2 s per op on a 2-core machine.
 func BenchmarkDriver100k(b *testing.B) {
-	topo := sensors(b, false)
+	benchDriver(b, sensors(b, false), 60, 10*time.Minute, func(d *abacustest.Driver) bool { return len(d.Finals()) > 0 })
+}
+
+// benchDriver runs 100,000 readings of 1,000 devices, step ms apart in event time, through topo
+// in memory per op, then moves the clock by idle; done must hold at the end of each op.
+func benchDriver(b *testing.B, topo *topology.Topology, step int64, idle time.Duration, done func(*abacustest.Driver) bool) {
 	const n, devices = 100_000, 1000
 	vals := make([][]byte, n)
 	keys := make([]string, n)
 	for i := range n {
 		keys[i] = fmt.Sprintf("dev-%04d", i%devices)
-		vals[i] = fmt.Appendf(nil, `{"device":%q,"ts":%d,"temp":%d}`, keys[i], t0+int64(i)*60, i%40)
+		vals[i] = fmt.Appendf(nil, `{"device":%q,"ts":%d,"temp":%d}`, keys[i], t0+int64(i)*step, i%40)
 	}
 	b.ResetTimer()
 	cpu0 := cpuTime()
 	for range b.N {
 		d := abacustest.New(b, topo, abacustest.Options{Start: at(t0)})
 		for i := range n {
-			d.Send("readings", keys[i], vals[i], abacustest.At(at(t0+int64(i)*60)))
+			d.Send("readings", keys[i], vals[i], abacustest.At(at(t0+int64(i)*step)))
 		}
-		d.Advance(10 * time.Minute)
-		if len(d.Finals()) == 0 {
-			b.Fatal("no finals")
+		d.Advance(idle)
+		if !done(d) {
+			b.Fatal("the run did not emit what it should")
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
@@ -77,27 +82,9 @@ func BenchmarkRollups(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			const n, devices = 100_000, 1000
-			vals := make([][]byte, n)
-			keys := make([]string, n)
-			for i := range n {
-				keys[i] = fmt.Sprintf("dev-%04d", i%devices)
-				vals[i] = fmt.Appendf(nil, `{"device":%q,"ts":%d,"temp":%d}`, keys[i], t0+int64(i)*6, i%40)
-			}
-			b.ResetTimer()
-			cpu0 := cpuTime()
-			for range b.N {
-				d := abacustest.New(b, topo, abacustest.Options{Start: at(t0)})
-				for i := range n {
-					d.Send("readings", keys[i], vals[i], abacustest.At(at(t0+int64(i)*6)))
-				}
-				d.Advance(3 * time.Minute)
-				if withRollups && len(d.FinalsOf("all", topology.GlobalKey)) == 0 {
-					b.Fatal("no global finals")
-				}
-			}
-			b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
-			b.ReportMetric((cpuTime()-cpu0).Seconds()/float64(b.N), "cpu-s/op")
+			benchDriver(b, topo, 6, 3*time.Minute, func(d *abacustest.Driver) bool {
+				return !withRollups || len(d.FinalsOf("all", topology.GlobalKey)) > 0
+			})
 		})
 	}
 }
