@@ -178,14 +178,17 @@ func (pt *partition) schedule(entity string, ent *state.Entity) {
 		return
 	}
 	up := pt.emittedUpTo(entity)
-	at, found := int64(0), false
+	at, last, found := int64(0), int64(0), false
 	for i := range ent.Windows {
-		if c := pt.windowClosesAt(&ent.Windows[i]); c > up && (!found || c < at) {
-			at, found = c, true
+		if c := pt.windowClosesAt(&ent.Windows[i]); c > up {
+			if !found {
+				at, last, found = c, c, true
+			}
+			at, last = min(at, c), max(last, c)
 		}
 	}
 	if found {
-		pt.due.set(entity, at)
+		pt.due.set(entity, at, last)
 	} else {
 		pt.due.remove(entity)
 	}
@@ -206,7 +209,7 @@ func (pt *partition) scheduleOwner(entity string, ent *state.Entity) {
 		}
 	}
 	if found {
-		pt.ru.due.set(entity, at)
+		pt.ru.due.set(entity, at, at)
 	} else {
 		pt.ru.due.remove(entity)
 	}

@@ -136,7 +136,9 @@ func (pt *partition) idleTarget(now time.Time) (int64, bool) {
 		target = active
 	default:
 		last := int64(minTime)
-		for _, at := range pt.due.at {
+		// The last window any entity holds open, not only the next ones: an entity's windows
+		// (hopping, or several sets) all close in one advance, not one per tick.
+		for _, at := range pt.due.last {
 			last = max(last, at)
 		}
 		if nothingDue {
