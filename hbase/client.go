@@ -331,6 +331,12 @@ func (c *Client) rpc(ctx context.Context, service, addr, method string, param, c
 	if err != nil {
 		putBuf(param)
 		putBuf(cells)
+		if e, ok := err.(*Error); ok && e.Kind == KindReconnect {
+			// A server that refuses connections (killed, or stopped for good) is as gone as one
+			// that dropped a live connection: forget the regions cached on it, so that the next
+			// round asks hbase:meta where they went instead of dialling the dead address again.
+			c.dropConn(addr)
+		}
 		return nil, nil, err
 	}
 	resp, cb, err := cn.call(ctx, method, param, cells)

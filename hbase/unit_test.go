@@ -2,6 +2,9 @@ package hbase
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"net"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -120,5 +123,39 @@ func TestMultiRequestEncoding(t *testing.T) {
 	}
 	if len(ts) != 3 || ts[0] != 5 || ts[1] != 6 || ts[2] != 7 {
 		t.Fatalf("cell block timestamps %v, want 5 6 7", ts)
+	}
+}
+
+// TestRefusedDialForgetsServer: a region server that refuses connections (SIGKILLed, its regions
+// reassigned) must not stay in the region cache, or every retry dials the dead address again
+// until the client is recreated; the next lookup has to go to hbase:meta.
+func TestRefusedDialForgetsServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close() // nothing listens there now: dials are refused
+	var cfg Config
+	cfg.ZooKeeper = "127.0.0.1:1"
+	cfg.EnsureDefaults()
+	c := &Client{cfg: cfg, conns: map[string]*conn{}, dials: map[string]*dialWait{}, sems: map[string]chan struct{}{}}
+	c.regions.add(&region{table: "t", name: []byte("t,,1.a."), addr: dead})
+	c.regions.add(&region{table: "t", name: []byte("t,m,1.b."), start: []byte("m"), addr: "127.0.0.1:2"})
+	c.metaAddr = dead
+	p := getBuf()
+	_, _, err = c.rpc(context.Background(), serviceClient, dead, "Get", p, nil)
+	var e *Error
+	if !errors.As(err, &e) || e.Kind != KindReconnect {
+		t.Fatalf("dial of a closed port: %v, want a reconnect-class error", err)
+	}
+	if r := c.regions.lookup("t", []byte("a")); r != nil {
+		t.Fatalf("region on the dead server still cached at %s", r.addr)
+	}
+	if r := c.regions.lookup("t", []byte("z")); r == nil {
+		t.Fatal("a region on another server was forgotten too")
+	}
+	if c.metaAddr != "" {
+		t.Fatalf("hbase:meta still located on the dead server %s", c.metaAddr)
 	}
 }
