@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,7 +24,9 @@ type ZooKeeperLocator struct {
 	SessionTimeout time.Duration
 }
 
-func (l ZooKeeperLocator) read(ctx context.Context, node string) ([]byte, error) {
+// do runs fn on a ZooKeeper session with the quorum, the znode parent's path given, and closes
+// the session after.
+func (l ZooKeeperLocator) do(ctx context.Context, fn func(conn *zk.Conn, root string) error) error {
 	servers := strings.Split(l.Quorum, ",")
 	timeout := l.SessionTimeout
 	if timeout == 0 {
@@ -31,7 +34,7 @@ func (l ZooKeeperLocator) read(ctx context.Context, node string) ([]byte, error)
 	}
 	conn, events, err := zk.Connect(servers, timeout, zk.WithLogInfo(false), zk.WithLogger(discardLogger{}))
 	if err != nil {
-		return nil, fmt.Errorf("hbase: connect zookeeper %s: %w", l.Quorum, err)
+		return fmt.Errorf("hbase: connect zookeeper %s: %w", l.Quorum, err)
 	}
 	defer func() {
 		conn.Close()
@@ -55,24 +58,53 @@ func (l ZooKeeperLocator) read(ctx context.Context, node string) ([]byte, error)
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("hbase: zookeeper %s: %w", l.Quorum, ctx.Err())
+			return fmt.Errorf("hbase: zookeeper %s: %w", l.Quorum, ctx.Err())
 		case ev := <-events:
 			if ev.State == zk.StateHasSession {
-				goto connected
+				root := l.Root
+				if root == "" {
+					root = ZooKeeperRoot
+				}
+				return fn(conn, root)
 			}
 		}
 	}
-connected:
-	root := l.Root
-	if root == "" {
-		root = ZooKeeperRoot
-	}
-	p := path.Join(root, node)
-	b, _, err := conn.Get(p)
-	if err != nil {
-		return nil, fmt.Errorf("hbase: zookeeper %s: read %s: %w", l.Quorum, p, err)
-	}
-	return b, nil
+}
+
+func (l ZooKeeperLocator) read(ctx context.Context, node string) ([]byte, error) {
+	var b []byte
+	err := l.do(ctx, func(conn *zk.Conn, root string) error {
+		p := path.Join(root, node)
+		var err error
+		if b, _, err = conn.Get(p); err != nil {
+			return fmt.Errorf("hbase: zookeeper %s: read %s: %w", l.Quorum, p, err)
+		}
+		return nil
+	})
+	return b, err
+}
+
+// RegionServers returns the region servers registered in ZooKeeper (the live ones: a server's
+// ephemeral znode goes when its session ends), sorted by address.
+func (l ZooKeeperLocator) RegionServers(ctx context.Context) ([]ServerName, error) {
+	var out []ServerName
+	err := l.do(ctx, func(conn *zk.Conn, root string) error {
+		p := path.Join(root, "rs")
+		names, _, err := conn.Children(p)
+		if err != nil {
+			return fmt.Errorf("hbase: zookeeper %s: list %s: %w", l.Quorum, p, err)
+		}
+		for _, n := range names {
+			sn, err := parseServerNameString(n)
+			if err != nil {
+				return fmt.Errorf("hbase: zookeeper %s: %s: %w", l.Quorum, p, err)
+			}
+			out = append(out, sn)
+		}
+		return nil
+	})
+	slices.SortFunc(out, func(a, b ServerName) int { return strings.Compare(a.Addr(), b.Addr()) })
+	return out, err
 }
 
 // MetaRegionServer returns the server that hosts hbase:meta and the state ZooKeeper records for it.

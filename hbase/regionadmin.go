@@ -3,6 +3,7 @@ package hbase
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +31,9 @@ type RegionInfo struct {
 	EndKey      []byte // exclusive; empty for the last region
 	// Server is host:port of the server the region is open on, "" when meta names none.
 	Server string
+	// ServerStartCode is that server's start code (info:serverstartcode): with Server, the
+	// ServerName a move to it names ("host:port,startcode").
+	ServerStartCode uint64
 	// State is meta's info:state (OPEN, OPENING, CLOSING, CLOSED, SPLITTING, SPLIT, MERGED, ...),
 	// "" when the row has none.
 	State string
@@ -128,6 +132,10 @@ func regionInfoFromMeta(res *Result) (RegionInfo, error) {
 			out.EncodedName = encodedName(out.Name)
 		case "server":
 			out.Server = string(cell.Value)
+		case "serverstartcode":
+			if len(cell.Value) == 8 {
+				out.ServerStartCode = binary.BigEndian.Uint64(cell.Value)
+			}
 		case "state":
 			out.State = string(cell.Value)
 		}
@@ -281,6 +289,71 @@ func (a *Admin) MoveRegion(ctx context.Context, name []byte, dest string) error 
 	_, err := a.call(ctx, fmt.Sprintf("move region %q", name), "MoveRegion", p)
 	a.c.invalidate(&region{table: regionTable(name), name: name})
 	return err
+}
+
+// BalanceResult is what the master's balancer did.
+type BalanceResult struct {
+	Ran             bool // false when the master would not run it (regions in transition, balancer off)
+	MovesCalculated int
+	MovesExecuted   int
+}
+
+// Balance runs the master's balancer once and answers when its moves are done.
+func (a *Admin) Balance(ctx context.Context) (BalanceResult, error) {
+	resp, err := a.call(ctx, "balance", "Balance", getBuf()) // BalanceRequest{}: no dry run
+	if err != nil {
+		return BalanceResult{}, err
+	}
+	var out BalanceResult
+	err = eachField(resp, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
+		if typ != protowire.VarintType {
+			return nil
+		}
+		switch num {
+		case 1:
+			out.Ran = v != 0
+		case 2:
+			out.MovesCalculated = int(v)
+		case 3:
+			out.MovesExecuted = int(v)
+		}
+		return nil
+	})
+	if err != nil {
+		return BalanceResult{}, &Error{Op: "balance response", Kind: KindPermanent, Err: err}
+	}
+	// Regions moved: cached locations are stale, and each would cost a failed request to learn.
+	a.c.regions.dropAll()
+	return out, nil
+}
+
+// SetBalancerRunning switches the master's periodic balancer on or off and returns whether it was
+// on. Tests that move regions themselves switch it off first.
+func (a *Admin) SetBalancerRunning(ctx context.Context, on bool) (bool, error) {
+	p := getBuf()
+	*p = appendBoolField(*p, 1, on)
+	*p = appendBoolField(*p, 2, true) // synchronous: wait for a balance in progress
+	resp, err := a.call(ctx, "set balancer running", "SetBalancerRunning", p)
+	if err != nil {
+		return false, err
+	}
+	prev := false
+	err = eachField(resp, func(num protowire.Number, typ protowire.Type, v uint64, _ []byte) error {
+		if num == 1 && typ == protowire.VarintType {
+			prev = v != 0
+		}
+		return nil
+	})
+	return prev, err
+}
+
+// ServerName is the region's server as a move names it ("host:port,startcode"), "" when meta
+// names none.
+func (r RegionInfo) ServerName() string {
+	if r.Server == "" {
+		return ""
+	}
+	return r.Server + "," + strconv.FormatUint(r.ServerStartCode, 10)
 }
 
 // regionTable is the table part of a full region name.

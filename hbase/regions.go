@@ -152,6 +152,13 @@ func (rc *regionCache) dropServer(addr string) {
 	}
 }
 
+// dropAll forgets every cached region (after the balancer moved an unknown set of them).
+func (rc *regionCache) dropAll() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	rc.tables = nil
+}
+
 // dropTable forgets a table's regions (after it was deleted or recreated).
 func (rc *regionCache) dropTable(table string) {
 	rc.mu.Lock()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's test command (README): fetch and start a real Kafka broker and a real HBase on
 # loopback, run every Go test against them, stop the services; before that, the TestCluster* tests
-# against a real three-broker Kafka cluster and the failure suite's short form (bench/chaos) on
-# services of its own. Extra arguments go to `go test`.
+# against a real three-broker Kafka cluster, the failure suite's short form (bench/chaos) on
+# services of its own, and the TestHBaseCluster* tests on a real three-region-server HBase cluster.
+# Extra arguments go to `go test`.
 # A service that does not come up fails the run; so does a test that finds a service missing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -63,10 +64,12 @@ if ! "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then
   "$venv/bin/pip" install -q -r testenv/python-requirements.txt
 fi
 
-started=0 cluster_started=0 secure_started=0 hbase_started=0 chaos_failed=0
+started=0 cluster_started=0 secure_started=0 hbase_started=0 hbc_started=0 chaos_failed=0
 cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
+hbase_cluster() { HBASE_REGIONSERVERS=3 SERVICES=hbase "$services" "$@"; }
 cleanup() {
   if [ "$cluster_started" = 1 ]; then cluster stop || true; fi
+  if [ "$hbc_started" = 1 ]; then hbase_cluster stop || true; fi
   if [ "$secure_started" = 1 ]; then SERVICES="kdc secure-hbase" "$services" stop || true; fi
   if [ "$started" = 1 ]; then "$services" stop || true; fi
   if [ "$hbase_started" = 1 ] && [ "$started" = 0 ]; then SERVICES=hbase "$services" stop || true; fi
@@ -110,6 +113,29 @@ if [ "${ABACUS_CHAOS_STAGE:-1}" != 0 ]; then
     chaos_failed=1
   fi
   echo "[run-tests] chaos stage took $((SECONDS - t0)) s"
+fi
+
+# HBase-cluster stage: a real HBase cluster (ZooKeeper, HMaster and three HRegionServers, each its
+# own JVM, ports from 36100, folder testenv/.data/hbase-cluster) for the TestHBaseCluster* tests,
+# which SIGKILL, pause, stop and restart region servers and move regions while the whole pipeline
+# writes to it, beside the single Kafka broker (which the main stage then uses). The standalone
+# HBase the cluster stage started idles meanwhile. ABACUS_HBASE_CLUSTER_STAGE=0 leaves it out.
+if [ "${ABACUS_HBASE_CLUSTER_STAGE:-1}" != 0 ]; then
+  t0=$SECONDS
+  if [[ $(hbase_cluster status) == *stopped* ]]; then hbc_started=1; fi
+  hbase_cluster start
+  if [[ $(SERVICES=kafka "$services" status) == *stopped* ]]; then started=1; fi
+  SERVICES=kafka "$services" start
+  echo "[run-tests] go test -run '^TestHBaseCluster' ./... (HBase cluster: region servers are killed, paused and restarted)"
+  (
+    eval "$(SERVICES=kafka "$services" env)"
+    eval "$(hbase_cluster env)"
+    export ABACUS_REQUIRE_HBASE_CLUSTER=1 ABACUS_REQUIRE_SERVICES=1
+    go test -count=1 -timeout 30m "$@" -run '^TestHBaseCluster' ./...
+  )
+  hbase_cluster status # the RSS of each JVM after the tests
+  if [ "$hbc_started" = 1 ]; then hbase_cluster stop; hbc_started=0; fi
+  echo "[run-tests] HBase-cluster stage took $((SECONDS - t0)) s"
 fi
 
 # Leave servers alone that a developer already runs; stop only what this run started.
@@ -174,7 +200,7 @@ echo "[run-tests] go test -race (the engine, the test driver and the in-memory p
 go test -race -count=1 -timeout 15m "$@" ./abacustest ./internal/... ./state ./totals ./windows ./topology \
   ./schema ./deadletter ./partitioner ./store/cellstore
 echo "[run-tests] go test ./... (everything else)"
-go test -count=1 -timeout 45m -skip '^(TestDisruptive|TestCluster)' "$@" ./...
+go test -count=1 -timeout 45m -skip '^(TestDisruptive|TestCluster|TestHBaseCluster)' "$@" ./...
 
 # Kerberos (issue 17): an MIT KDC and a Kerberized HBase beside the plain services, on their own
 # ports and data folder. HBase's own Java client first proves the server (and that it refuses a
@@ -199,7 +225,7 @@ ABACUS_REQUIRE_SECURE_HBASE=1 go test -count=1 -timeout 15m -run '^TestKerberos'
 # store, queries and the sinks' end-to-end tests against real HBase.
 echo "[run-tests] Kerberos: tests of the plain HBase, again with Kerberos"
 ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
-  go test -count=1 -timeout 15m -skip '^(TestDisruptive|TestCluster|TestDashboardInChromium|TestPyOpenTSDB)' "$@" \
+  go test -count=1 -timeout 15m -skip '^(TestDisruptive|TestCluster|TestHBaseCluster|TestDashboardInChromium|TestPyOpenTSDB)' "$@" \
   ./internal/testenv/ ./store/hbasestore/ ./query/
 ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
   go test -count=1 -timeout 15m -run '^TestSink' "$@" ./sinks/

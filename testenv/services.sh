@@ -17,6 +17,9 @@
 #   testenv/services.sh kill-rs N        SIGKILL region server N; stop-rs N: stop it cleanly
 #   testenv/services.sh start-rs N       start region server N again and wait until it registers
 #   testenv/services.sh pause-rs N       SIGSTOP region server N; resume-rs N: SIGCONT it
+#   testenv/services.sh regions [TABLE...]   where hbase:meta and each region of the tables is open
+#   testenv/services.sh move-region TABLE ENCODED_REGION N   move a region to region server N
+#   testenv/services.sh balance          run the master's balancer once
 #
 # Settings (environment):
 #   ABACUS_TESTENV_DIR   data, logs and pid files (default: testenv/.data, git-ignored)
@@ -713,6 +716,13 @@ rs_signal() { # rs_signal VERB N
   esac
 }
 
+cluster_cmd() { # cluster_cmd CMD ARGS...: an operator command on the cluster, through the probe
+  ((hbase_rs > 1)) || die "$1 needs the cluster: set HBASE_REGIONSERVERS=3"
+  is_running hbase-cluster/master || die "the HBase cluster is not running: run start first"
+  build_probe # the binary of an older checkout may lack -cluster; go build's cache makes this quick
+  "$probe_bin" -zookeeper "127.0.0.1:$(hbc_zk_port)" -timeout 2m -cluster "$@"
+}
+
 start_rs() {
   local n=$1 name=hbase-cluster/rs-$1
   if is_running "$name"; then log "$name already running (pid $(cat "$data/$name.pid"))"; return 0; fi
@@ -1110,5 +1120,8 @@ case $cmd in
   resume-rs) rs_arg "${2:-}"; rs_signal resume "$2" ;;
   stop-rs) rs_arg "${2:-}"; is_running "hbase-cluster/rs-$2" && kill -CONT "$(cat "$data/hbase-cluster/rs-$2.pid")"; stop_one "hbase-cluster/rs-$2" ;;
   start-rs) need_java; rs_arg "${2:-}"; start_rs "$2" ;;
+  regions) cluster_cmd regions "${@:2}" ;;
+  move-region) [ $# = 4 ] || die "move-region TABLE ENCODED_REGION N"; rs_arg "$4"; cluster_cmd move "$2" "$3" "127.0.0.1:$(hbc_rs_port "$4")" ;;
+  balance) cluster_cmd balance ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -4,85 +4,22 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
 	"sort"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/abacus-stream/abacus/hbase"
-	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
-
-// The HBase cluster (HBASE_REGIONSERVERS=3 SERVICES=hbase testenv/services.sh start) is opt-in:
-// its tests skip unless `testenv/services.sh env` of that mode was evaluated.
-const (
-	envHBaseCluster    = "ABACUS_HBASE_CLUSTER_ZK"
-	envHBaseClusterRS  = "ABACUS_HBASE_CLUSTER_REGIONSERVERS"
-	envHBaseClusterDir = "ABACUS_HBASE_CLUSTER_DIR"
-)
-
-type hbaseCluster struct {
-	zk, dir string
-	servers int
-	port    int // ZooKeeper's port, the script's HBASE_CLUSTER_PORT
-}
-
-func hbaseClusterFor(t *testing.T) *hbaseCluster {
-	t.Helper()
-	zk := os.Getenv(envHBaseCluster)
-	if zk == "" {
-		t.Skip(envHBaseCluster + " is unset: no HBase cluster; start one with " +
-			"`HBASE_REGIONSERVERS=3 SERVICES=hbase testenv/services.sh start` and eval its `env`")
-	}
-	zk = gate.Find(t, "HBase cluster", envHBaseCluster, zk)
-	n, err := strconv.Atoi(os.Getenv(envHBaseClusterRS))
-	if err != nil || n < 2 {
-		t.Skipf("%s=%q: the cluster needs at least 2 region servers", envHBaseClusterRS, os.Getenv(envHBaseClusterRS))
-	}
-	_, p, err := net.SplitHostPort(zk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, _ := strconv.Atoi(p)
-	return &hbaseCluster{zk: zk, dir: os.Getenv(envHBaseClusterDir), servers: n, port: port}
-}
-
-// script runs testenv/services.sh in the cluster's mode.
-func (c *hbaseCluster) script(t *testing.T, args ...string) {
-	t.Helper()
-	cmd := exec.Command(gate.ServicesScript(t), args...)
-	cmd.Env = append(os.Environ(), "SERVICES=hbase", "HBASE_REGIONSERVERS="+strconv.Itoa(c.servers),
-		"HBASE_CLUSTER_PORT="+strconv.Itoa(c.port), "ABACUS_TESTENV_DIR="+c.dir)
-	out, err := cmd.CombinedOutput()
-	t.Logf("services.sh %v:\n%s", args, out)
-	if err != nil {
-		t.Fatalf("services.sh %v: %v", args, err)
-	}
-}
-
-// serverNumber maps a region server's host:port to the script's N (port = cluster port + 10 + N).
-func (c *hbaseCluster) serverNumber(t *testing.T, addr string) int {
-	t.Helper()
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, _ := strconv.Atoi(p)
-	return port - c.port - 10
-}
 
 // TestHBaseClusterKillRegionServer writes rows into regions spread over the cluster's region
 // servers, SIGKILLs the one holding most of them, and measures how long until every region is open
 // elsewhere and every row (acknowledged, so far only in the dead server's WAL) reads back through
 // the client that was connected before the kill.
 func TestHBaseClusterKillRegionServer(t *testing.T) {
-	c := hbaseClusterFor(t)
+	c := HBaseClusterFor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cl, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: c.zk})
+	cl, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: c.ZooKeeper})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,10 +86,9 @@ func TestHBaseClusterKillRegionServer(t *testing.T) {
 			victim, most = s, perServer[s]
 		}
 	}
-	n := c.serverNumber(t, victim)
-	t.Cleanup(func() { c.script(t, "start-rs", strconv.Itoa(n)) })
+	n := c.Number(victim)
 	killed := time.Now()
-	c.script(t, "kill-rs", strconv.Itoa(n))
+	c.Kill(t, n)
 
 	// Every region open on another server, as hbase:meta says.
 	var reassigned time.Duration
@@ -207,7 +143,7 @@ func TestHBaseClusterKillRegionServer(t *testing.T) {
 		}
 	}
 	readBack = time.Since(killed)
-	fresh, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: c.zk})
+	fresh, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: c.ZooKeeper})
 	if err != nil {
 		t.Fatal(err)
 	}

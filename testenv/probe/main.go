@@ -2,7 +2,8 @@
 // Metadata request (listing as many brokers as the cluster should have), its SASL_SSL listener
 // logging in with every mechanism, and an HBase whose meta region is open and answers a scan (with
 // -keytab, an HBase that requires Kerberos, the probe authenticating with that keytab).
-// testenv/services.sh runs it until it succeeds; it exits non-zero with the reason.
+// testenv/services.sh runs it until it succeeds; it exits non-zero with the reason. With -cluster
+// it runs the HBase cluster's operator commands for the script (regions, move-region, balance).
 package main
 
 import (
@@ -31,6 +32,8 @@ func main() {
 	principal := flag.String("principal", "", "Kerberos principal to authenticate as (with -keytab)")
 	keytab := flag.String("keytab", "", "keytab of -principal: authenticate to HBase with Kerberos")
 	serverPrincipal := flag.String("server-principal", "", "HBase servers' principal pattern, e.g. hbase/_HOST@REALM")
+	cluster := flag.String("cluster", "", "with -zookeeper: run an HBase cluster command instead of probing "+
+		"(regions TABLE...; move TABLE ENCODED_REGION HOST:PORT; balance), its arguments after the flags")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -46,6 +49,8 @@ func main() {
 			more, err = probeSASL(ctx, *kafka, *saslAddr, *caFile)
 			msg += "; " + more
 		}
+	case *quorum != "" && *cluster != "":
+		msg, err = clusterCommand(ctx, *quorum, *cluster, flag.Args())
 	case *quorum != "":
 		cfg := hbase.Config{ZooKeeper: *quorum, MaxRounds: 1}
 		if *keytab != "" {
