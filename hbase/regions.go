@@ -128,6 +128,9 @@ func (rc *regionCache) invalidate(r *region) {
 	rc.mu.Lock()
 	defer rc.mu.Unlock()
 	rs := rc.tables[r.table]
+	if len(rs) == 0 {
+		return // nothing cached (a client that never looked a region up has no map at all)
+	}
 	out := rs[:0:0]
 	for _, o := range rs {
 		if !bytes.Equal(o.name, r.name) {

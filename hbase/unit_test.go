@@ -159,3 +159,16 @@ func TestRefusedDialForgetsServer(t *testing.T) {
 		t.Fatalf("hbase:meta still located on the dead server %s", c.metaAddr)
 	}
 }
+
+// TestInvalidateOnEmptyCache: an admin call that moves a region through a client that never
+// looked a region up (so has no cache at all) must not panic.
+func TestInvalidateOnEmptyCache(t *testing.T) {
+	var c Client
+	c.sems = map[string]chan struct{}{}
+	c.invalidate(&region{table: "t", name: []byte("t,,1.a.")})
+	c.regions.dropAll()
+	c.invalidate(&region{table: "t", name: []byte("t,,1.a.")})
+	if r := c.regions.lookup("t", []byte("a")); r != nil {
+		t.Fatalf("found %v in an empty cache", r)
+	}
+}
