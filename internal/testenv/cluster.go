@@ -93,27 +93,35 @@ func KafkaCluster(t testing.TB) *Cluster {
 	return c
 }
 
-// lock takes the cluster's test lock (a file lock in its data folder, so it holds across the test
-// processes of several packages) until the test ends.
+// lock takes the cluster's test lock until the test ends.
 func (c *Cluster) lock(t testing.TB) {
 	t.Helper()
-	dir := filepath.Join(c.dir, "kafka-cluster")
+	holdTestLock(t, filepath.Join(c.dir, "kafka-cluster"), "the Kafka cluster", nil)
+}
+
+// holdTestLock takes the file lock tests.lock in dir (so it holds across the test processes of
+// several packages) until the test ends; before letting go it runs release, if any.
+func holdTestLock(t testing.TB, dir, what string, release func()) {
+	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
-		t.Fatalf("cluster test lock: %v", err)
+		t.Fatalf("%s: test lock: %v", what, err)
 	}
 	start := time.Now()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		f.Close()
-		t.Fatalf("cluster test lock %s: %v", f.Name(), err)
+		t.Fatalf("%s: test lock %s: %v", what, f.Name(), err)
 	}
 	if waited := time.Since(start); waited > time.Second {
-		t.Logf("waited %v for the cluster (another test had it)", waited.Round(time.Millisecond))
+		t.Logf("waited %v for %s (another test had it)", waited.Round(time.Millisecond), what)
 	}
 	t.Cleanup(func() {
+		if release != nil {
+			release()
+		}
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	})

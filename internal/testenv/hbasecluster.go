@@ -81,33 +81,15 @@ func HBaseClusterFor(t testing.TB) *HBaseCluster {
 	return c
 }
 
-// lock takes the cluster's test lock (a file lock in its data folder) until the test ends, and
-// then starts every region server a test left stopped, so the next test finds the whole cluster.
+// lock takes the cluster's test lock until the test ends, and then starts every region server a
+// test left stopped or paused, so the next test finds the whole cluster.
 func (c *HBaseCluster) lock(t testing.TB) {
 	t.Helper()
-	dir := filepath.Join(c.dir, "hbase-cluster")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "tests.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		t.Fatalf("HBase cluster test lock: %v", err)
-	}
-	start := time.Now()
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatalf("HBase cluster test lock %s: %v", f.Name(), err)
-	}
-	if waited := time.Since(start); waited > time.Second {
-		t.Logf("waited %v for the HBase cluster (another test had it)", waited.Round(time.Millisecond))
-	}
-	t.Cleanup(func() {
+	holdTestLock(t, filepath.Join(c.dir, "hbase-cluster"), "the HBase cluster", func() {
 		for n := 1; n <= c.Servers; n++ {
 			c.Resume(t, n) // a paused one first: start-rs leaves a running process alone
 			c.Start(t, n)
 		}
-		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		f.Close()
 	})
 }
 
