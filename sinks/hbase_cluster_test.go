@@ -122,16 +122,7 @@ func finishCluster(t *testing.T, p *pipeline) {
 	start := time.Now()
 	waitForSlow(t, "the pipeline to drain", 5*time.Minute, p.drained)
 	t.Logf("drained %v after the stream ended", time.Since(start).Round(time.Millisecond))
-	for name, m := range map[string]*Metrics{"facts": p.factsM, "aggregates": p.aggM} {
-		if n := vecSum(m.dead); n != 0 {
-			t.Errorf("%s sink dead-lettered %v records: a region server failure is not a bad record", name, n)
-		}
-		for _, kind := range []string{"revoked", "lost"} {
-			if n := testutil.ToFloat64(m.rebalances.WithLabelValues(kind)); n != 0 {
-				t.Errorf("%s sink: %v partitions %s: it left its group", name, n, kind)
-			}
-		}
-	}
+	p.checkStayed("a region server failure")
 	p.stop()
 	for name, c := range map[string]*hbase.Client{"facts": p.factsC, "aggregates": p.aggC} {
 		st := c.Stats()

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -201,6 +202,22 @@ func (p *pipeline) endStream() {
 	}
 	if err := p.prod.ProduceSync(p.ctx, flush...).FirstErr(); err != nil {
 		p.t.Fatal(err)
+	}
+}
+
+// checkStayed fails the test if a sink dead-lettered anything (what happened, cause, is no bad
+// record) or had a partition revoked or lost (it left its group).
+func (p *pipeline) checkStayed(cause string) {
+	p.t.Helper()
+	for name, m := range map[string]*Metrics{"facts": p.factsM, "aggregates": p.aggM} {
+		if n := vecSum(m.dead); n != 0 {
+			p.t.Errorf("%s sink dead-lettered %v records: %s is not a bad record", name, n, cause)
+		}
+		for _, kind := range []string{"revoked", "lost"} {
+			if n := testutil.ToFloat64(m.rebalances.WithLabelValues(kind)); n != 0 {
+				p.t.Errorf("%s sink: %v partitions %s: it left its group", name, n, kind)
+			}
+		}
 	}
 }
 

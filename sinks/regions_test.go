@@ -90,16 +90,7 @@ func TestSinksFollowSplitsAndMoves(t *testing.T) {
 	}
 	p.endStream()
 	waitForSlow(t, "the pipeline to drain", 5*time.Minute, p.drained)
-	for name, m := range map[string]*Metrics{"facts": p.factsM, "aggregates": p.aggM} {
-		if n := testutil.ToFloat64(m.dead.WithLabelValues("rejected")); n != 0 {
-			t.Errorf("%s sink dead-lettered %v records during splits and moves", name, n)
-		}
-		for _, kind := range []string{"revoked", "lost"} {
-			if n := testutil.ToFloat64(m.rebalances.WithLabelValues(kind)); n != 0 {
-				t.Errorf("%s sink: %v partitions %s", name, n, kind)
-			}
-		}
-	}
+	p.checkStayed("a split or a moved region")
 	p.stop()
 	for name, c := range map[string]*hbase.Client{"facts": p.factsC, "aggregates": p.aggC} {
 		st := c.Stats()
