@@ -137,6 +137,7 @@ func openWith(ctx context.Context, cfg *Config, topo *topology.Topology, log *sl
 		return nil, fmt.Errorf("hbase %s: %w", cfg.HBase.ZooKeeper, err)
 	}
 	d.hb = hc
+	d.reg.MustRegister(newHBaseCollector(hc))
 	dur, _ := parseDurability(cfg.Sinks.Durability)
 	hs, err := hbasestore.New(hc, hbasestore.Config{Durability: dur, ForceSkipWAL: cfg.Sinks.ForceSkipWAL})
 	if err != nil {

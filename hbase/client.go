@@ -139,6 +139,7 @@ type Client struct {
 	actionsResent atomic.Int64 // of actionsSent, those sent again by a later round of their Apply
 	relocations   atomic.Int64 // regions the servers refused with a relocate-class error
 	lookups       atomic.Int64 // hbase:meta lookups of a region
+	servers       sync.Map     // addr -> *serverCounters
 
 	auth *kerberosAuth // nil with simple authentication
 }
@@ -327,6 +328,14 @@ func (c *Client) rpc(ctx context.Context, service, addr, method string, param, c
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.RPCTimeout)
 		defer cancel()
 	}
+	ss := c.serverStats(addr)
+	ss.inFlight.Add(1)
+	start, dialed := time.Now(), false
+	var err error
+	defer func() {
+		ss.inFlight.Add(-1)
+		ss.countRPC(start, dialed, parent.Err() != nil, err)
+	}()
 	cn, err := c.conn(ctx, service, addr)
 	if err != nil {
 		putBuf(param)
@@ -339,6 +348,7 @@ func (c *Client) rpc(ctx context.Context, service, addr, method string, param, c
 		}
 		return nil, nil, err
 	}
+	dialed = true
 	resp, cb, err := cn.call(ctx, method, param, cells)
 	if err != nil && parent.Err() == nil && ctx.Err() != nil {
 		err = &Error{Op: method, Server: addr, Kind: KindBackoff,

@@ -216,10 +216,14 @@ func (c *Client) cutRequests(addr string, sa *serverActions, ms []*Mutation) []*
 // sendMulti sends one Multi request and records each action's outcome; it returns the indexes to
 // retry. Each index is written by exactly one request, so errs and sent need no lock.
 func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiRequest, errs []error, sent []bool) []int {
+	ss := c.serverStats(req.addr)
 	ssem := c.sem("s:"+req.addr, c.cfg.MaxInFlightPerServer)
+	ss.waiting.Add(1)
 	select {
 	case ssem <- struct{}{}:
+		ss.waiting.Add(-1)
 	case <-ctx.Done():
+		ss.waiting.Add(-1)
 		return c.failRequest(req, errs, &Error{Op: "multi", Server: req.addr, Kind: KindBackoff, Err: ctx.Err()})
 	}
 	defer func() { <-ssem }()
@@ -239,9 +243,9 @@ func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiReques
 		}
 	}
 
-	resent := 0
+	resent, actions := 0, 0
 	for _, ra := range req.regions {
-		c.actionsSent.Add(int64(len(ra.idx)))
+		actions += len(ra.idx)
 		for _, i := range ra.idx {
 			if sent[i] {
 				resent++
@@ -249,7 +253,10 @@ func (c *Client) sendMulti(ctx context.Context, ms []*Mutation, req *multiReques
 			sent[i] = true
 		}
 	}
+	c.actionsSent.Add(int64(actions))
 	c.actionsResent.Add(int64(resent))
+	ss.actionsSent.Add(int64(actions))
+	ss.actionsResent.Add(int64(resent))
 	param, cells := getBuf(), getBuf()
 	*param, *cells = appendMultiRequest(*param, *cells, ms, req)
 	resp, cb, err := c.rpc(ctx, serviceClient, req.addr, "Multi", param, cells)

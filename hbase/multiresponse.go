@@ -46,6 +46,7 @@ type multiResults struct {
 	actions []int  // action number -> index into the Apply's mutations
 	seen    []bool // by action number
 	retry   []int  // indexes into the Apply's mutations
+	noted   bool   // the server's stats hold an error of this response already
 }
 
 // region takes one RegionActionResult, of region ra, whose first action number is first.
@@ -92,6 +93,12 @@ func (mr *multiResults) region(ra regionActions, first int, raw []byte) error {
 func (mr *multiResults) fail(a int, err *Error) {
 	i := mr.actions[a]
 	mr.errs[i] = err
+	ss := mr.c.serverStats(mr.req.addr)
+	ss.actionErrs.Add(1)
+	if !mr.noted { // one error text per response is enough to tell what the server said
+		mr.noted = true
+		ss.failed(err)
+	}
 	if err.Retriable() {
 		mr.retry = append(mr.retry, i)
 	}

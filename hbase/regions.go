@@ -37,6 +37,9 @@ func (c *Client) invalidate(r *region) {
 // anything else forgets r, so the next use looks it up again.
 func (c *Client) relocate(r *region, err error) {
 	c.relocations.Add(1)
+	if r.addr != "" {
+		c.serverStats(r.addr).relocations.Add(1)
+	}
 	var e *Error
 	if errors.As(err, &e) && e.MovedTo != "" && r.table != metaTableName {
 		moved := *r

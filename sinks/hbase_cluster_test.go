@@ -127,9 +127,22 @@ func finishCluster(t *testing.T, p *pipeline) {
 	for name, c := range map[string]*hbase.Client{"facts": p.factsC, "aggregates": p.aggC} {
 		st := c.Stats()
 		t.Logf("%s sink's client: %+v", name, st)
+		for _, s := range c.ServerStats() {
+			t.Logf("%s sink's client, server %s: %d requests (%d failed, %d dials), %d actions sent (%d resent, %d refused), %d relocations, %v in requests; last error %q",
+				name, s.Server, s.Requests, s.Errors, s.DialErrors, s.ActionsSent, s.ActionsResent, s.ActionErrors, s.Relocations, s.RequestTime.Round(time.Millisecond), s.LastError)
+		}
 	}
 	p.verify()
 	t.Logf("%d events", p.produced.Load())
+}
+
+// serverStats is a client's per-server stats by address.
+func serverStats(c *hbase.Client) map[string]hbase.ServerStats {
+	out := map[string]hbase.ServerStats{}
+	for _, s := range c.ServerStats() {
+		out[s.Server] = s
+	}
+	return out
 }
 
 // vecSum is the sum of a counter vector over its labels.
@@ -162,10 +175,15 @@ func TestHBaseClusterRegionServerKilled(t *testing.T) {
 	c.Start(t, n)
 	time.Sleep(5 * time.Second)
 	finishCluster(t, p)
+	failed := int64(0)
 	for name, cl := range map[string]*hbase.Client{"facts": p.factsC, "aggregates": p.aggC} {
 		if cl.Stats().Relocations == 0 && cl.Stats().ActionsResent == 0 {
 			t.Errorf("%s sink met nothing of the kill: the test proves nothing about it", name)
 		}
+		failed += serverStats(cl)[c.Addr(n)].Errors
+	}
+	if failed == 0 {
+		t.Errorf("no failed request to the killed region server %d in either sink's per-server stats", n)
 	}
 }
 
@@ -269,13 +287,26 @@ func TestHBaseClusterRegionServerPaused(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	n := busiest(t, p, c, c.MetaServer(t))
 	f0 := p.factsC.Stats().ActionsSent
+	before := serverStats(p.factsC)
 	paused := time.Now()
 	c.Pause(t, n)
 	time.Sleep(20 * time.Second)
 	during := p.factsC.Stats().ActionsSent - f0
+	after := serverStats(p.factsC)
 	c.Resume(t, n)
 	if during == 0 {
 		t.Errorf("the facts sink sent nothing to any server while region server %d was paused", n)
+	}
+	// What an operator's dashboard shows (abacus_hbase_* per server): requests to the paused
+	// server hang in flight, while the others keep taking actions.
+	sick := after[c.Addr(n)]
+	if sick.InFlight == 0 {
+		t.Errorf("region server %d paused 20 s, yet the facts sink's client shows nothing in flight to it: %+v", n, sick)
+	}
+	for m := 1; m <= c.Servers; m++ {
+		a := c.Addr(m)
+		t.Logf("facts sink's client, region server %d (%s) during the pause: %d actions sent, %d requests, %d in flight, %d waiting",
+			m, a, after[a].ActionsSent-before[a].ActionsSent, after[a].Requests-before[a].Requests, after[a].InFlight, after[a].Waiting)
 	}
 	resumed := commitsResumed(t, p, paused)
 	t.Logf("region server %d paused 20 s: the facts sink sent %d actions meanwhile; both sinks committing again %v after the pause began; regions per server now %v",
