@@ -107,6 +107,25 @@ type HBaseConfig struct {
 	Embedded  string         `yaml:"embedded"`  // folder of the embedded cell store
 	Auth      string         `yaml:"auth"`      // simple (default) or kerberos, as the cluster's hbase.security.authentication
 	Kerberos  KerberosConfig `yaml:"kerberos"`  // with auth: kerberos
+	// ZNodeParent is the cluster's zookeeper.znode.parent; default /hbase (some distributions
+	// use /hbase-unsecure or /hbase-secure).
+	ZNodeParent string      `yaml:"znode_parent"`
+	Client      HBaseClient `yaml:"client"` // timeouts, retries and per-server limits
+}
+
+// HBaseClient holds the HBase client's timeouts, retries and in-flight limits; zero means the
+// default of hbase.Config. On a cluster these decide how soon a dead or paused region server is
+// noticed and how much of the sinks' writing one slow server can hold up (README, "HBase on a
+// cluster").
+type HBaseClient struct {
+	RPCTimeout           Duration `yaml:"rpc_timeout"`              // default 60s (hbase.rpc.timeout)
+	DialTimeout          Duration `yaml:"dial_timeout"`             // default 5s
+	ZooKeeperTimeout     Duration `yaml:"zookeeper_timeout"`        // default 10s, one lookup in ZooKeeper
+	MaxInFlightPerServer int      `yaml:"max_in_flight_per_server"` // default 8 Multi requests
+	MaxInFlightPerRegion int      `yaml:"max_in_flight_per_region"` // default 8 Multi requests
+	MaxRounds            int      `yaml:"max_rounds"`               // default 10 sends of an action, first included
+	BackoffMin           Duration `yaml:"backoff_min"`              // default 50ms, doubling each round
+	BackoffMax           Duration `yaml:"backoff_max"`              // default 5s
 }
 
 // KerberosConfig holds the Kerberos settings of the HBase client (hbase.KerberosConfig).
@@ -121,11 +140,14 @@ type KerberosConfig struct {
 
 // ClientConfig is the hbase client configuration these settings describe.
 func (h HBaseConfig) ClientConfig() hbase.Config {
-	k := h.Kerberos
-	return hbase.Config{ZooKeeper: h.ZooKeeper, Auth: h.Auth, Kerberos: hbase.KerberosConfig{
+	k, cl := h.Kerberos, h.Client
+	return hbase.Config{ZooKeeper: h.ZooKeeper, ZooKeeperRoot: h.ZNodeParent, Auth: h.Auth, Kerberos: hbase.KerberosConfig{
 		Principal: k.Principal, Keytab: k.Keytab, TicketCache: k.TicketCache, Krb5Conf: k.Krb5Conf,
 		ServerPrincipal: k.ServerPrincipal, Protection: k.Protection,
-	}}
+	}, RPCTimeout: time.Duration(cl.RPCTimeout), DialTimeout: time.Duration(cl.DialTimeout),
+		ZooKeeperTimeout: time.Duration(cl.ZooKeeperTimeout), MaxInFlightPerServer: cl.MaxInFlightPerServer,
+		MaxInFlightPerRegion: cl.MaxInFlightPerRegion, MaxRounds: cl.MaxRounds,
+		BackoffMin: time.Duration(cl.BackoffMin), BackoffMax: time.Duration(cl.BackoffMax)}
 }
 
 // ProcessorConfig configures the goka processor group.

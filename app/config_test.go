@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/kafkasec"
@@ -182,5 +183,45 @@ hbase: {embedded: cells}
 func clearServiceEnv(t *testing.T) {
 	for _, k := range []string{"ABACUS_KAFKA_BROKERS", "ABACUS_HBASE_ZK", "ABACUS_LISTEN", "ABACUS_TOPOLOGY", "ABACUS_TOPIC_PREFIX"} {
 		t.Setenv(k, "")
+	}
+}
+
+// TestHBaseClientSettings: the hbase.client block and znode_parent reach the HBase client, unset
+// ones keep its defaults, and impossible values are refused naming their field.
+func TestHBaseClientSettings(t *testing.T) {
+	c, err := ParseConfig([]byte(`topology: devices
+kafka:
+  brokers: [b:9092]
+hbase:
+  zookeeper: zk-1:2181,zk-2:2181
+  znode_parent: /hbase-unsecure
+  client: {rpc_timeout: 20s, max_in_flight_per_server: 4, max_rounds: 6, backoff_max: 2s}
+`), func(string) (string, bool) { return "", false })
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.EnsureDefaults()
+	if err := c.Validate([]string{"devices"}); err != nil {
+		t.Fatal(err)
+	}
+	hc := c.HBase.ClientConfig()
+	hc.EnsureDefaults()
+	if hc.ZooKeeperRoot != "/hbase-unsecure" || hc.RPCTimeout != 20*time.Second || hc.MaxInFlightPerServer != 4 ||
+		hc.MaxRounds != 6 || hc.BackoffMax != 2*time.Second {
+		t.Fatalf("client config %+v does not carry the settings", hc)
+	}
+	if hc.DialTimeout != 5*time.Second || hc.MaxInFlightPerRegion != 8 || hc.BackoffMin != 50*time.Millisecond {
+		t.Fatalf("unset settings lost their defaults: %+v", hc)
+	}
+
+	c.HBase.Client = HBaseClient{RPCTimeout: Duration(-time.Second), MaxRounds: -1,
+		BackoffMin: Duration(3 * time.Second), BackoffMax: Duration(time.Second)}
+	c.HBase.ZNodeParent = "hbase"
+	err = c.Validate([]string{"devices"})
+	for _, want := range []string{"hbase.client.rpc_timeout: must not be negative", "hbase.client.max_rounds: must not be negative",
+		"hbase.client.backoff_min: 3s is longer than hbase.client.backoff_max 1s", `hbase.znode_parent: "hbase" is not a ZooKeeper path`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v\nwant %q", err, want)
+		}
 	}
 }

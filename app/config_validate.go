@@ -73,6 +73,25 @@ func (c *Config) validateHBase(errs *fieldErrors) {
 	case c.HBase.ZooKeeper != "" && c.HBase.Embedded != "":
 		errs.bad("hbase", "hbase.zookeeper and hbase.embedded are both set: choose one")
 	}
+	cl := c.HBase.Client
+	for name, d := range map[string]Duration{"rpc_timeout": cl.RPCTimeout, "dial_timeout": cl.DialTimeout,
+		"zookeeper_timeout": cl.ZooKeeperTimeout, "backoff_min": cl.BackoffMin, "backoff_max": cl.BackoffMax} {
+		if d < 0 {
+			errs.bad("hbase.client."+name, "must not be negative, got %v", time.Duration(d))
+		}
+	}
+	for name, n := range map[string]int{"max_in_flight_per_server": cl.MaxInFlightPerServer,
+		"max_in_flight_per_region": cl.MaxInFlightPerRegion, "max_rounds": cl.MaxRounds} {
+		if n < 0 {
+			errs.bad("hbase.client."+name, "must not be negative, got %d", n)
+		}
+	}
+	if cl.BackoffMin > 0 && cl.BackoffMax > 0 && cl.BackoffMin > cl.BackoffMax {
+		errs.bad("hbase.client.backoff_min", "%v is longer than hbase.client.backoff_max %v", time.Duration(cl.BackoffMin), time.Duration(cl.BackoffMax))
+	}
+	if c.HBase.ZNodeParent != "" && !strings.HasPrefix(c.HBase.ZNodeParent, "/") {
+		errs.bad("hbase.znode_parent", "%q is not a ZooKeeper path (it starts with /)", c.HBase.ZNodeParent)
+	}
 	if hc := c.HBase.ClientConfig(); c.HBase.Embedded == "" && hc.ZooKeeper != "" {
 		// The hbase package names its fields (Config.Kerberos.Keytab is hbase.kerberos.keytab here).
 		if err := hc.Validate(); err != nil {

@@ -33,6 +33,7 @@ func clusterPipeline(t *testing.T, name string) (*pipeline, *testenv.HBaseCluste
 	waitFor(t, "both sinks to commit", 2*time.Minute, func() bool {
 		return testutil.ToFloat64(p.factsM.commits) > 0 && testutil.ToFloat64(p.aggM.commits) > 0
 	})
+	p.watch = watchQueries(t, p)
 	return p, c
 }
 
@@ -114,8 +115,9 @@ func commitsResumed(t *testing.T, p *pipeline, at time.Time) time.Duration {
 }
 
 // finishCluster ends the stream, waits for the pipeline to drain and checks what every cluster
-// test promises: nothing dead-lettered, no partition revoked or lost, every cell as the oracle
-// computes it, one version each.
+// test promises: nothing dead-lettered, no partition revoked or lost, every query asked meanwhile
+// answered whole or refused with a 503 in time, every cell as the oracle computes it, one version
+// each.
 func finishCluster(t *testing.T, p *pipeline) {
 	t.Helper()
 	p.endStream()
@@ -123,6 +125,9 @@ func finishCluster(t *testing.T, p *pipeline) {
 	waitForSlow(t, "the pipeline to drain", 5*time.Minute, p.drained)
 	t.Logf("drained %v after the stream ended", time.Since(start).Round(time.Millisecond))
 	p.checkStayed("a region server failure")
+	if p.watch != nil {
+		p.watch.finish()
+	}
 	p.stop()
 	for name, c := range map[string]*hbase.Client{"facts": p.factsC, "aggregates": p.aggC} {
 		st := c.Stats()

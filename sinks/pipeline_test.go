@@ -42,6 +42,7 @@ type pipeline struct {
 	aggM, factsM         *Metrics
 	aggC, factsC         *hbase.Client // the sinks' own clients
 	hb                   *hbase.Client // the test's client
+	watch                *queryWatch   // queries asked meanwhile, or nil
 	adm                  *kadm.Client
 	prod                 *kgo.Client
 

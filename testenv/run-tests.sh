@@ -101,22 +101,22 @@ if [ "${ABACUS_CLUSTER_STAGE:-1}" != 0 ]; then
 fi
 
 # Chaos stage: the failure suite's short form (bench/chaos, a few minutes) on a Kafka and an HBase
-# of its own (ports 49092/42181/46000/46020, folder testenv/.data/chaos), which it stops, kills and
+# of its own (ports 29092/24181/24000/24020, folder testenv/.data/chaos), which it stops, kills and
 # restarts while the pipeline runs; it starts them and stops them again. Like the cluster stage it
 # runs alone, before the shared services start. ABACUS_CHAOS_STAGE=0 leaves it out.
 if [ "${ABACUS_CHAOS_STAGE:-1}" != 0 ]; then
   t0=$SECONDS
   echo "[run-tests] go run ./bench/chaos (short form: the whole pipeline under faults, compared cell by cell)"
   # A failure is reported at the end, after the other tests have run too.
-  if ! env KAFKA_PORT=49092 KAFKA_CONTROLLER_PORT=49093 KAFKA_SASL_PORT=0 HBASE_ZK_PORT=42181 HBASE_MASTER_PORT=46000 \
-      HBASE_RS_PORT=46020 ABACUS_TESTENV_DIR="$root/testenv/.data/chaos" go run ./bench/chaos; then
+  if ! env KAFKA_PORT=29092 KAFKA_CONTROLLER_PORT=29093 KAFKA_SASL_PORT=0 HBASE_ZK_PORT=24181 HBASE_MASTER_PORT=24000 \
+      HBASE_RS_PORT=24020 ABACUS_TESTENV_DIR="$root/testenv/.data/chaos" go run ./bench/chaos; then
     chaos_failed=1
   fi
   echo "[run-tests] chaos stage took $((SECONDS - t0)) s"
 fi
 
 # HBase-cluster stage: a real HBase cluster (ZooKeeper, HMaster and three HRegionServers, each its
-# own JVM, ports from 36100, folder testenv/.data/hbase-cluster) for the TestHBaseCluster* tests,
+# own JVM, ports from 31100, folder testenv/.data/hbase-cluster) for the TestHBaseCluster* tests,
 # which SIGKILL, pause, stop and restart region servers and move regions while the whole pipeline
 # writes to it, beside the single Kafka broker (which the main stage then uses). The standalone
 # HBase the cluster stage started idles meanwhile. ABACUS_HBASE_CLUSTER_STAGE=0 leaves it out.

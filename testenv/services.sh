@@ -38,7 +38,7 @@
 #   HBASE_REGIONSERVERS  1 (default): the standalone HBase above; 3 (2..9): a distributed cluster
 #                        instead, under <data>/hbase-cluster: a ZooKeeper, an HMaster and N
 #                        HRegionServers, each its own JVM, rootdir on the local filesystem
-#   HBASE_CLUSTER_PORT   first port of the cluster (default 36100): ZooKeeper PORT, master PORT+1,
+#   HBASE_CLUSTER_PORT   first port of the cluster (default 31100): ZooKeeper PORT, master PORT+1,
 #                        region server i PORT+10+i
 #   HBASE_CLUSTER_HEAP   -Xmx of each cluster JVM (default 384m)
 #   HBASE_CLUSTER_ZK_SESSION_MS  the cluster's zookeeper.session.timeout (default 30000): how long a
@@ -66,6 +66,11 @@ data=${ABACUS_TESTENV_DIR:-$here/.data}
 mkdir -p "$data"
 data=$(cd "$data" && pwd)
 
+# Every default port here, and those of the failure suite and the HBase cluster, is below 32768,
+# where Linux's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default) begins: a
+# listener inside that range can find its port taken by some outgoing connection's local port, and
+# a start or restart then fails with "Address already in use" (seen: the HBase cluster's ZooKeeper
+# on 36100 while Go modules downloaded). warn_ephemeral says so for ports set by hand.
 kafka_port=${KAFKA_PORT:-9092}
 kafka_ctl_port=${KAFKA_CONTROLLER_PORT:-9093}
 zk_port=${HBASE_ZK_PORT:-2181}
@@ -167,6 +172,17 @@ wait_ready() { # wait_ready NAME LOGFILE
   done
 }
 
+# warn_ephemeral warns about configured ports inside the kernel's ephemeral port range.
+warn_ephemeral() {
+  local lo hi p
+  read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || return 0
+  for p in $kafka_port $kafka_ctl_port $zk_port $master_port $rs_port $kafka_sasl_port $cluster_port $hbc_port; do
+    if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then
+      echo "[testenv] warning: port $p is in the ephemeral range $lo-$hi: an outgoing connection may hold it and a start fail with \"Address already in use\"" >&2
+    fi
+  done
+}
+
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # SASL users of the single broker's SASL_SSL listener: one per mechanism, so a test can also show
@@ -184,7 +200,7 @@ cluster_port=${KAFKA_CLUSTER_PORT:-19192}
 cluster_heap=${KAFKA_CLUSTER_HEAP:-384m}
 hbase_rs=${HBASE_REGIONSERVERS:-1}
 [[ $hbase_rs =~ ^[1-9]$ ]] || die "HBASE_REGIONSERVERS=$hbase_rs: say 1 (the standalone HBase) or 3 (a cluster; 2..9 work too)"
-hbc_port=${HBASE_CLUSTER_PORT:-36100}
+hbc_port=${HBASE_CLUSTER_PORT:-31100}
 hbc_heap=${HBASE_CLUSTER_HEAP:-384m}
 hbc_session_ms=${HBASE_CLUSTER_ZK_SESSION_MS:-30000}
 
@@ -1099,6 +1115,7 @@ case $cmd in
     ;;
   start)
     need_java
+    warn_ephemeral
     build_probe
     for s in $services; do "start_$s"; done
     status

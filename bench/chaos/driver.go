@@ -64,8 +64,8 @@ func (d *driver) logf(format string, args ...any) {
 // suiteEnv returns the services' settings: the caller's, or the suite's own ports and folder.
 func suiteEnv(root string, long bool) []string {
 	defaults := [][2]string{
-		{"KAFKA_PORT", "49092"}, {"KAFKA_CONTROLLER_PORT", "49093"}, {"KAFKA_SASL_PORT", "0"},
-		{"HBASE_ZK_PORT", "42181"}, {"HBASE_MASTER_PORT", "46000"}, {"HBASE_RS_PORT", "46020"},
+		{"KAFKA_PORT", "29092"}, {"KAFKA_CONTROLLER_PORT", "29093"}, {"KAFKA_SASL_PORT", "0"},
+		{"HBASE_ZK_PORT", "24181"}, {"HBASE_MASTER_PORT", "24000"}, {"HBASE_RS_PORT", "24020"},
 		{"ABACUS_TESTENV_DIR", filepath.Join(root, "testenv", ".data", "chaos")},
 		// The long form's comparison scans tens of millions of cells while memstores are full:
 		// the standalone HBase ran out of its 1 GiB heap there (2026-11-30).

@@ -15,8 +15,8 @@
 //	go run ./bench/chaos            # the short form CI runs: a few minutes
 //	go run ./bench/chaos -long      # ten million events, faults for an hour
 //
-// It starts Kafka and HBase through testenv/services.sh on ports of its own (49092, 42181,
-// 46000, 46020; KAFKA_PORT and friends override them) with data under testenv/.data/chaos
+// It starts Kafka and HBase through testenv/services.sh on ports of its own (29092, 24181,
+// 24000, 24020; KAFKA_PORT and friends override them) with data under testenv/.data/chaos
 // (ABACUS_TESTENV_DIR), because it stops and kills them; services already running there are used
 // and left running.
 package main
