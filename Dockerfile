@@ -5,9 +5,13 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -trimpath -o /abacus ./cmd/abacus
+# The processor's state folder (processor.storage_path of examples/devices/abacus.yaml): a volume
+# mounted on a folder the image has starts with the folder's owner, so nonroot can write there.
+RUN mkdir -p /state
 
 FROM gcr.io/distroless/static-debian12
 COPY --from=build /abacus /abacus
+COPY --from=build --chown=65532:65532 /state /var/lib/abacus/
 COPY examples/devices/abacus.yaml /etc/abacus/abacus.yaml
 USER nonroot
 ENTRYPOINT ["/abacus"]

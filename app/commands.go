@@ -50,6 +50,9 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	if *partitions < 1 {
 		return usagef("-partitions must be at least 1, got %d", *partitions)
 	}
+	if parsedOnly(ctx, fs, &c, nil) {
+		return nil
+	}
 	d, err := p.connect(ctx, &c, stderr, func(*Config) needs { return needs{kafka: true, store: true} })
 	if err != nil {
 		return err
@@ -138,6 +141,9 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	if *limit < 0 {
 		return usagef("-limit must not be negative")
+	}
+	if parsedOnly(ctx, fs, &c, nil) {
+		return nil
 	}
 	cfg, topo, err := p.load(&c)
 	if err != nil {
@@ -392,6 +398,9 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 		if at, err = parseTime(*toTime); err != nil {
 			return usagef("-to-time: %v", err)
 		}
+	}
+	if parsedOnly(ctx, fs, &c, nil) {
+		return nil
 	}
 	// Offsets kept in Kafka need no HBase connection.
 	d, err := p.connect(ctx, &c, stderr, offsetsNeeds)

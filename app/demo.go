@@ -22,9 +22,12 @@ import (
 // embedded cell store as HBase, so nothing needs installing; with -kafka and -hbase against real
 // servers.
 func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, err := parseDemoFlags(args, stderr)
+	f, fs, err := parseDemoFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	if parsedOnly(ctx, fs, nil, AllRoles) {
+		return nil
 	}
 	log, err := logger(f.logLevel, stderr)
 	if err != nil {
@@ -85,7 +88,7 @@ type demoFlags struct {
 }
 
 // parseDemoFlags reads the demo's command line.
-func parseDemoFlags(args []string, stderr io.Writer) (demoFlags, error) {
+func parseDemoFlags(args []string, stderr io.Writer) (demoFlags, *flag.FlagSet, error) {
 	var f demoFlags
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	fs.StringVar(&f.kafka, "kafka", "", "real Kafka brokers (default: an in-process broker)")
@@ -95,7 +98,7 @@ func parseDemoFlags(args []string, stderr io.Writer) (demoFlags, error) {
 	fs.StringVar(&f.topology, "topology", "", "topology to run (default: the only one, or the first)")
 	fs.DurationVar(&f.run, "for", 0, "stop after this long (default: until Ctrl-C)")
 	fs.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
-	return f, parse(fs, args, stderr)
+	return f, fs, parse(fs, args, stderr)
 }
 
 // realKafka reports whether the demo runs against real brokers rather than its own.

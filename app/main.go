@@ -217,7 +217,13 @@ func (p Program) load(c *common) (*Config, *topology.Topology, error) {
 			return nil, nil, err
 		}
 	}
-	cfg.ApplyEnv(os.Getenv)
+	return p.resolve(c, cfg, os.Getenv)
+}
+
+// resolve puts the environment, then the flags, over the config read from the file, fills the
+// defaults and validates the result: the one way every command (and ResolveConfig) gets its config.
+func (p Program) resolve(c *common, cfg *Config, getenv func(string) string) (*Config, *topology.Topology, error) {
+	cfg.ApplyEnv(getenv)
 	if c.kafka != "" {
 		cfg.Kafka.Brokers = splitList(c.kafka)
 	}
@@ -303,6 +309,9 @@ func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 			rs = append(rs, r)
 		}
 	}
+	if parsedOnly(ctx, fs, &c, rs) {
+		return nil
+	}
 	return p.runRoles(ctx, &c, rs, stdout, stderr)
 }
 
@@ -316,6 +325,9 @@ func (p Program) serve(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	if c.config == "" && c.hbase == "" {
 		return usagef("-config (or -hbase) is required")
+	}
+	if parsedOnly(ctx, fs, &c, []string{RoleQuery}) {
+		return nil
 	}
 	return p.runRoles(ctx, &c, []string{RoleQuery}, stdout, stderr)
 }

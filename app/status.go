@@ -84,6 +84,9 @@ func (p Program) status(ctx context.Context, args []string, stdout, stderr io.Wr
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
+	if parsedOnly(ctx, fs, &c, nil) {
+		return nil
+	}
 	d, err := p.connect(ctx, &c, stderr, offsetsNeeds)
 	if err != nil {
 		return err

@@ -201,6 +201,8 @@ go test -race -count=1 -timeout 15m "$@" ./abacustest ./internal/... ./state ./t
   ./schema ./deadletter ./partitioner ./store/cellstore
 echo "[run-tests] go test ./... (everything else)"
 go test -count=1 -timeout 45m -skip '^(TestDisruptive|TestCluster|TestHBaseCluster)' "$@" ./...
+echo "[run-tests] go test ./... in deploy/ (compose file and Kubernetes overlays, checked against abacus)"
+(cd deploy && go test -count=1 ./...)
 
 # Kerberos (issue 17): an MIT KDC and a Kerberized HBase beside the plain services, on their own
 # ports and data folder. HBase's own Java client first proves the server (and that it refuses a
