@@ -5,6 +5,9 @@
 #
 #   bench/sink/run.sh                       1M events (the issue's workload)
 #   ABACUS_BENCH_EVENTS=200000 bench/sink/run.sh
+#   HBASE_REGIONSERVERS=3 bench/sink/run.sh             the same on the HBase cluster
+#   HBASE_REGIONSERVERS=3 bench/sink/run.sh kill        a region server SIGKILLed under each sink:
+#                                                       seconds to resume and to lag 0 (BenchmarkRegionServerKill)
 #
 # Needs Go, a JDK 17 and Maven 3; Kafka and HBase must be running (testenv/services.sh start).
 set -euo pipefail
@@ -20,6 +23,14 @@ mvn -B -q -f "$here/java/pom.xml" package dependency:build-classpath \
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+if [ "${1:-}" = kill ]; then
+  echo "[bench] go test -bench RegionServerKill (abacus's facts sink, then the Java loop) on the HBase cluster" >&2
+  ABACUS_REQUIRE_HBASE_CLUSTER=1 ABACUS_REQUIRE_SERVICES=1 go test -run '^$' -bench 'RegionServerKill' -benchtime 1x -timeout 60m ./bench/sink/ | tee "$out"
+  echo
+  awk '$1 ~ /^BenchmarkRegionServerKill\// { r = l = ""; for (i = 2; i < NF; i++) { if ($(i+1) == "s-to-resume") r = $i; if ($(i+1) == "s-to-lag0") l = $i }
+    printf "%-40s resume %6ss  lag 0 %6ss\n", $1, r, l }' "$out"
+  exit 0
+fi
 echo "[bench] go test -bench (facts sink, then the Java loop), ${ABACUS_BENCH_EVENTS:-1000000} events" >&2
 ABACUS_REQUIRE_SERVICES=1 go test -run '^$' -bench 'FactsSink|JavaSinkLoop' -benchtime 1x -timeout 60m ./bench/sink/ | tee "$out"
 
