@@ -78,7 +78,13 @@ func BenchmarkGoClient(b *testing.B) {
 		_ = adm.DeleteTable(ctx, table)
 	}()
 	cells := benchCells()
-	value := make([]byte, 100)
+	// 100 bytes by default; ABACUS_BENCH_VALUE_BYTES sets another size, e.g. to write cells as
+	// large as a sink's (a facts cell is about 180 bytes: its row, qualifier and the event).
+	vsize := 100
+	if n, err := strconv.Atoi(os.Getenv("ABACUS_BENCH_VALUE_BYTES")); err == nil && n > 0 {
+		vsize = n
+	}
+	value := make([]byte, vsize)
 	rng := rand.New(rand.NewPCG(1, 1))
 	for i := range value {
 		value[i] = byte(rng.Uint32())
