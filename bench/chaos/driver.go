@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,7 +63,7 @@ func (d *driver) logf(format string, args ...any) {
 }
 
 // suiteEnv returns the services' settings: the caller's, or the suite's own ports and folder.
-func suiteEnv(root string, long bool) []string {
+func suiteEnv(root string, long, hbaseCluster bool) []string {
 	defaults := [][2]string{
 		{"KAFKA_PORT", "29092"}, {"KAFKA_CONTROLLER_PORT", "29093"}, {"KAFKA_SASL_PORT", "0"},
 		{"HBASE_ZK_PORT", "24181"}, {"HBASE_MASTER_PORT", "24000"}, {"HBASE_RS_PORT", "24020"},
@@ -70,6 +71,10 @@ func suiteEnv(root string, long bool) []string {
 		// The long form's comparison scans tens of millions of cells while memstores are full:
 		// the standalone HBase ran out of its 1 GiB heap there (2026-11-30).
 		{"HBASE_HEAP", map[bool]string{false: "1g", true: "4g"}[long]},
+	}
+	if hbaseCluster {
+		// Below 32768, out of Linux's ephemeral ports, and apart from the test cluster's 31100.
+		defaults = append(defaults, [2]string{"HBASE_REGIONSERVERS", "3"}, [2]string{"HBASE_CLUSTER_PORT", "25100"})
 	}
 	var env []string
 	for _, kv := range defaults {
@@ -79,7 +84,11 @@ func suiteEnv(root string, long bool) []string {
 		}
 		env = append(env, kv[0]+"="+v)
 	}
-	return append(env, "KAFKA_BROKERS=1")
+	env = append(env, "KAFKA_BROKERS=1")
+	if !hbaseCluster {
+		env = append(env, "HBASE_REGIONSERVERS=1") // whatever the caller's environment says
+	}
+	return env
 }
 
 // envValue is key's value in env, or "".
@@ -156,10 +165,13 @@ func newDriver(o *options) (*driver, *os.File, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	env := suiteEnv(root, o.long)
+	env := suiteEnv(root, o.long, o.hbaseCluster)
 	d := &driver{o: o, root: root, dir: o.dir, id: id, t0: time.Now(), logw: io.MultiWriter(os.Stdout, timeline),
 		svc:     &services{script: filepath.Join(root, "testenv", "services.sh"), env: env},
 		brokers: []string{"127.0.0.1:" + envValue(env, "KAFKA_PORT")}, zk: "127.0.0.1:" + envValue(env, "HBASE_ZK_PORT")}
+	if o.hbaseCluster {
+		d.zk = "127.0.0.1:" + envValue(env, "HBASE_CLUSTER_PORT")
+	}
 	return d, timeline, nil
 }
 
@@ -244,6 +256,13 @@ func (d *driver) phases(ctx context.Context, chaosRun, refRun *runCfg) (bool, er
 	rng := rand.New(rand.NewPCG(o.seed, o.seed^0x51ed270b))
 	f := &faults{svc: d.svc, hb: d.hb, rng: rand.New(rand.NewPCG(rng.Uint64(), 1)), logf: d.logf,
 		tables: []string{chaosRun.aggTable, chaosRun.factsTable}, count: map[string]int{}}
+	if o.hbaseCluster {
+		port, err := strconv.Atoi(envValue(d.svc.env, "HBASE_CLUSTER_PORT"))
+		if err != nil {
+			return false, fmt.Errorf("HBASE_CLUSTER_PORT: %w", err)
+		}
+		f.cluster = &cluster{zk: d.zk, port: port, servers: 3}
+	}
 	sum.faults = f
 	supervise, stopSupervising := context.WithCancel(ctx)
 	defer stopSupervising()

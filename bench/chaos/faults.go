@@ -59,6 +59,11 @@ type faults struct {
 	outage      time.Duration // HBase down, in total
 	skipped     []string
 	brokerKills int
+
+	// cluster is set with -hbase-cluster: the region server faults act on it.
+	cluster     *cluster
+	metaMoves   int // hbase:meta reopened on another server after its server was killed
+	regionMoves int // regions moved by hand and by the balancer
 }
 
 func (f *faults) note(kind string) {
@@ -137,8 +142,11 @@ func (f *faults) superviseHBase(ctx context.Context) {
 		failures = 0
 		t0 := time.Now()
 		f.logf("HBase has not answered for a minute outside any planned fault (%v): restarting it", err)
-		if _, err := f.svc.run(context.WithoutCancel(ctx), "hbase", "stop"); err != nil {
-			f.logf("supervisor: %v", err)
+		// A cluster is not stopped: start starts whichever of its processes died.
+		if f.cluster == nil {
+			if _, err := f.svc.run(context.WithoutCancel(ctx), "hbase", "stop"); err != nil {
+				f.logf("supervisor: %v", err)
+			}
 		}
 		if _, err := f.svc.run(context.WithoutCancel(ctx), "hbase", "start"); err != nil {
 			f.logf("supervisor: %v", err)
@@ -273,6 +281,9 @@ func (f *faults) schedule(o *options) []string {
 	add(faultHBaseOutage, o.outages)
 	add(faultHBaseKill, o.hbaseKills)
 	add(faultBrokerRestart, o.brokerRestarts)
+	add(faultRSKill, o.rsKills)
+	add(faultMetaKill, o.metaKills)
+	add(faultMoves, o.moves)
 	for _, t := range f.tables {
 		add(faultSplit+" "+t, o.splits)
 		add(faultBounce+" "+t, o.bounces)
@@ -295,6 +306,10 @@ func (f *faults) inject(ctx context.Context, o *options, fault string) error {
 		return f.split(ctx, table)
 	case faultBounce:
 		return f.bounce(ctx, table)
+	case faultRSKill, faultMetaKill:
+		return f.rsKill(ctx, kind == faultMetaKill)
+	case faultMoves:
+		return f.moveRegions(ctx)
 	}
 	return fmt.Errorf("unknown fault %q", fault)
 }

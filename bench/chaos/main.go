@@ -14,11 +14,13 @@
 //
 //	go run ./bench/chaos            # the short form CI runs: a few minutes
 //	go run ./bench/chaos -long      # ten million events, faults for an hour
+//	go run ./bench/chaos -hbase-cluster   # on three region servers: they and meta's are killed
 //
 // It starts Kafka and HBase through testenv/services.sh on ports of its own (29092, 24181,
 // 24000, 24020; KAFKA_PORT and friends override them) with data under testenv/.data/chaos
 // (ABACUS_TESTENV_DIR), because it stops and kills them; services already running there are used
-// and left running.
+// and left running. With -hbase-cluster, HBase is a cluster of three region servers (ZooKeeper
+// on 25100, HBASE_CLUSTER_PORT) in the same folder.
 package main
 
 import (
@@ -42,6 +44,10 @@ type options struct {
 	brokerRestarts int
 	splits         int // per table
 	bounces        int // unassign/assign per table
+	hbaseCluster   bool
+	rsKills        int // -hbase-cluster: region servers other than meta's SIGKILLed
+	metaKills      int // -hbase-cluster: hbase:meta's region server SIGKILLed
+	moves          int // -hbase-cluster: rounds of region moves and the balancer
 	killEvery      time.Duration
 	partitions     int
 	entities       int
@@ -80,6 +86,7 @@ func parseFlags() *options {
 	flag.BoolVar(&o.reference, "reference", true, "also run the stream through a crash-free pipeline and compare with it")
 	flag.StringVar(&o.dir, "dir", "", "folder for logs, configs and processor state (default: a new one under $TMPDIR)")
 	flag.BoolVar(&o.keep, "keep", false, "keep tables, topics and the folder even when the run passes")
+	flag.BoolVar(&o.hbaseCluster, "hbase-cluster", false, "HBase as a cluster of three region servers (ZooKeeper on HBASE_CLUSTER_PORT, default 25100): region servers and hbase:meta's server are SIGKILLed and regions moved instead of HBase stopped and SIGKILLed")
 	flag.Parse()
 	o.ensureDefaults()
 	return &o
@@ -121,6 +128,14 @@ func (o *options) ensureDefaults() {
 	o.outages, o.hbaseKills, o.brokerRestarts, o.splits, o.bounces = 1, 1, 1, 2, 1
 	if o.long {
 		o.hbaseKills, o.brokerRestarts, o.splits, o.bounces = 2, 3, 4, 3
+	}
+	if o.hbaseCluster {
+		// Whole-HBase outages are the standalone form's; a cluster loses one server at a time.
+		o.outages, o.hbaseKills = 0, 0
+		o.rsKills, o.metaKills, o.moves = 2, 1, 1
+		if o.long {
+			o.rsKills, o.metaKills, o.moves = 8, 3, 4
+		}
 	}
 }
 

@@ -117,6 +117,10 @@ func (s *summary) printFaults(w io.Writer) {
 	}
 	sort.Strings(splits)
 	fmt.Fprintf(w, "regions:  %d splits (%s), %d unassign/assigns\n", f.count[faultSplit], strings.Join(splits, ", "), f.count[faultBounce])
+	if f.cluster != nil {
+		fmt.Fprintf(w, "cluster:  %d region server SIGKILLs survived (%d of hbase:meta's server, meta moved %d times); %d regions moved (%d rounds of moves and the balancer)\n",
+			f.count[faultRSKill]+f.count[faultMetaKill], f.count[faultMetaKill], f.metaMoves, f.regionMoves, f.count[faultMoves])
+	}
 	for _, sk := range f.skipped {
 		fmt.Fprintf(w, "          fault not done: %s\n", sk)
 	}
