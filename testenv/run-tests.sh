@@ -2,11 +2,13 @@
 # The project's test command (README): fetch and start a real Kafka broker and a real HBase on
 # loopback, run every Go test against them, stop the services; before that, the TestCluster* tests
 # against a real three-broker Kafka cluster, the failure suite's short form (bench/chaos) on
-# services of its own, and the TestHBaseCluster* tests on a real three-region-server HBase cluster.
+# services of its own, and the TestHBaseCluster* tests and the failure suite's short form on a real
+# three-region-server HBase cluster (bench/chaos -hbase-cluster, on a cluster of its own).
 # Extra arguments go to `go test`.
 # A service that does not come up fails the run; so does a test that finds a service missing.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+mkdir -p "$root/testenv/.data" # the chaos stages keep their logs here
 cd "$root"
 services=testenv/services.sh
 
@@ -64,7 +66,7 @@ if ! "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then
   "$venv/bin/pip" install -q -r testenv/python-requirements.txt
 fi
 
-started=0 cluster_started=0 secure_started=0 hbase_started=0 hbc_started=0 chaos_failed=0
+started=0 cluster_started=0 secure_started=0 hbase_started=0 hbc_started=0 chaos_failed=0 chaos_cluster_failed=0
 cluster() { KAFKA_BROKERS=3 SERVICES=kafka "$services" "$@"; }
 hbase_cluster() { HBASE_REGIONSERVERS=3 SERVICES=hbase "$services" "$@"; }
 cleanup() {
@@ -109,7 +111,7 @@ if [ "${ABACUS_CHAOS_STAGE:-1}" != 0 ]; then
   echo "[run-tests] go run ./bench/chaos (short form: the whole pipeline under faults, compared cell by cell)"
   # A failure is reported at the end, after the other tests have run too.
   if ! env KAFKA_PORT=29092 KAFKA_CONTROLLER_PORT=29093 KAFKA_SASL_PORT=0 HBASE_ZK_PORT=24181 HBASE_MASTER_PORT=24000 \
-      HBASE_RS_PORT=24020 ABACUS_TESTENV_DIR="$root/testenv/.data/chaos" go run ./bench/chaos; then
+      HBASE_RS_PORT=24020 ABACUS_TESTENV_DIR="$root/testenv/.data/chaos" go run ./bench/chaos 2>&1 | tee "$root/testenv/.data/chaos.log"; then
     chaos_failed=1
   fi
   echo "[run-tests] chaos stage took $((SECONDS - t0)) s"
@@ -135,6 +137,14 @@ if [ "${ABACUS_HBASE_CLUSTER_STAGE:-1}" != 0 ]; then
   )
   hbase_cluster status # the RSS of each JVM after the tests
   if [ "$hbc_started" = 1 ]; then hbase_cluster stop; hbc_started=0; fi
+  # Then the failure suite's short form on a cluster of its own (ZooKeeper 25100, Kafka 29092,
+  # folder testenv/.data/chaos-cluster): region servers and hbase:meta's server SIGKILLed,
+  # regions moved, beside the roles' SIGKILLs. A failure is reported at the end.
+  echo "[run-tests] go run ./bench/chaos -hbase-cluster (short form on three region servers)"
+  if ! env KAFKA_PORT=29092 KAFKA_CONTROLLER_PORT=29093 KAFKA_SASL_PORT=0 HBASE_CLUSTER_PORT=25100 \
+      ABACUS_TESTENV_DIR="$root/testenv/.data/chaos-cluster" go run ./bench/chaos -hbase-cluster 2>&1 | tee "$root/testenv/.data/chaos-cluster.log"; then
+    chaos_cluster_failed=1
+  fi
   echo "[run-tests] HBase-cluster stage took $((SECONDS - t0)) s"
 fi
 
@@ -234,7 +244,13 @@ ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK \
 "${secure[@]}" status
 echo "[run-tests] Kerberos stage: $((SECONDS - kerberos_t0)) s before stopping its services"
 
+if [ "$chaos_cluster_failed" = 1 ]; then
+  echo "[run-tests] FAIL: the chaos stage on the HBase cluster (go run ./bench/chaos -hbase-cluster) failed; its summary again:"
+  sed -n '/^=====/,$p' "$root/testenv/.data/chaos-cluster.log" || true
+  exit 1
+fi
 if [ "$chaos_failed" = 1 ]; then
-  echo "[run-tests] FAIL: the chaos stage (go run ./bench/chaos) failed: see its summary above"
+  echo "[run-tests] FAIL: the chaos stage (go run ./bench/chaos) failed; its summary again (the whole run: testenv/.data/chaos.log):"
+  sed -n '/^=====/,$p' "$root/testenv/.data/chaos.log" || true
   exit 1
 fi

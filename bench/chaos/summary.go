@@ -107,8 +107,12 @@ func (s *summary) printFaults(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "kills:    %d SIGKILLs (%s)\n", totalKills, strings.Join(kills, ", "))
-	fmt.Fprintf(w, "outages:  HBase stopped %d times, SIGKILLed %d times: down %.1f minutes in all; broker restarted %d times (%d by SIGKILL)\n",
-		f.count[faultHBaseOutage], f.count[faultHBaseKill], f.outage.Minutes(), f.count[faultBrokerRestart], f.brokerKills)
+	if f.cluster == nil {
+		fmt.Fprintf(w, "outages:  HBase stopped %d times, SIGKILLed %d times: down %.1f minutes in all; broker restarted %d times (%d by SIGKILL)\n",
+			f.count[faultHBaseOutage], f.count[faultHBaseKill], f.outage.Minutes(), f.count[faultBrokerRestart], f.brokerKills)
+	} else {
+		fmt.Fprintf(w, "outages:  broker restarted %d times (%d by SIGKILL)\n", f.count[faultBrokerRestart], f.brokerKills)
+	}
 	var splits []string
 	for k, n := range f.count {
 		if strings.HasPrefix(k, faultSplit+" ") {
