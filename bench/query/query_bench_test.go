@@ -130,7 +130,7 @@ func BenchmarkPanels(b *testing.B) {
 			return 0, err
 		}
 		if err := p.check(resp.StatusCode, out); err != nil {
-			return 0, fmt.Errorf("panel %q: %w", p.name, err)
+			return took, fmt.Errorf("panel %q: %w", p.name, err)
 		}
 		return took, nil
 	}
@@ -151,8 +151,10 @@ func BenchmarkPanels(b *testing.B) {
 	}
 
 	lat := map[int]map[string][]time.Duration{}
+	timeouts := map[int]map[string]int{}
 	for _, dashboards := range []int{1, 16} {
 		lat[dashboards] = map[string][]time.Duration{}
+		timeouts[dashboards] = map[string]int{}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		errs := make(chan error, dashboards)
@@ -162,11 +164,17 @@ func BenchmarkPanels(b *testing.B) {
 				for round := range rounds() {
 					for _, p := range ex.panels(d*7919 + round*104729) {
 						took, err := ask(p)
-						if err != nil {
+						// The server's own timeout (503) is an answer the table must show, not a
+						// reason to stop measuring the other panels; any other wrong answer is.
+						timedOut := err != nil && strings.Contains(err.Error(), "status 503")
+						if err != nil && !timedOut {
 							errs <- err
 							return
 						}
 						mu.Lock()
+						if timedOut {
+							timeouts[dashboards][p.name]++
+						}
 						lat[dashboards][p.name] = append(lat[dashboards][p.name], took)
 						mu.Unlock()
 					}
@@ -184,12 +192,13 @@ func BenchmarkPanels(b *testing.B) {
 
 	fmt.Printf("\ndataset %s: %d entities x %d days of minute windows, hourly, per region (%d) and fleet-wide; %d rounds per dashboard\n",
 		s.table(), s.entities, s.days, len(ex.regions), rounds())
-	fmt.Printf("%-36s %9s %9s %9s %9s %10s %8s %6s\n", "panel", "1:p50ms", "1:p99ms", "16:p50ms", "16:p99ms", "KB-read", "cells", "rpcs")
+	fmt.Printf("%-36s %9s %9s %9s %9s %10s %8s %6s %s\n", "panel", "1:p50ms", "1:p99ms", "16:p50ms", "16:p99ms", "KB-read", "cells", "rpcs", "503s(1/16)")
 	for _, n := range names {
 		l1, l16 := lat[1][n], lat[16][n]
 		k := costs[n]
-		fmt.Printf("%-36s %9.1f %9.1f %9.1f %9.1f %10.1f %8d %6d\n", n, ms(percentile(l1, 0.5)), ms(percentile(l1, 0.99)),
-			ms(percentile(l16, 0.5)), ms(percentile(l16, 0.99)), float64(k.bytes)/1024, k.cells, k.rpcs)
+		fmt.Printf("%-36s %9.1f %9.1f %9.1f %9.1f %10.1f %8d %6d %d/%d\n", n, ms(percentile(l1, 0.5)), ms(percentile(l1, 0.99)),
+			ms(percentile(l16, 0.5)), ms(percentile(l16, 0.99)), float64(k.bytes)/1024, k.cells, k.rpcs,
+			timeouts[1][n], timeouts[16][n])
 	}
 	fmt.Println()
 }
