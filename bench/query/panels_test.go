@@ -1,0 +1,428 @@
+package querybench
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/abacus-stream/abacus/examples/devices"
+)
+
+// panel is one request a dashboard sends, and the check of its answer against the loaded values:
+// a wrong answer fails the benchmark rather than looking fast.
+type panel struct {
+	name   string
+	method string
+	path   string // with the query string
+	body   string // the POST body, as Grafana sends it
+	check  func(code int, body []byte) error
+}
+
+// expected are the values the panels must answer, computed again from windowAt rather than
+// kept from the load, so a run over a table loaded by an earlier run checks it just the same.
+type expected struct {
+	s       size
+	fleet   *rollup // over the last 24 h, by minute
+	regions map[string]*rollup
+}
+
+const day = 24 * 60
+
+func newExpected(s size) *expected {
+	ex := &expected{s: s, fleet: newRollup(day), regions: map[string]*rollup{}}
+	first := s.minutes() - day
+	for e := range s.entities {
+		r := ex.regions[devices.RegionOf(entityName(e))]
+		if r == nil {
+			r = newRollup(day)
+			ex.regions[devices.RegionOf(entityName(e))] = r
+		}
+		for m := range day {
+			w := windowAt(e, first+m)
+			ex.fleet.add(m, w)
+			r.add(m, w)
+		}
+	}
+	return ex
+}
+
+// minuteIndex is the history minute of a data point's timestamp (OpenTSDB answers seconds).
+func (ex *expected) minuteIndex(sec int64) int {
+	return int((sec*1000 - ex.s.start()) / 60_000)
+}
+
+// tsdbSeries is one series of an /api/query answer (Grafana's 2.3 mode: dps as an object).
+type tsdbSeries struct {
+	Metric string             `json:"metric"`
+	Tags   map[string]string  `json:"tags"`
+	DPS    map[string]float64 `json:"dps"`
+}
+
+func parseSeries(code int, body []byte) ([]tsdbSeries, error) {
+	if code != http.StatusOK {
+		return nil, fmt.Errorf("status %d: %.300s", code, body)
+	}
+	var out []tsdbSeries
+	if err := json.Unmarshal(body, &out); err != nil {
+		return nil, fmt.Errorf("answer: %w", err)
+	}
+	return out, nil
+}
+
+// points checks that a series holds exactly one point per bucket of width minutes over the last
+// span minutes, each equal (within tol) to want of the bucket's first history minute.
+func (ex *expected) points(s tsdbSeries, span, width int, tol float64, want func(m int) float64) error {
+	if len(s.DPS) != span/width {
+		return fmt.Errorf("series %v: %d points, want %d", s.Tags, len(s.DPS), span/width)
+	}
+	for ts, v := range s.DPS {
+		var sec int64
+		if _, err := fmt.Sscan(ts, &sec); err != nil {
+			return err
+		}
+		m := ex.minuteIndex(sec)
+		if m < ex.s.minutes()-span || m >= ex.s.minutes() {
+			return fmt.Errorf("series %v: point at %s outside the range", s.Tags, ts)
+		}
+		if w := want(m); math.Abs(v-w) > tol {
+			return fmt.Errorf("series %v: point at %s is %v, want %v", s.Tags, ts, v, w)
+		}
+	}
+	return nil
+}
+
+func avgOf(e, m, width int, f func(minuteOf) float64) float64 {
+	var sum float64
+	for i := range width {
+		sum += f(windowAt(e, m+i))
+	}
+	return sum / float64(width)
+}
+
+// grafanaQuery is the body Grafana's OpenTSDB data source (version 2.3 mode) posts for a panel
+// with one query: start and end in ms, filters rather than tags, showQuery to map answers back.
+func grafanaQuery(from, to time.Time, metric, aggregator, downsample string, filters ...map[string]any) string {
+	q := map[string]any{"metric": metric, "aggregator": aggregator}
+	if downsample != "" {
+		q["downsample"] = downsample
+	}
+	if len(filters) > 0 {
+		q["filters"] = filters
+	}
+	b, _ := json.Marshal(map[string]any{"start": from.UnixMilli(), "end": to.UnixMilli(), "queries": []any{q},
+		"msResolution": false, "globalAnnotations": true, "showQuery": true})
+	return string(b)
+}
+
+func filter(typ, tagk, f string, groupBy bool) map[string]any {
+	return map[string]any{"type": typ, "tagk": tagk, "filter": f, "groupBy": groupBy}
+}
+
+// panels are the requests of the benchmark's dashboards. pick chooses the entities of one
+// dashboard's round, so that concurrent dashboards do not all read the same rows.
+func (ex *expected) panels(pick int) []panel {
+	s := ex.s
+	e := pick % s.entities
+	ent := entityName(e)
+	now := end
+	metric := func(set, agg string) string { return topoName + "." + set + "." + agg }
+	var ps []panel
+
+	one := func(name string, span, width int, ds string) {
+		ps = append(ps, panel{name: name, method: http.MethodPost, path: "/api/query",
+			body: grafanaQuery(now.Add(-time.Duration(span)*time.Minute), now, metric(setMinute, "max_temp"), "sum", ds,
+				filter("literal_or", "entity", ent, false)),
+			check: func(code int, body []byte) error {
+				ss, err := parseSeries(code, body)
+				if err != nil {
+					return err
+				}
+				if len(ss) != 1 {
+					return fmt.Errorf("%d series, want 1", len(ss))
+				}
+				return ex.points(ss[0], span, width, 1e-9, func(m int) float64 {
+					return avgOf(e, m, width, func(w minuteOf) float64 { return w.max })
+				})
+			}})
+	}
+	one("tsdb 1 entity 1h (1m-avg)", 60, 1, "1m-avg")
+	one("tsdb 1 entity 24h (1m-avg)", day, 1, "1m-avg")
+	one("tsdb 1 entity 7d (10m-avg)", s.minutes(), 10, "10m-avg")
+
+	ps = append(ps, panel{name: "tsdb 1 entity 7d hourly set", method: http.MethodPost, path: "/api/query",
+		body: grafanaQuery(now.Add(-time.Duration(s.minutes())*time.Minute), now, metric(setHour, "sum_temp"), "sum", "",
+			filter("literal_or", "entity", ent, false)),
+		check: func(code int, body []byte) error {
+			ss, err := parseSeries(code, body)
+			if err != nil {
+				return err
+			}
+			if len(ss) != 1 {
+				return fmt.Errorf("%d series, want 1", len(ss))
+			}
+			return ex.points(ss[0], s.minutes(), 60, 0, func(m int) float64 {
+				var sum float64
+				for i := range 60 {
+					sum += windowAt(e, m+i).sum
+				}
+				return sum
+			})
+		}})
+
+	ps = append(ps, panel{name: "tsdb 1 entity 24h quantiles", method: http.MethodPost, path: "/api/query",
+		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "temp_quantiles"), "sum", "1m-avg",
+			filter("literal_or", "entity", ent, false)),
+		check: func(code int, body []byte) error {
+			ss, err := parseSeries(code, body)
+			if err != nil {
+				return err
+			}
+			if len(ss) != 3 {
+				return fmt.Errorf("%d series, want 3 (one per quantile)", len(ss))
+			}
+			for _, sr := range ss {
+				k := map[string]int{"0.5": 0, "0.95": 1, "0.99": 2}
+				i, ok := k[sr.Tags["quantile"]]
+				if !ok {
+					return fmt.Errorf("series tags %v", sr.Tags)
+				}
+				if err := ex.points(sr, day, 1, 0, func(m int) float64 { return windowAt(e, m).q[i] }); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+
+	fifty := make([]int, 0, 50)
+	for i := range min(50, s.entities) {
+		fifty = append(fifty, (e+i*(s.entities/50+1))%s.entities)
+	}
+	names := make([]string, len(fifty))
+	for i, x := range fifty {
+		names[i] = entityName(x)
+	}
+	ps = append(ps, panel{name: "tsdb 50 entities 24h summed", method: http.MethodPost, path: "/api/query",
+		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "count"), "sum", "1m-sum",
+			filter("literal_or", "entity", strings.Join(names, "|"), false)),
+		check: func(code int, body []byte) error {
+			ss, err := parseSeries(code, body)
+			if err != nil {
+				return err
+			}
+			if len(ss) != 1 {
+				return fmt.Errorf("%d series, want 1", len(ss))
+			}
+			return ex.points(ss[0], day, 1, 0, func(m int) float64 {
+				var n int64
+				for _, x := range fifty {
+					n += windowAt(x, m).count
+				}
+				return float64(n)
+			})
+		}})
+	ps = append(ps, panel{name: "tsdb 50 entities 24h grouped", method: http.MethodPost, path: "/api/query",
+		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "max_temp"), "sum", "1m-avg",
+			filter("literal_or", "entity", strings.Join(names, "|"), true)),
+		check: func(code int, body []byte) error {
+			ss, err := parseSeries(code, body)
+			if err != nil {
+				return err
+			}
+			if len(ss) != len(fifty) {
+				return fmt.Errorf("%d series, want %d", len(ss), len(fifty))
+			}
+			idx := map[string]int{}
+			for i, n := range names {
+				idx[n] = fifty[i]
+			}
+			for _, sr := range ss {
+				x, ok := idx[sr.Tags["entity"]]
+				if !ok {
+					return fmt.Errorf("series tags %v", sr.Tags)
+				}
+				if err := ex.points(sr, day, 1, 0, func(m int) float64 { return windowAt(x, m).max }); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+
+	ps = append(ps, panel{name: "tsdb all entities 24h (wildcard)", method: http.MethodPost, path: "/api/query",
+		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "count"), "sum", "1m-sum",
+			filter("wildcard", "entity", "*", false)),
+		check: func(code int, body []byte) error {
+			if s.entities <= 200 { // within the per-sub-query limit: answered, and it must be the fleet's sum
+				ss, err := parseSeries(code, body)
+				if err != nil {
+					return err
+				}
+				return ex.points(ss[0], day, 1, 0, func(m int) float64 { return float64(ex.fleet.count[m-(s.minutes()-day)]) })
+			}
+			if code != http.StatusBadRequest || !strings.Contains(string(body), "200") {
+				return fmt.Errorf("want the 400 naming the limit of 200 entities, got %d: %.300s", code, body)
+			}
+			return nil
+		}})
+	ps = append(ps, panel{name: "tsdb fleet rollup 24h", method: http.MethodPost, path: "/api/query",
+		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setFleet, "count"), "sum", "1m-sum"),
+		check: func(code int, body []byte) error {
+			ss, err := parseSeries(code, body)
+			if err != nil {
+				return err
+			}
+			if len(ss) != 1 {
+				return fmt.Errorf("%d series, want 1", len(ss))
+			}
+			return ex.points(ss[0], day, 1, 0, func(m int) float64 { return float64(ex.fleet.count[m-(s.minutes()-day)]) })
+		}})
+	ps = append(ps, panel{name: "tsdb region rollup 24h grouped", method: http.MethodPost, path: "/api/query",
+		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setRegion, "sum_temp"), "sum", "1m-avg",
+			filter("wildcard", "region", "*", true)),
+		check: func(code int, body []byte) error {
+			ss, err := parseSeries(code, body)
+			if err != nil {
+				return err
+			}
+			if len(ss) != len(ex.regions) {
+				return fmt.Errorf("%d series, want %d", len(ss), len(ex.regions))
+			}
+			for _, sr := range ss {
+				r := ex.regions[sr.Tags["region"]]
+				if r == nil {
+					return fmt.Errorf("series tags %v", sr.Tags)
+				}
+				if err := ex.points(sr, day, 1, 0, func(m int) float64 { return r.sum[m-(s.minutes()-day)] }); err != nil {
+					return err
+				}
+			}
+			return nil
+		}})
+
+	wantLookup := min(s.entities, 1000)
+	ps = append(ps, panel{name: "tsdb tag_values(entity)", method: http.MethodGet,
+		path: "/api/search/lookup?" + url.Values{"m": {metric(setMinute, "count") + "{entity=*}"}, "limit": {"1000"}}.Encode(),
+		check: func(code int, body []byte) error {
+			var out struct {
+				Results []struct {
+					Tags map[string]string `json:"tags"`
+				} `json:"results"`
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("status %d: %.300s", code, body)
+			}
+			if err := json.Unmarshal(body, &out); err != nil {
+				return err
+			}
+			if len(out.Results) != wantLookup {
+				return fmt.Errorf("%d results, want %d", len(out.Results), wantLookup)
+			}
+			return nil
+		}})
+	prefix := entityName(e)[:len("device-000")] // 100 entities when there are 1,000 or more
+	wantSuggest := 0
+	for x := range s.entities {
+		if strings.HasPrefix(entityName(x), prefix) {
+			wantSuggest++
+		}
+	}
+	ps = append(ps, panel{name: "tsdb suggest tagv (entity picker)", method: http.MethodGet,
+		path: "/api/suggest?" + url.Values{"type": {"tagv"}, "q": {prefix}, "max": {"1000"}}.Encode(),
+		check: func(code int, body []byte) error {
+			var out []string
+			if code != http.StatusOK {
+				return fmt.Errorf("status %d: %.300s", code, body)
+			}
+			if err := json.Unmarshal(body, &out); err != nil {
+				return err
+			}
+			n := 0
+			for _, v := range out {
+				if strings.HasPrefix(v, prefix) {
+					n++
+				}
+			}
+			if n != wantSuggest {
+				return fmt.Errorf("%d entity values with prefix %s, want %d", n, prefix, wantSuggest)
+			}
+			return nil
+		}})
+
+	// The dashboard page's own requests (query/web/app.js): its topology list, its entity list
+	// (limit 500), and the windows of the chosen entities, newest first, limit 5000 each.
+	ps = append(ps, panel{name: "page topologies", method: http.MethodGet, path: "/api/v1/topologies",
+		check: func(code int, body []byte) error {
+			if code != http.StatusOK || !strings.Contains(string(body), `"`+setFleet+`"`) {
+				return fmt.Errorf("status %d: %.300s", code, body)
+			}
+			return nil
+		}})
+	ps = append(ps, panel{name: "page entities (limit 500)", method: http.MethodGet,
+		path: "/api/v1/entities?" + url.Values{"topology": {topoName}, "set": {setMinute}, "limit": {"500"}}.Encode(),
+		check: func(code int, body []byte) error {
+			var out struct {
+				Entities []string `json:"entities"`
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("status %d: %.300s", code, body)
+			}
+			if err := json.Unmarshal(body, &out); err != nil {
+				return err
+			}
+			if len(out.Entities) != min(500, s.entities) {
+				return fmt.Errorf("%d entities, want %d", len(out.Entities), min(500, s.entities))
+			}
+			return nil
+		}})
+	page := func(name, from string, ents []int, span int) {
+		ns := make([]string, len(ents))
+		for i, x := range ents {
+			ns[i] = entityName(x)
+		}
+		ps = append(ps, panel{name: name, method: http.MethodGet,
+			path: "/api/v1/windows?" + url.Values{"topology": {topoName}, "set": {setMinute}, "entity": {strings.Join(ns, ",")},
+				"limit": {"5000"}, "order": {"newest"}, "from": {from}}.Encode(),
+			check: func(code int, body []byte) error {
+				var out struct {
+					Entities map[string][]struct {
+						Start  int64          `json:"start"`
+						Values map[string]any `json:"values"`
+					} `json:"entities"`
+					Truncated bool `json:"truncated"`
+				}
+				if code != http.StatusOK {
+					return fmt.Errorf("status %d: %.300s", code, body)
+				}
+				if err := json.Unmarshal(body, &out); err != nil {
+					return err
+				}
+				want := min(span, 5000)
+				for i, n := range ns {
+					ws := out.Entities[n]
+					if len(ws) != want {
+						return fmt.Errorf("%s: %d windows, want %d", n, len(ws), want)
+					}
+					for _, w := range ws {
+						m := int((w.Start - s.start()) / 60_000)
+						if c, _ := w.Values["count"].(float64); int64(c) != windowAt(ents[i], m).count {
+							return fmt.Errorf("%s at %d: count %v, want %d", n, w.Start, w.Values["count"], windowAt(ents[i], m).count)
+						}
+					}
+				}
+				if out.Truncated != (span > 5000) {
+					return fmt.Errorf("truncated %v with %d windows in range", out.Truncated, span)
+				}
+				return nil
+			}})
+	}
+	page("page 1 entity 1h", "-1h", []int{e}, 60)
+	page("page 1 entity 24h", "-24h", []int{e}, day)
+	page("page 1 entity 7d", fmt.Sprintf("-%dh", s.days*24), []int{e}, s.minutes())
+	// 20 is the most entities the page can chart at its limit of 5000 windows each: the API
+	// refuses limit x entities above query.limits.max_windows (100,000).
+	page("page 20 entities 24h", "-24h", fifty[:min(20, len(fifty))], day)
+	return ps
+}

@@ -1,0 +1,207 @@
+package querybench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
+	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/hbasestore"
+)
+
+// countingSource is the HBase store as the query server reads it, counting what the scans
+// return. The client counts RPCs per server (hbase.Client.ServerStats) but not bytes, so the
+// bytes here are those of the cells HBase returned (row, family, qualifier, value and 8 bytes of
+// timestamp per cell), not what went over the wire.
+type countingSource struct {
+	*hbasestore.Store
+	bytes, cells atomic.Int64
+}
+
+func (c *countingSource) Scan(ctx context.Context, spec store.ScanSpec, fn func(row []byte, cells []store.Cell) bool) error {
+	return c.Store.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
+		var n int64
+		for _, x := range cells {
+			n += int64(len(x.Row) + len(x.Family) + len(x.Qualifier) + len(x.Value) + 8)
+		}
+		c.bytes.Add(n)
+		c.cells.Add(int64(len(cells)))
+		return fn(row, cells)
+	})
+}
+
+func rpcs(c *hbase.Client) int64 {
+	var n int64
+	for _, s := range c.ServerStats() {
+		n += s.Requests
+	}
+	return n
+}
+
+// rounds is how many times each dashboard sends every panel: ABACUS_BENCH_ROUNDS, default 100
+// (a p99 of 100 samples is their second slowest).
+func rounds() int {
+	if n, err := strconv.Atoi(os.Getenv("ABACUS_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 100
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(p*float64(len(s))+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkPanels asks the loaded dataset (BenchmarkLoad, which must have run) every panel of
+// panels() through the query server's real HTTP handler, first one panel at a time to count what
+// each reads from HBase, then from 1 and from 16 concurrent dashboards, each sending every panel
+// in turn, rounds() times, warm (every panel is asked once before the clock starts). It prints a
+// table of p50 and p99 per panel.
+func BenchmarkPanels(b *testing.B) {
+	q := gate.HBaseZooKeeper(b)
+	ctx := context.Background()
+	s := datasetSize()
+	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: q})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Admin().DescribeTable(ctx, s.loadedTable()); err != nil {
+		b.Fatalf("dataset %s not loaded (run BenchmarkLoad with the same ABACUS_BENCH_ENTITIES and ABACUS_BENCH_DAYS): %v", s.table(), err)
+	}
+	st, err := hbasestore.New(c, hbasestore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src := &countingSource{Store: st}
+	r, err := query.NewReader(ctx, src, s.table(), family)
+	if err != nil {
+		b.Fatal(err)
+	}
+	topo, err := fleetTopology()
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &query.Server{Topologies: []query.Served{{Name: topoName, Sets: servedSets(topo), Reader: r}},
+		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return end }}
+	hs := httptest.NewServer(srv.HandlerWithDashboard())
+	defer hs.Close()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	ex := newExpected(s)
+	ask := func(p panel) (time.Duration, error) {
+		var body io.Reader
+		if p.body != "" {
+			body = strings.NewReader(p.body)
+		}
+		req, err := http.NewRequestWithContext(ctx, p.method, hs.URL+p.path, body)
+		if err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			return 0, err
+		}
+		out, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		took := time.Since(t0)
+		if err != nil {
+			return 0, err
+		}
+		if resp.StatusCode == http.StatusServiceUnavailable { // the server's timeout, whatever the panel expects
+			return took, fmt.Errorf("panel %q: status 503: %.200s", p.name, out)
+		}
+		if err := p.check(resp.StatusCode, out); err != nil {
+			return took, fmt.Errorf("panel %q: %w", p.name, err)
+		}
+		return took, nil
+	}
+
+	type cost struct{ bytes, cells, rpcs int64 }
+	costs := map[string]cost{}
+	names := []string{}
+	for _, p := range ex.panels(0) {
+		names = append(names, p.name)
+		if _, err := ask(p); err != nil { // warm: the first read of each range comes from disk
+			b.Fatal(err)
+		}
+		b0, c0, r0 := src.bytes.Load(), src.cells.Load(), rpcs(c)
+		if _, err := ask(p); err != nil {
+			b.Fatal(err)
+		}
+		costs[p.name] = cost{src.bytes.Load() - b0, src.cells.Load() - c0, rpcs(c) - r0}
+	}
+
+	lat := map[int]map[string][]time.Duration{}
+	timeouts := map[int]map[string]int{}
+	for _, dashboards := range []int{1, 16} {
+		lat[dashboards] = map[string][]time.Duration{}
+		timeouts[dashboards] = map[string]int{}
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		errs := make(chan error, dashboards)
+		t0 := time.Now()
+		for d := range dashboards {
+			wg.Go(func() {
+				for round := range rounds() {
+					for _, p := range ex.panels(d*7919 + round*104729) {
+						took, err := ask(p)
+						// The server's own timeout (503) is an answer the table must show, not a
+						// reason to stop measuring the other panels; any other wrong answer is.
+						timedOut := err != nil && strings.Contains(err.Error(), "status 503")
+						if err != nil && !timedOut {
+							errs <- err
+							return
+						}
+						mu.Lock()
+						if timedOut {
+							timeouts[dashboards][p.name]++
+						}
+						lat[dashboards][p.name] = append(lat[dashboards][p.name], took)
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		select {
+		case err := <-errs:
+			b.Fatal(err)
+		default:
+		}
+		b.Logf("%d dashboards: %d rounds of %d panels each in %s", dashboards, rounds(), len(names), time.Since(t0).Round(time.Millisecond))
+	}
+
+	fmt.Printf("\ndataset %s: %d entities x %d days of minute windows, hourly, per region (%d) and fleet-wide; %d rounds per dashboard\n",
+		s.table(), s.entities, s.days, len(ex.regions), rounds())
+	fmt.Printf("%-36s %9s %9s %9s %9s %10s %8s %6s %s\n", "panel", "1:p50ms", "1:p99ms", "16:p50ms", "16:p99ms", "KB-read", "cells", "rpcs", "503s(1/16)")
+	for _, n := range names {
+		l1, l16 := lat[1][n], lat[16][n]
+		k := costs[n]
+		fmt.Printf("%-36s %9.1f %9.1f %9.1f %9.1f %10.1f %8d %6d %d/%d\n", n, ms(percentile(l1, 0.5)), ms(percentile(l1, 0.99)),
+			ms(percentile(l16, 0.5)), ms(percentile(l16, 0.99)), float64(k.bytes)/1024, k.cells, k.rpcs,
+			timeouts[1][n], timeouts[16][n])
+	}
+	fmt.Println()
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs the dashboard benchmark against the HBase that testenv/services.sh runs: loads the dataset
+# once (BenchmarkLoad; a complete load of the same size is reused), then asks every panel from 1
+# and from 16 concurrent dashboards (BenchmarkPanels) and prints p50/p99 per panel.
+#
+#   bench/query/run.sh                                            5,000 entities x 7 days (the issue's fleet)
+#   ABACUS_BENCH_ENTITIES=1000 ABACUS_BENCH_ROUNDS=2 bench/query/run.sh    what the README's table used
+#
+# ABACUS_BENCH_DAYS sets the days of history (default 7); ABACUS_BENCH_ROUNDS the rounds of every
+# panel per dashboard (default 100). Needs Go; HBase must be running (testenv/services.sh start).
+set -euo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+cd "$root"
+export ABACUS_HBASE_ZK=${ABACUS_HBASE_ZK:-127.0.0.1:2181}
+export ABACUS_REQUIRE_SERVICES=1
+echo "[bench] load: ${ABACUS_BENCH_ENTITIES:-5000} entities x ${ABACUS_BENCH_DAYS:-7} days" >&2
+go test -run '^$' -bench 'Load' -benchtime 1x -timeout 4h -v ./bench/query/
+echo "[bench] panels: ${ABACUS_BENCH_ROUNDS:-100} rounds per dashboard" >&2
+go test -run '^$' -bench 'Panels' -benchtime 1x -timeout 4h -v ./bench/query/ "$@"
