@@ -62,6 +62,15 @@ type tsdbSeries struct {
 	DPS    map[string]float64 `json:"dps"`
 }
 
+// seriesOf is parseSeries, failing unless the answer holds exactly n series.
+func seriesOf(code int, body []byte, n int) ([]tsdbSeries, error) {
+	ss, err := parseSeries(code, body)
+	if err == nil && len(ss) != n {
+		err = fmt.Errorf("%d series, want %d", len(ss), n)
+	}
+	return ss, err
+}
+
 func parseSeries(code int, body []byte) ([]tsdbSeries, error) {
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("status %d: %.300s", code, body)
@@ -137,12 +146,9 @@ func (ex *expected) panels(pick int) []panel {
 			body: grafanaQuery(now.Add(-time.Duration(span)*time.Minute), now, metric(setMinute, "max_temp"), "sum", ds,
 				filter("literal_or", "entity", ent, false)),
 			check: func(code int, body []byte) error {
-				ss, err := parseSeries(code, body)
+				ss, err := seriesOf(code, body, 1)
 				if err != nil {
 					return err
-				}
-				if len(ss) != 1 {
-					return fmt.Errorf("%d series, want 1", len(ss))
 				}
 				return ex.points(ss[0], span, width, 1e-9, func(m int) float64 {
 					return avgOf(e, m, width, func(w minuteOf) float64 { return w.max })
@@ -157,12 +163,9 @@ func (ex *expected) panels(pick int) []panel {
 		body: grafanaQuery(now.Add(-time.Duration(s.minutes())*time.Minute), now, metric(setHour, "sum_temp"), "sum", "",
 			filter("literal_or", "entity", ent, false)),
 		check: func(code int, body []byte) error {
-			ss, err := parseSeries(code, body)
+			ss, err := seriesOf(code, body, 1)
 			if err != nil {
 				return err
-			}
-			if len(ss) != 1 {
-				return fmt.Errorf("%d series, want 1", len(ss))
 			}
 			return ex.points(ss[0], s.minutes(), 60, 0, func(m int) float64 {
 				var sum float64
@@ -209,12 +212,9 @@ func (ex *expected) panels(pick int) []panel {
 		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "count"), "sum", "1m-sum",
 			filter("literal_or", "entity", strings.Join(names, "|"), false)),
 		check: func(code int, body []byte) error {
-			ss, err := parseSeries(code, body)
+			ss, err := seriesOf(code, body, 1)
 			if err != nil {
 				return err
-			}
-			if len(ss) != 1 {
-				return fmt.Errorf("%d series, want 1", len(ss))
 			}
 			return ex.points(ss[0], day, 1, 0, func(m int) float64 {
 				var n int64
@@ -228,12 +228,9 @@ func (ex *expected) panels(pick int) []panel {
 		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "max_temp"), "sum", "1m-avg",
 			filter("literal_or", "entity", strings.Join(names, "|"), true)),
 		check: func(code int, body []byte) error {
-			ss, err := parseSeries(code, body)
+			ss, err := seriesOf(code, body, len(fifty))
 			if err != nil {
 				return err
-			}
-			if len(ss) != len(fifty) {
-				return fmt.Errorf("%d series, want %d", len(ss), len(fifty))
 			}
 			idx := map[string]int{}
 			for i, n := range names {
@@ -270,12 +267,9 @@ func (ex *expected) panels(pick int) []panel {
 	ps = append(ps, panel{name: "tsdb fleet rollup 24h", method: http.MethodPost, path: "/api/query",
 		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setFleet, "count"), "sum", "1m-sum"),
 		check: func(code int, body []byte) error {
-			ss, err := parseSeries(code, body)
+			ss, err := seriesOf(code, body, 1)
 			if err != nil {
 				return err
-			}
-			if len(ss) != 1 {
-				return fmt.Errorf("%d series, want 1", len(ss))
 			}
 			return ex.points(ss[0], day, 1, 0, func(m int) float64 { return float64(ex.fleet.count[m-(s.minutes()-day)]) })
 		}})
@@ -283,12 +277,9 @@ func (ex *expected) panels(pick int) []panel {
 		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setRegion, "sum_temp"), "sum", "1m-avg",
 			filter("wildcard", "region", "*", true)),
 		check: func(code int, body []byte) error {
-			ss, err := parseSeries(code, body)
+			ss, err := seriesOf(code, body, len(ex.regions))
 			if err != nil {
 				return err
-			}
-			if len(ss) != len(ex.regions) {
-				return fmt.Errorf("%d series, want %d", len(ss), len(ex.regions))
 			}
 			for _, sr := range ss {
 				r := ex.regions[sr.Tags["region"]]

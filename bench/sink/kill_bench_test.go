@@ -3,7 +3,6 @@ package sinkbench
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -188,15 +187,8 @@ func startKillSink(b *testing.B, ctx context.Context, wg *sync.WaitGroup, system
 		b.Fatal(err)
 	}
 	st, _ := hbasestore.New(sc, hbasestore.Config{})
-	enc := &sinks.FactsEncoder{Table: table, Family: "d", SaltBuckets: buckets, Extract: func(rec *kgo.Record) (sinks.Fact, error) {
-		var r reading
-		if err := json.Unmarshal(rec.Value, &r); err != nil {
-			return sinks.Fact{}, err
-		}
-		return sinks.Fact{Entity: r.Device, EventTime: r.TS, Type: r.Kind}, nil
-	}}
 	s, err := sinks.NewFlushThenCommit(sinks.Config{Brokers: brokers, Group: group, Topics: []string{topic},
-		DeadLetterTopic: topic + "-dlq", Logger: slog.New(slog.DiscardHandler)}, enc, st)
+		DeadLetterTopic: topic + "-dlq", Logger: slog.New(slog.DiscardHandler)}, factsEncoder(table), st)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -119,6 +119,17 @@ type reading struct {
 	Kind   string `json:"kind"`
 }
 
+// factsEncoder is the facts sink's encoder of the benchmarks' readings into table.
+func factsEncoder(table string) *sinks.FactsEncoder {
+	return &sinks.FactsEncoder{Table: table, Family: "d", SaltBuckets: buckets, Extract: func(rec *kgo.Record) (sinks.Fact, error) {
+		var r reading
+		if err := json.Unmarshal(rec.Value, &r); err != nil {
+			return sinks.Fact{}, err
+		}
+		return sinks.Fact{Entity: r.Device, EventTime: r.TS, Type: r.Kind}, nil
+	}}
+}
+
 // BenchmarkFactsSink runs abacus's facts sink from the start of the topic until every event is
 // written and committed.
 func BenchmarkFactsSink(b *testing.B) {
@@ -136,13 +147,7 @@ func BenchmarkFactsSink(b *testing.B) {
 		table := fmt.Sprintf("bench_facts_go_%d", time.Now().UnixNano())
 		newTable(b, c, table)
 		st, _ := hbasestore.New(c, hbasestore.Config{})
-		enc := &sinks.FactsEncoder{Table: table, Family: "d", SaltBuckets: buckets, Extract: func(rec *kgo.Record) (sinks.Fact, error) {
-			var r reading
-			if err := json.Unmarshal(rec.Value, &r); err != nil {
-				return sinks.Fact{}, err
-			}
-			return sinks.Fact{Entity: r.Device, EventTime: r.TS, Type: r.Kind}, nil
-		}}
+		enc := factsEncoder(table)
 		reg := sinksMetrics()
 		s, err := sinks.NewFlushThenCommit(sinks.Config{Brokers: brokers, Group: "bench-" + table, Topics: []string{t},
 			DeadLetterTopic: t + "-dlq", Metrics: reg.m, Logger: slog.New(slog.DiscardHandler),
