@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/abacus-stream/abacus/internal/membership"
 )
@@ -185,14 +186,29 @@ func (g *consumerGroup) Close() error {
 	return err
 }
 
-// transientKErrors are the broker answers that a broker outage or a leadership move causes.
-var transientKErrors = []sarama.KError{sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable,
-	sarama.ErrRebalanceInProgress, sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut, sarama.ErrBrokerNotAvailable,
-	sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition, sarama.ErrNetworkException, sarama.ErrUnknownMemberId,
-	sarama.ErrIllegalGeneration, sarama.ErrNotController,
-	// Writes a partition refuses while fewer replicas than min.insync.replicas are in sync: a
-	// cluster that lost most of its brokers, until they come back.
-	sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend}
+// transientKErrors are the broker answers that a broker outage or a leadership move causes:
+// every code Kafka's protocol marks retriable (franz-go's kerr keeps that table, so a code added
+// to Kafka is not forgotten here) and the group answers that a rejoin cures. A code missing here
+// stopped the processor: OFFSET_NOT_AVAILABLE, which a new leader gives until its high watermark
+// catches up, ended TestClusterTwoBrokersDown in CI.
+var transientKErrors = func() []sarama.KError {
+	codes := []sarama.KError{sarama.ErrRebalanceInProgress, sarama.ErrUnknownMemberId, sarama.ErrIllegalGeneration}
+	for c := int16(1); c < 1024; c++ {
+		var ke *kerr.Error
+		if !errors.As(kerr.ErrorForCode(c), &ke) || !ke.Retriable {
+			continue
+		}
+		switch ke {
+		case kerr.UnknownTopicOrPartition, kerr.UnknownTopicID, kerr.CorruptMessage:
+			// Retriable to Kafka while metadata spreads; to us a topic deleted under a
+			// running group or a record the broker cannot read, which restarting forever would
+			// hide. The topic lookups that follow a create wait for the topic themselves.
+			continue
+		}
+		codes = append(codes, sarama.KError(c))
+	}
+	return codes
+}()
 
 // transientText is transient for errors that reach us as text only (goka's topic manager formats
 // the errors it wraps with %v): it looks for the messages of the errors transient accepts.

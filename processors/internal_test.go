@@ -99,6 +99,13 @@ func TestConsumerGroupRetriesOnlyTransientErrors(t *testing.T) {
 		{sarama.ErrConsumerCoordinatorNotAvailable, true},
 		{sarama.ErrNotCoordinatorForConsumer, true},
 		{sarama.ErrRebalanceInProgress, true},
+		// A new leader's answer until its high watermark catches up (CI, TestClusterTwoBrokersDown).
+		{sarama.ErrOffsetNotAvailable, true},
+		{sarama.ErrNotLeaderForPartition, true},
+		{sarama.ErrKafkaStorageError, true},
+		{sarama.ErrUnknownLeaderEpoch, true},
+		{sarama.ErrUnknownTopicOrPartition, false},
+		{sarama.ErrMessageSizeTooLarge, false},
 		{sarama.ErrClosedConsumerGroup, false},
 		{sarama.ErrGroupAuthorizationFailed, false},
 		{sarama.ErrSASLAuthenticationFailed, false},
