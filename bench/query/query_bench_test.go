@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -61,6 +62,18 @@ func rounds() int {
 	return 100
 }
 
+// panelFilter keeps the panels whose name matches ABACUS_BENCH_PANELS (a regular expression;
+// all when unset), so that one slow panel can be measured or profiled on its own.
+func panelFilter(b *testing.B) func([]panel) []panel {
+	re, err := regexp.Compile(os.Getenv("ABACUS_BENCH_PANELS"))
+	if err != nil {
+		b.Fatalf("ABACUS_BENCH_PANELS: %v", err)
+	}
+	return func(ps []panel) []panel {
+		return slices.DeleteFunc(ps, func(p panel) bool { return !re.MatchString(p.name) })
+	}
+}
+
 func percentile(d []time.Duration, p float64) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -109,6 +122,7 @@ func BenchmarkPanels(b *testing.B) {
 	defer hs.Close()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	ex := newExpected(s)
+	keep := panelFilter(b)
 	ask := func(p panel) (time.Duration, error) {
 		var body io.Reader
 		if p.body != "" {
@@ -141,7 +155,7 @@ func BenchmarkPanels(b *testing.B) {
 	type cost struct{ bytes, cells, rpcs int64 }
 	costs := map[string]cost{}
 	names := []string{}
-	for _, p := range ex.panels(0) {
+	for _, p := range keep(ex.panels(0)) {
 		names = append(names, p.name)
 		if _, err := ask(p); err != nil { // warm: the first read of each range comes from disk
 			b.Fatal(err)
@@ -165,7 +179,7 @@ func BenchmarkPanels(b *testing.B) {
 		for d := range dashboards {
 			wg.Go(func() {
 				for round := range rounds() {
-					for _, p := range ex.panels(d*7919 + round*104729) {
+					for _, p := range keep(ex.panels(d*7919 + round*104729)) {
 						took, err := ask(p)
 						// The server's own timeout (503) is an answer the table must show, not a
 						// reason to stop measuring the other panels; any other wrong answer is.

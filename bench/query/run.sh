@@ -7,7 +7,9 @@
 #   ABACUS_BENCH_ENTITIES=1000 ABACUS_BENCH_ROUNDS=2 bench/query/run.sh    what the README's table used
 #
 # ABACUS_BENCH_DAYS sets the days of history (default 7); ABACUS_BENCH_ROUNDS the rounds of every
-# panel per dashboard (default 100). Needs Go; HBase must be running (testenv/services.sh start).
+# panel per dashboard (default 100); ABACUS_BENCH_PANELS a regular expression of the panels to ask
+# (all by default), e.g. to profile one with -cpuprofile. Needs Go; HBase must be running
+# (testenv/services.sh start).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
