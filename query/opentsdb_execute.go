@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,7 +38,11 @@ type reqState struct {
 	windowsLeft int
 	pointsLeft  int
 	read        map[string][]Window // by topology, set and entity: sub-queries share reads
+	aggs        map[string][]string // by topology and set: the aggregates the sub-queries ask of it
 }
+
+// setKey names a served set within a request.
+func setKey(m tsdbMetric) string { return m.topo.Name + "\x00" + m.set }
 
 // query answers /api/query: each sub-query in turn, sharing the request's reads and its limits.
 func (a *tsdbAPI) query(r *http.Request) (any, error) {
@@ -45,7 +50,14 @@ func (a *tsdbAPI) query(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &reqState{windowsLeft: a.limits.MaxWindows, pointsLeft: a.limits.MaxPoints, read: map[string][]Window{}}
+	st := &reqState{windowsLeft: a.limits.MaxWindows, pointsLeft: a.limits.MaxPoints, read: map[string][]Window{}, aggs: map[string][]string{}}
+	// Every aggregate the sub-queries ask of a set is read in one pass over an entity's windows,
+	// so that two panels' metrics of one entity cost one read and one share of the window budget.
+	for _, sq := range req.queries {
+		if m, err := a.metric(sq.metric); err == nil && !slices.Contains(st.aggs[setKey(m)], m.agg) {
+			st.aggs[setKey(m)] = append(st.aggs[setKey(m)], m.agg)
+		}
+	}
 	var results []tsdbResult
 	for i := range req.queries {
 		res, err := a.run(r.Context(), st, req, &req.queries[i])
@@ -266,13 +278,18 @@ func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g []se
 }
 
 // read returns the windows of an entity whose start is in [start, end], oldest first, once per
-// request.
+// request. Only the aggregates the request asks of the set are read, and the scan runs forward (newest
+// first) and is turned around here: HBase's reversed scan seeks back row by row and took six times
+// as long per cell as a forward one in bench/query (one entity's week, 431 ms against 70 ms for
+// half the cells forward). The limit still only guards the request's window budget: a read that
+// reaches it is refused, so which end it would have cut does not matter.
 func (a *tsdbAPI) read(ctx context.Context, st *reqState, met tsdbMetric, entity string, start, end time.Time) ([]Window, error) {
-	key := met.topo.Name + "\x00" + met.set + "\x00" + entity
+	key := setKey(met) + "\x00" + entity
 	if ws, ok := st.read[key]; ok {
 		return ws, nil
 	}
-	ws, err := met.topo.Reader.Windows(ctx, met.set, entity, Options{From: start, To: end.Add(time.Millisecond), OldestFirst: true, Limit: st.windowsLeft + 1})
+	ws, err := met.topo.Reader.Windows(ctx, met.set, entity, Options{From: start, To: end.Add(time.Millisecond),
+		Limit: st.windowsLeft + 1, Aggregates: st.aggs[setKey(met)]})
 	if err != nil {
 		return nil, err
 	}
@@ -280,9 +297,7 @@ func (a *tsdbAPI) read(ctx context.Context, st *reqState, met tsdbMetric, entity
 	if st.windowsLeft < 0 {
 		return nil, badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.limits.MaxWindows)
 	}
-	if len(ws) > 0 {
-		a.learnKinds(kindsKey{met.topo.Reader, met.set}, ws[0])
-	}
+	slices.Reverse(ws)
 	st.read[key] = ws
 	return ws, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -509,7 +510,9 @@ func TestOpenTSDBLimits(t *testing.T) {
 type countingSource struct {
 	Source
 	scans, rows int
+	cells       int
 	unbounded   int // scans without a row limit
+	reversed    int // reversed scans
 }
 
 func (c *countingSource) Scan(ctx context.Context, spec store.ScanSpec, fn func([]byte, []store.Cell) bool) error {
@@ -517,10 +520,55 @@ func (c *countingSource) Scan(ctx context.Context, spec store.ScanSpec, fn func(
 	if spec.Limit == 0 {
 		c.unbounded++
 	}
+	if spec.Reversed {
+		c.reversed++
+	}
 	return c.Source.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
 		c.rows++
+		c.cells += len(cells)
 		return fn(row, cells)
 	})
+}
+
+// TestTSDBReadsOnlyTheAskedAggregates: a sub-query reads the cells of its metric's aggregate and
+// each window's meta cell, not every aggregate of the window, in forward scans; two metrics of
+// one set share one read. The answer is the same as before: oldest first, every window.
+func TestTSDBReadsOnlyTheAskedAggregates(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			st, table := open(t)
+			seedTSDB(t, st, table, 4)
+			src := &countingSource{Source: st}
+			c := tsdbClient{t, tsdbServer(t, src, table, OpenTSDBLimits{}).URL}
+			q := func(metrics ...string) []tsdbSeries {
+				var subs []string
+				for _, m := range metrics {
+					subs = append(subs, fmt.Sprintf(`{"metric":"devices.minute.%s","aggregator":"sum","tags":{"entity":"device-002"}}`, m))
+				}
+				*src = countingSource{Source: st}
+				return c.query("/api/query", fmt.Sprintf(`{"start":%d,"end":%d,"msResolution":true,"queries":[%s]}`, sec0, sec1, strings.Join(subs, ",")))
+			}
+			res := q("count")
+			if len(res) != 1 {
+				t.Fatalf("one series wanted: %s", tagsOf(res))
+			}
+			if !slices.IsSorted(res[0].ordered) || len(res[0].ordered) != 60 {
+				t.Fatalf("want 60 points oldest first, got %v", res[0].ordered)
+			}
+			for i := range int64(60) {
+				if got := res[0].at(t, t0.Add(time.Duration(i)*time.Minute).UnixMilli()); got != float64(100+i) {
+					t.Fatalf("window %d: count %v, want %d", i, got, 100+i)
+				}
+			}
+			// 60 windows, each its count and its meta cell: not the mean and the quantiles too.
+			if src.cells != 120 || src.rows != 60 || src.reversed != 0 {
+				t.Fatalf("one metric: %d cells in %d rows, %d reversed scans; want 120 cells in 60 rows, forward", src.cells, src.rows, src.reversed)
+			}
+			if res := q("count", "mean"); len(res) != 2 || src.cells != 180 || src.rows != 60 {
+				t.Fatalf("two metrics: %d series, %d cells in %d rows; want 2 series from one read of 180 cells in 60 rows", len(res), src.cells, src.rows)
+			}
+		})
+	}
 }
 
 // TestListEntitiesSkipsRows: listing the entities of a set reads one or two rows per entity, not

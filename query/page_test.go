@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -40,7 +41,7 @@ func TestPageCutsAtTheLimitAndSaysWhereTheNextStarts(t *testing.T) {
 			if got := starts(p.Windows["ab12"]); got != "9,8,7,6,5,4,3,2,1," || !p.Truncated() || len(p.Next) != 2 {
 				t.Fatalf("limit 9 of 10: windows %s, next %+v", got, p.Next)
 			}
-			if want := (Options{To: at(1), Limit: 9, NoLive: true}); p.Next["ab12"] != want {
+			if want := (Options{To: at(1), Limit: 9, NoLive: true}); !reflect.DeepEqual(p.Next["ab12"], want) {
 				t.Fatalf("limit 9, newest first: next %+v, want %+v", p.Next["ab12"], want)
 			}
 
@@ -49,7 +50,7 @@ func TestPageCutsAtTheLimitAndSaysWhereTheNextStarts(t *testing.T) {
 			if got := starts(p.Windows["ab1"]); got != "0,1,2,3," {
 				t.Fatalf("oldest first: windows %s", got)
 			}
-			if want := (Options{From: at(3).Add(time.Millisecond), To: at(8), Limit: 4, OldestFirst: true}); p.Next["ab1"] != want {
+			if want := (Options{From: at(3).Add(time.Millisecond), To: at(8), Limit: 4, OldestFirst: true}); !reflect.DeepEqual(p.Next["ab1"], want) {
 				t.Fatalf("oldest first: next %+v, want %+v", p.Next["ab1"], want)
 			}
 

@@ -43,6 +43,9 @@ type Options struct {
 	OldestFirst bool
 	// NoLive leaves out still-open windows read from the processors.
 	NoLive bool
+	// Aggregates, when set, reads only these aggregates of each window (and its finality): a
+	// panel that charts one aggregate reads a fraction of the cells. Live windows keep all.
+	Aggregates []string
 }
 
 // LiveSource gives the still-open windows of an entity, from the processors' state (goka views).
@@ -105,6 +108,12 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 	}
 	prefix := schema.AggregatePrefix(entity, set, r.buckets)
 	spec := store.ScanSpec{Table: r.table, Family: r.family, Reversed: o.OldestFirst}
+	if len(o.Aggregates) > 0 {
+		spec.Qualifiers = append(spec.Qualifiers, []byte(schema.MetaQualifier))
+		for _, a := range o.Aggregates {
+			spec.Qualifiers = append(spec.Qualifiers, []byte(a))
+		}
+	}
 	// Rows sort by reversed start: the newest window first. Start <= To-1 is the lower row bound.
 	spec.Start = prefix
 	if !o.To.IsZero() {

@@ -70,6 +70,9 @@ type ScanSpec struct {
 	Start, Stop []byte
 	Reversed    bool
 	Family      string // only this family when set
+	// Qualifiers, with Family, reads only these columns of it: a query that wants one aggregate
+	// of a window then gets two cells back rather than every aggregate's.
+	Qualifiers  [][]byte
 	MaxVersions int
 	Limit       int // rows; 0 for all
 }

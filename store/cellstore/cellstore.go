@@ -411,6 +411,9 @@ func (s *Store) Scan(ctx context.Context, sc store.ScanSpec, fn func(row []byte,
 		if sc.Family != "" && string(c.Family) != sc.Family {
 			continue
 		}
+		if sc.Family != "" && len(sc.Qualifiers) > 0 && !slices.ContainsFunc(sc.Qualifiers, func(q []byte) bool { return bytes.Equal(q, c.Qualifier) }) {
+			continue
+		}
 		if !bytes.Equal(c.Row, row) {
 			if !emit() {
 				return nil

@@ -92,7 +92,12 @@ func (s *Store) Write(ctx context.Context, cells []store.Cell) ([]store.CellErro
 // Scan implements store.Reader over an HBase table.
 func (s *Store) Scan(ctx context.Context, spec store.ScanSpec, fn func(row []byte, cells []store.Cell) bool) error {
 	sc := hbase.Scan{Table: spec.Table, Prefix: spec.Prefix, Reversed: spec.Reversed, MaxVersions: spec.MaxVersions}
-	if spec.Family != "" {
+	switch {
+	case spec.Family != "" && len(spec.Qualifiers) > 0:
+		for _, q := range spec.Qualifiers {
+			sc.Columns = append(sc.Columns, hbase.Column{Family: spec.Family, Qualifier: q})
+		}
+	case spec.Family != "":
 		sc.Columns = []hbase.Column{{Family: spec.Family}}
 	}
 	if spec.Limit > 0 && spec.Limit < 1000 {
