@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -497,6 +498,14 @@ func TestOpenTSDBLimits(t *testing.T) {
 	c.fails("POST", "/api/query", q(`{"metric":"devices.minute.count","aggregator":"sum","tags":{"entity":"a|b|c"}}`), 400, "more than 2 entities")
 	c.fails("POST", "/api/query", q(one, one, one), 400, "3 sub-queries, more than the limit of 2")
 	c.fails("POST", "/api/query", q(two), 400, "reads more than 100 windows")
+	// The two entities are read at once, and both reads stop when their total passes the limit:
+	// at most one row past it each, not the 120 windows the two have.
+	src := &countingSource{Source: st}
+	cs := tsdbClient{t, tsdbServer(t, src, table, OpenTSDBLimits{MaxEntities: 2, MaxWindows: 100}).URL}
+	cs.fails("POST", "/api/query", q(two), 400, "reads more than 100 windows")
+	if src.rows > 102 {
+		t.Fatalf("a request refused at 100 windows read %d rows", src.rows)
+	}
 	c.fails("POST", "/api/query", q(`{"metric":"devices.minute.count","aggregator":"sum","downsample":"1s-avg-zero","tags":{"entity":"device-001"}}`), 400, "more than the limit of 150 points")
 	// Within the bounds: one entity, its 60 windows read once for two metrics, 120 points.
 	c2 := tsdbClient{t, tsdbServer(t, st, table, OpenTSDBLimits{MaxEntities: 2, MaxWindows: 60, MaxPoints: 120}).URL}
@@ -506,9 +515,11 @@ func TestOpenTSDBLimits(t *testing.T) {
 	c2.fails("POST", "/api/query", q(one, `{"metric":"devices.minute.mean","aggregator":"sum","rate":false,"tags":{"entity":"device-001"}}`, `{"metric":"devices.minute.temp_q","aggregator":"sum","tags":{"entity":"device-001"}}`), 400, "more than 120 data points")
 }
 
-// countingSource counts the scans a reader makes and the rows they deliver.
+// countingSource counts the scans a reader makes and the rows they deliver; readers scan
+// several entities at once, so the counts are kept under a lock.
 type countingSource struct {
 	Source
+	mu          sync.Mutex
 	scans, rows int
 	cells       int
 	unbounded   int // scans without a row limit
@@ -516,6 +527,7 @@ type countingSource struct {
 }
 
 func (c *countingSource) Scan(ctx context.Context, spec store.ScanSpec, fn func([]byte, []store.Cell) bool) error {
+	c.mu.Lock()
 	c.scans++
 	if spec.Limit == 0 {
 		c.unbounded++
@@ -523,9 +535,12 @@ func (c *countingSource) Scan(ctx context.Context, spec store.ScanSpec, fn func(
 	if spec.Reversed {
 		c.reversed++
 	}
+	c.mu.Unlock()
 	return c.Source.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
+		c.mu.Lock()
 		c.rows++
 		c.cells += len(cells)
+		c.mu.Unlock()
 		return fn(row, cells)
 	})
 }
@@ -545,7 +560,9 @@ func TestTSDBReadsOnlyTheAskedAggregates(t *testing.T) {
 				for _, m := range metrics {
 					subs = append(subs, fmt.Sprintf(`{"metric":"devices.minute.%s","aggregator":"sum","tags":{"entity":"device-002"}}`, m))
 				}
-				*src = countingSource{Source: st}
+				src.mu.Lock()
+				src.scans, src.rows, src.cells, src.unbounded, src.reversed = 0, 0, 0, 0, 0
+				src.mu.Unlock()
 				return c.query("/api/query", fmt.Sprintf(`{"start":%d,"end":%d,"msResolution":true,"queries":[%s]}`, sec0, sec1, strings.Join(subs, ",")))
 			}
 			res := q("count")
