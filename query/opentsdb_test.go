@@ -27,6 +27,53 @@ import (
 // t0 is the start of the first seeded window; the test server's clock stands an hour later.
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 
+// TestListEntitiesLimitTakesTheFirstInOrder: the buckets are walked at once, and a listing cut at
+// its limit still answers the first entities in order, the same at every call; the scan bound
+// holds across the buckets.
+func TestListEntitiesLimitTakesTheFirstInOrder(t *testing.T) {
+	for name, open := range stores(t) {
+		t.Run(name, func(t *testing.T) {
+			st, table := open(t)
+			enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4}
+			var cells []store.Cell
+			var want []string
+			for i := range 40 {
+				e := fmt.Sprintf("e-%02d", (i*17)%40) // written out of order
+				want = append(want, e)
+				rec := totals.Record{Topology: "devices", Set: "minute", Entity: e,
+					Start: t0.UnixMilli(), End: t0.UnixMilli() + minute, Final: true, Revision: 1,
+					Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 1}}}
+				var err error
+				if cells, err = enc.Encode(&kgo.Record{Value: rec.Encode()}, cells); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if failed, err := st.Write(context.Background(), cells); err != nil || len(failed) > 0 {
+				t.Fatalf("write: %v %v", failed, err)
+			}
+			sort.Strings(want)
+			cs := &countingSource{Source: st}
+			r := newReader(t, cs, table)
+			for range 5 {
+				list, more, err := r.listEntities(context.Background(), "minute", "", 7, 1000, nil)
+				if err != nil || !more || strings.Join(list, " ") != strings.Join(want[:7], " ") {
+					t.Fatalf("first 7 of 40: %v %v %v; want %v", list, more, err, want[:7])
+				}
+			}
+			list, more, err := r.listEntities(context.Background(), "minute", "e-1", 100, 1000, nil)
+			if err != nil || more || strings.Join(list, " ") != strings.Join(want[10:20], " ") {
+				t.Fatalf("prefix e-1: %v %v %v", list, more, err)
+			}
+			cs.scans = 0
+			if _, _, err := r.listEntities(context.Background(), "minute", "", 100, 9, nil); err != errEntityScanLimit {
+				t.Fatalf("scan bound 9 of 40: %v", err)
+			} else if cs.scans > 9+4 {
+				t.Fatalf("scan bound 9: %d reads", cs.scans)
+			}
+		})
+	}
+}
+
 // tsdbEntities are the seeded entities: two devices and one that wildcards on device-* leave out.
 var tsdbEntities = []string{"device-001", "device-002", "other-7"}
 
