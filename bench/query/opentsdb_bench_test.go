@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -393,48 +392,7 @@ func (ex *expected) otsdbPanels(pick int) []panel {
 			}
 			return nil
 		})
-	ps = append(ps, panel{name: "tsdb tag_values(entity)", method: http.MethodGet,
-		path: "/api/search/lookup?" + url.Values{"m": {"temp{entity=*}"}, "limit": {"1000"}}.Encode(),
-		check: func(code int, body []byte) error {
-			var out struct {
-				Results []struct {
-					Tags map[string]string `json:"tags"`
-				} `json:"results"`
-			}
-			if code != http.StatusOK {
-				return fmt.Errorf("status %d: %.300s", code, body)
-			}
-			if err := json.Unmarshal(body, &out); err != nil {
-				return err
-			}
-			if want := min(s.entities, 1000); len(out.Results) != want {
-				return fmt.Errorf("%d results, want %d", len(out.Results), want)
-			}
-			return nil
-		}})
-	prefix := entityName(e)[:len("device-000")]
-	wantSuggest := 0
-	for x := range s.entities {
-		if strings.HasPrefix(entityName(x), prefix) {
-			wantSuggest++
-		}
-	}
-	ps = append(ps, panel{name: "tsdb suggest tagv (entity picker)", method: http.MethodGet,
-		path: "/api/suggest?" + url.Values{"type": {"tagv"}, "q": {prefix}, "max": {"1000"}}.Encode(),
-		check: func(code int, body []byte) error {
-			var out []string
-			if code != http.StatusOK {
-				return fmt.Errorf("status %d: %.300s", code, body)
-			}
-			if err := json.Unmarshal(body, &out); err != nil {
-				return err
-			}
-			if len(out) != wantSuggest {
-				return fmt.Errorf("%d suggestions, want %d", len(out), wantSuggest)
-			}
-			return nil
-		}})
-	return ps
+	return append(ps, lookupPanel("temp", min(s.entities, 1000)), ex.suggestPanel(e))
 }
 
 // BenchmarkOpenTSDB loads the dataset's readings into OpenTSDB 2.4.1 on the testenv HBase (once

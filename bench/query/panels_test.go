@@ -293,54 +293,7 @@ func (ex *expected) panels(pick int) []panel {
 			return nil
 		}})
 
-	wantLookup := min(s.entities, 1000)
-	ps = append(ps, panel{name: "tsdb tag_values(entity)", method: http.MethodGet,
-		path: "/api/search/lookup?" + url.Values{"m": {metric(setMinute, "count") + "{entity=*}"}, "limit": {"1000"}}.Encode(),
-		check: func(code int, body []byte) error {
-			var out struct {
-				Results []struct {
-					Tags map[string]string `json:"tags"`
-				} `json:"results"`
-			}
-			if code != http.StatusOK {
-				return fmt.Errorf("status %d: %.300s", code, body)
-			}
-			if err := json.Unmarshal(body, &out); err != nil {
-				return err
-			}
-			if len(out.Results) != wantLookup {
-				return fmt.Errorf("%d results, want %d", len(out.Results), wantLookup)
-			}
-			return nil
-		}})
-	prefix := entityName(e)[:len("device-000")] // 100 entities when there are 1,000 or more
-	wantSuggest := 0
-	for x := range s.entities {
-		if strings.HasPrefix(entityName(x), prefix) {
-			wantSuggest++
-		}
-	}
-	ps = append(ps, panel{name: "tsdb suggest tagv (entity picker)", method: http.MethodGet,
-		path: "/api/suggest?" + url.Values{"type": {"tagv"}, "q": {prefix}, "max": {"1000"}}.Encode(),
-		check: func(code int, body []byte) error {
-			var out []string
-			if code != http.StatusOK {
-				return fmt.Errorf("status %d: %.300s", code, body)
-			}
-			if err := json.Unmarshal(body, &out); err != nil {
-				return err
-			}
-			n := 0
-			for _, v := range out {
-				if strings.HasPrefix(v, prefix) {
-					n++
-				}
-			}
-			if n != wantSuggest {
-				return fmt.Errorf("%d entity values with prefix %s, want %d", n, prefix, wantSuggest)
-			}
-			return nil
-		}})
+	ps = append(ps, lookupPanel(metric(setMinute, "count"), min(s.entities, 1000)), ex.suggestPanel(e))
 
 	// The dashboard page's own requests (query/web/app.js): its topology list, its entity list
 	// (limit 500), and the windows of the chosen entities, newest first, limit 5000 each.
@@ -416,4 +369,62 @@ func (ex *expected) panels(pick int) []panel {
 	// refuses limit x entities above query.limits.max_windows (100,000).
 	page("page 20 entities 24h", "-24h", fifty[:min(20, len(fifty))], day)
 	return ps
+}
+
+// lookupPanel is Grafana's tag_values(entity) request of metric (/api/search/lookup), which must
+// answer want series.
+func lookupPanel(metric string, want int) panel {
+	return panel{name: "tsdb tag_values(entity)", method: http.MethodGet,
+		path: "/api/search/lookup?" + url.Values{"m": {metric + "{entity=*}"}, "limit": {"1000"}}.Encode(),
+		check: func(code int, body []byte) error {
+			var out struct {
+				Results []struct {
+					Tags map[string]string `json:"tags"`
+				} `json:"results"`
+			}
+			if code != http.StatusOK {
+				return fmt.Errorf("status %d: %.300s", code, body)
+			}
+			if err := json.Unmarshal(body, &out); err != nil {
+				return err
+			}
+			if len(out.Results) != want {
+				return fmt.Errorf("%d results, want %d", len(out.Results), want)
+			}
+			return nil
+		}}
+}
+
+// suggestPanel is the entity picker's /api/suggest for the tag values that start with entity e's
+// name cut after "device-000" (100 entities when there are 1,000 or more): every entity with that
+// prefix must be among them.
+func (ex *expected) suggestPanel(e int) panel {
+	prefix := entityName(e)[:len("device-000")]
+	want := 0
+	for x := range ex.s.entities {
+		if strings.HasPrefix(entityName(x), prefix) {
+			want++
+		}
+	}
+	return panel{name: "tsdb suggest tagv (entity picker)", method: http.MethodGet,
+		path: "/api/suggest?" + url.Values{"type": {"tagv"}, "q": {prefix}, "max": {"1000"}}.Encode(),
+		check: func(code int, body []byte) error {
+			var out []string
+			if code != http.StatusOK {
+				return fmt.Errorf("status %d: %.300s", code, body)
+			}
+			if err := json.Unmarshal(body, &out); err != nil {
+				return err
+			}
+			n := 0
+			for _, v := range out {
+				if strings.HasPrefix(v, prefix) {
+					n++
+				}
+			}
+			if n != want {
+				return fmt.Errorf("%d entity values with prefix %s, want %d", n, prefix, want)
+			}
+			return nil
+		}}
 }
