@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -315,49 +314,11 @@ func (ex *expected) otsdbPanels(pick int) []panel {
 			return nil
 		})
 
-	var fifty []int
-	for i := range min(50, s.entities) {
-		fifty = append(fifty, (e+i*(s.entities/50+1))%s.entities)
-	}
-	names := make([]string, len(fifty))
-	for i, x := range fifty {
-		names[i] = entityName(x)
-	}
+	fifty, names := ex.fiftyOf(e)
 	post("tsdb 50 entities 24h summed", tsdbQuery(ago(day), now, sub("sum", "1m-count", lit(strings.Join(names, "|"), false))),
-		func(code int, body []byte) error {
-			ss, err := seriesOf(code, body, 1)
-			if err != nil {
-				return err
-			}
-			return ex.points(ss[0], day, 1, 0, func(m int) float64 {
-				var n int64
-				for _, x := range fifty {
-					n += windowAt(x, m).count
-				}
-				return float64(n)
-			})
-		})
+		ex.countsOf(fifty))
 	post("tsdb 50 entities 24h grouped", tsdbQuery(ago(day), now, sub("sum", "1m-max", lit(strings.Join(names, "|"), true))),
-		func(code int, body []byte) error {
-			ss, err := seriesOf(code, body, len(fifty))
-			if err != nil {
-				return err
-			}
-			idx := map[string]int{}
-			for i, n := range names {
-				idx[n] = fifty[i]
-			}
-			for _, sr := range ss {
-				x, ok := idx[sr.Tags["entity"]]
-				if !ok {
-					return fmt.Errorf("series tags %v", sr.Tags)
-				}
-				if err := ex.points(sr, day, 1, 0, maxOf(x)); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		ex.maximaOf(fifty, names))
 	fleetCount := func(code int, body []byte) error {
 		ss, err := seriesOf(code, body, 1)
 		if err != nil {
@@ -417,34 +378,7 @@ func BenchmarkOpenTSDB(b *testing.B) {
 	ex := newExpected(s)
 	keep := panelFilter(b)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Minute}
-	ask := func(p panel) (time.Duration, error) {
-		var body io.Reader
-		if p.body != "" {
-			body = strings.NewReader(p.body)
-		}
-		req, err := http.NewRequestWithContext(ctx, p.method, d.url+p.path, body)
-		if err != nil {
-			return 0, err
-		}
-		if p.body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		t0 := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
-			return 0, err
-		}
-		out, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		took := time.Since(t0)
-		if err == nil {
-			err = p.check(resp.StatusCode, out)
-		}
-		if err != nil {
-			return took, fmt.Errorf("OpenTSDB panel %q: %w", p.name, err)
-		}
-		return took, nil
-	}
+	ask := asker(ctx, hc, d.url)
 	var names []string
 	for _, p := range keep(ex.otsdbPanels(0)) {
 		names = append(names, p.name)
@@ -453,36 +387,7 @@ func BenchmarkOpenTSDB(b *testing.B) {
 			b.Fatalf("%v\nTSD log:\n%s", err, tail(out, 3000))
 		}
 	}
-	lat := map[int]map[string][]time.Duration{}
-	for _, dashboards := range []int{1, 16} {
-		lat[dashboards] = map[string][]time.Duration{}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		var first error
-		var once sync.Once
-		t0 := time.Now()
-		for dash := range dashboards {
-			wg.Go(func() {
-				for round := range rounds() {
-					for _, p := range keep(ex.otsdbPanels(dash*7919 + round*104729)) {
-						took, err := ask(p)
-						if err != nil {
-							once.Do(func() { first = err })
-							return
-						}
-						mu.Lock()
-						lat[dashboards][p.name] = append(lat[dashboards][p.name], took)
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		if first != nil {
-			b.Fatal(first)
-		}
-		b.Logf("OpenTSDB, %d dashboards: %d rounds of %d panels each in %s", dashboards, rounds(), len(names), time.Since(t0).Round(time.Millisecond))
-	}
+	lat, timeouts := measure(b, func(pick int) []panel { return keep(ex.otsdbPanels(pick)) }, ask)
 	// Flush both stores' tables to their files (a table's regions flush as they close), so that
 	// run.sh measures bytes on disk rather than what sits in the memstore and the WAL.
 	for _, name := range []string{t.data, t.meta, s.table()} {
@@ -497,10 +402,11 @@ func BenchmarkOpenTSDB(b *testing.B) {
 		}
 	}
 	fmt.Printf("\nOpenTSDB 2.4.1, tables %s: %d entities x %d days of raw readings; %d rounds per dashboard\n", t.data, s.entities, s.days, rounds())
-	fmt.Printf("%-36s %9s %9s %9s %9s\n", "panel", "1:p50ms", "1:p99ms", "16:p50ms", "16:p99ms")
+	fmt.Printf("%-36s %9s %9s %9s %9s %s\n", "panel", "1:p50ms", "1:p99ms", "16:p50ms", "16:p99ms", "503s(1/16)")
 	for _, n := range names {
 		l1, l16 := lat[1][n], lat[16][n]
-		fmt.Printf("%-36s %9.1f %9.1f %9.1f %9.1f\n", n, ms(percentile(l1, 0.5)), ms(percentile(l1, 0.99)), ms(percentile(l16, 0.5)), ms(percentile(l16, 0.99)))
+		fmt.Printf("%-36s %9.1f %9.1f %9.1f %9.1f %d/%d\n", n, ms(percentile(l1, 0.5)), ms(percentile(l1, 0.99)), ms(percentile(l16, 0.5)), ms(percentile(l16, 0.99)),
+			timeouts[1][n], timeouts[16][n])
 	}
 	fmt.Println()
 }

@@ -200,53 +200,15 @@ func (ex *expected) panels(pick int) []panel {
 			return nil
 		}})
 
-	fifty := make([]int, 0, 50)
-	for i := range min(50, s.entities) {
-		fifty = append(fifty, (e+i*(s.entities/50+1))%s.entities)
-	}
-	names := make([]string, len(fifty))
-	for i, x := range fifty {
-		names[i] = entityName(x)
-	}
+	fifty, names := ex.fiftyOf(e)
 	ps = append(ps, panel{name: "tsdb 50 entities 24h summed", method: http.MethodPost, path: "/api/query",
 		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "count"), "sum", "1m-sum",
 			filter("literal_or", "entity", strings.Join(names, "|"), false)),
-		check: func(code int, body []byte) error {
-			ss, err := seriesOf(code, body, 1)
-			if err != nil {
-				return err
-			}
-			return ex.points(ss[0], day, 1, 0, func(m int) float64 {
-				var n int64
-				for _, x := range fifty {
-					n += windowAt(x, m).count
-				}
-				return float64(n)
-			})
-		}})
+		check: ex.countsOf(fifty)})
 	ps = append(ps, panel{name: "tsdb 50 entities 24h grouped", method: http.MethodPost, path: "/api/query",
 		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "max_temp"), "sum", "1m-avg",
 			filter("literal_or", "entity", strings.Join(names, "|"), true)),
-		check: func(code int, body []byte) error {
-			ss, err := seriesOf(code, body, len(fifty))
-			if err != nil {
-				return err
-			}
-			idx := map[string]int{}
-			for i, n := range names {
-				idx[n] = fifty[i]
-			}
-			for _, sr := range ss {
-				x, ok := idx[sr.Tags["entity"]]
-				if !ok {
-					return fmt.Errorf("series tags %v", sr.Tags)
-				}
-				if err := ex.points(sr, day, 1, 0, func(m int) float64 { return windowAt(x, m).max }); err != nil {
-					return err
-				}
-			}
-			return nil
-		}})
+		check: ex.maximaOf(fifty, names)})
 
 	ps = append(ps, panel{name: "tsdb all entities 24h (wildcard)", method: http.MethodPost, path: "/api/query",
 		body: grafanaQuery(now.Add(-day*time.Minute), now, metric(setMinute, "count"), "sum", "1m-sum",
@@ -427,4 +389,62 @@ func (ex *expected) suggestPanel(e int) panel {
 			}
 			return nil
 		}}
+}
+
+// fiftyOf is the entities of the 50-entity panels for pick e (all of a smaller fleet), spread
+// over the fleet, and their names.
+func (ex *expected) fiftyOf(e int) ([]int, []string) {
+	n := ex.s.entities
+	fifty := make([]int, 0, 50)
+	for i := range min(50, n) {
+		fifty = append(fifty, (e+i*(n/50+1))%n)
+	}
+	names := make([]string, len(fifty))
+	for i, x := range fifty {
+		names[i] = entityName(x)
+	}
+	return fifty, names
+}
+
+// countsOf checks a summed answer over entities: one series, each minute of the last day the sum
+// of their counts.
+func (ex *expected) countsOf(entities []int) func(code int, body []byte) error {
+	return func(code int, body []byte) error {
+		ss, err := seriesOf(code, body, 1)
+		if err != nil {
+			return err
+		}
+		return ex.points(ss[0], day, 1, 0, func(m int) float64 {
+			var n int64
+			for _, x := range entities {
+				n += windowAt(x, m).count
+			}
+			return float64(n)
+		})
+	}
+}
+
+// maximaOf checks an answer grouped by entity: one series per entity named, each minute of the
+// last day that entity's maximum.
+func (ex *expected) maximaOf(entities []int, names []string) func(code int, body []byte) error {
+	return func(code int, body []byte) error {
+		ss, err := seriesOf(code, body, len(entities))
+		if err != nil {
+			return err
+		}
+		idx := map[string]int{}
+		for i, n := range names {
+			idx[n] = entities[i]
+		}
+		for _, sr := range ss {
+			x, ok := idx[sr.Tags["entity"]]
+			if !ok {
+				return fmt.Errorf("series tags %v", sr.Tags)
+			}
+			if err := ex.points(sr, day, 1, 0, func(m int) float64 { return windowAt(x, m).max }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 }
