@@ -126,6 +126,7 @@ type HBaseClient struct {
 	MaxRounds            int      `yaml:"max_rounds"`               // default 10 sends of an action, first included
 	BackoffMin           Duration `yaml:"backoff_min"`              // default 50ms, doubling each round
 	BackoffMax           Duration `yaml:"backoff_max"`              // default 5s
+	RelocateBackoffMax   Duration `yaml:"relocate_backoff_max"`     // default 1s, when regions moved or their server is gone
 }
 
 // KerberosConfig holds the Kerberos settings of the HBase client (hbase.KerberosConfig).
@@ -147,7 +148,8 @@ func (h HBaseConfig) ClientConfig() hbase.Config {
 	}, RPCTimeout: time.Duration(cl.RPCTimeout), DialTimeout: time.Duration(cl.DialTimeout),
 		ZooKeeperTimeout: time.Duration(cl.ZooKeeperTimeout), MaxInFlightPerServer: cl.MaxInFlightPerServer,
 		MaxInFlightPerRegion: cl.MaxInFlightPerRegion, MaxRounds: cl.MaxRounds,
-		BackoffMin: time.Duration(cl.BackoffMin), BackoffMax: time.Duration(cl.BackoffMax)}
+		BackoffMin: time.Duration(cl.BackoffMin), BackoffMax: time.Duration(cl.BackoffMax),
+		RelocateBackoffMax: time.Duration(cl.RelocateBackoffMax)}
 }
 
 // ProcessorConfig configures the goka processor group.

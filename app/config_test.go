@@ -195,7 +195,7 @@ kafka:
 hbase:
   zookeeper: zk-1:2181,zk-2:2181
   znode_parent: /hbase-unsecure
-  client: {rpc_timeout: 20s, max_in_flight_per_server: 4, max_rounds: 6, backoff_max: 2s}
+  client: {rpc_timeout: 20s, max_in_flight_per_server: 4, max_rounds: 6, backoff_max: 2s, relocate_backoff_max: 500ms}
 `), func(string) (string, bool) { return "", false })
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ hbase:
 	hc := c.HBase.ClientConfig()
 	hc.EnsureDefaults()
 	if hc.ZooKeeperRoot != "/hbase-unsecure" || hc.RPCTimeout != 20*time.Second || hc.MaxInFlightPerServer != 4 ||
-		hc.MaxRounds != 6 || hc.BackoffMax != 2*time.Second {
+		hc.MaxRounds != 6 || hc.BackoffMax != 2*time.Second || hc.RelocateBackoffMax != 500*time.Millisecond {
 		t.Fatalf("client config %+v does not carry the settings", hc)
 	}
 	if hc.DialTimeout != 5*time.Second || hc.MaxInFlightPerRegion != 8 || hc.BackoffMin != 50*time.Millisecond {

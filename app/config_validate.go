@@ -75,7 +75,8 @@ func (c *Config) validateHBase(errs *fieldErrors) {
 	}
 	cl := c.HBase.Client
 	for name, d := range map[string]Duration{"rpc_timeout": cl.RPCTimeout, "dial_timeout": cl.DialTimeout,
-		"zookeeper_timeout": cl.ZooKeeperTimeout, "backoff_min": cl.BackoffMin, "backoff_max": cl.BackoffMax} {
+		"zookeeper_timeout": cl.ZooKeeperTimeout, "backoff_min": cl.BackoffMin, "backoff_max": cl.BackoffMax,
+		"relocate_backoff_max": cl.RelocateBackoffMax} {
 		if d < 0 {
 			errs.bad("hbase.client."+name, "must not be negative, got %v", time.Duration(d))
 		}

@@ -139,9 +139,10 @@ func (a *Admin) call(ctx context.Context, op, method string, param *[]byte) ([]b
 	body := append([]byte(nil), *param...)
 	putBuf(param)
 	var last error
+	rt := retries{c: a.c}
 	for round := range a.c.cfg.MaxRounds {
 		if round > 0 {
-			if err := a.c.backoff(ctx, round-1); err != nil {
+			if err := rt.wait(ctx); err != nil {
 				return nil, &Error{Op: op, Kind: KindBackoff, Err: errors.Join(err, last)}
 			}
 		}

@@ -53,6 +53,11 @@ type Config struct {
 	// BackoffMin and BackoffMax bound the wait between rounds, which doubles each round;
 	// 50 ms and 5 s.
 	BackoffMin, BackoffMax time.Duration
+	// RelocateBackoffMax caps the wait before a round whose failures all say the region is not
+	// where the client looked (moved, or its server gone): only hbase:meta can tell where it went,
+	// and a lookup is one small Get, so waiting the full BackoffMax would only delay the write by up
+	// to that long after the region reopens elsewhere. 1 s; never above BackoffMax.
+	RelocateBackoffMax time.Duration
 	// ProcedureTimeout bounds waiting for a master procedure when the context has no deadline; 5 min.
 	ProcedureTimeout time.Duration
 }
@@ -98,6 +103,10 @@ func (c *Config) EnsureDefaults() {
 	if c.BackoffMax <= 0 {
 		c.BackoffMax = 5 * time.Second
 	}
+	if c.RelocateBackoffMax <= 0 {
+		c.RelocateBackoffMax = time.Second
+	}
+	c.RelocateBackoffMax = min(c.RelocateBackoffMax, c.BackoffMax)
 	if c.ProcedureTimeout <= 0 {
 		c.ProcedureTimeout = 5 * time.Minute
 	}
@@ -192,9 +201,10 @@ func NewClient(ctx context.Context, cfg Config) (*Client, error) {
 	// lookup alone gives up after ZooKeeperTimeout.
 	var addr string
 	var err error
+	rt := retries{c: c}
 	for round := 0; round < c.cfg.MaxRounds; round++ {
 		if round > 0 {
-			if c.backoff(ctx, round-1) != nil {
+			if rt.wait(ctx) != nil {
 				break
 			}
 		}
@@ -370,13 +380,20 @@ func (c *Client) zkContext(ctx context.Context) (context.Context, context.Cancel
 	return context.WithTimeout(ctx, c.cfg.ZooKeeperTimeout)
 }
 
-// backoff waits before retry round (0-based) or until ctx ends.
-func (c *Client) backoff(ctx context.Context, round int) error {
-	d := c.cfg.BackoffMin << min(round, 16)
-	if d > c.cfg.BackoffMax || d <= 0 {
-		d = c.cfg.BackoffMax
-	}
-	t := time.NewTimer(d)
+// retries paces the rounds of one operation: wait is called before every round but the first.
+type retries struct {
+	c           *Client
+	round, busy int // rounds waited for so far, and how many of them for a cause that is not a relocation
+}
+
+// wait waits before the next round, or until ctx ends. causes are the errors that made the round
+// necessary (none when unknown). The wait doubles with each round from BackoffMin up to
+// BackoffMax, but rounds whose causes are all relocations (onlyRelocations) wait at most
+// RelocateBackoffMax and do not count towards the doubling of the others: a region that
+// reopened elsewhere and still answers "opening" for a moment is then asked again after
+// BackoffMin, not after the long wait its server's death had grown to.
+func (r *retries) wait(ctx context.Context, causes ...error) error {
+	t := time.NewTimer(r.next(causes))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -384,4 +401,49 @@ func (c *Client) backoff(ctx context.Context, round int) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// next is how long to wait before the next round, given its causes, and counts the round.
+func (r *retries) next(causes []error) time.Duration {
+	reloc := onlyRelocations(causes)
+	d := r.c.pause(r.round, r.busy, reloc)
+	r.round++
+	if !reloc {
+		r.busy++
+	}
+	return d
+}
+
+// pause is how long retries.wait waits after round rounds, busy of them not relocations.
+func (c *Client) pause(round, busy int, relocation bool) time.Duration {
+	n := busy
+	if relocation {
+		n = round
+	}
+	d := c.cfg.BackoffMin << min(n, 16)
+	if d > c.cfg.BackoffMax || d <= 0 {
+		d = c.cfg.BackoffMax
+	}
+	if relocation {
+		d = min(d, c.cfg.RelocateBackoffMax)
+	}
+	return d
+}
+
+// onlyRelocations reports whether every non-nil error is of KindRelocate or KindReconnect (and
+// at least one is): nothing but a fresh region lookup can help, so there is no load to back off
+// from. Authentication failures are excluded: a missing ticket is not fixed by asking again soon.
+func onlyRelocations(errs []error) bool {
+	seen := false
+	for _, err := range errs {
+		if err == nil {
+			continue
+		}
+		var e *Error
+		if !errors.As(err, &e) || (e.Kind != KindRelocate && e.Kind != KindReconnect) || errors.Is(err, ErrAuthentication) {
+			return false
+		}
+		seen = true
+	}
+	return seen
 }

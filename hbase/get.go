@@ -22,9 +22,10 @@ func (c *Client) Get(ctx context.Context, g Get) (*Result, error) {
 		return nil, errInvalid("get", "table %q row %q", g.Table, g.Row)
 	}
 	var last error
+	rt := retries{c: c}
 	for round := range c.cfg.MaxRounds {
 		if round > 0 {
-			if err := c.backoff(ctx, round-1); err != nil {
+			if err := rt.wait(ctx, last); err != nil {
 				return nil, &Error{Op: "get", Kind: KindBackoff, Err: errors.Join(err, last)}
 			}
 		}

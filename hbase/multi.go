@@ -24,9 +24,15 @@ func (c *Client) Apply(ctx context.Context, ms []*Mutation) error {
 		}
 		todo = append(todo, i)
 	}
+	var causes []error
+	rt := retries{c: c}
 	for round := 0; len(todo) > 0; round++ {
 		if round > 0 {
-			if err := c.backoff(ctx, round-1); err != nil {
+			causes = causes[:0]
+			for _, i := range todo {
+				causes = append(causes, errs[i])
+			}
+			if err := rt.wait(ctx, causes...); err != nil {
 				for _, i := range todo {
 					errs[i] = &Error{Op: "apply", Kind: KindBackoff, Err: errors.Join(err, errs[i])}
 				}

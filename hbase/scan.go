@@ -354,9 +354,10 @@ func (sc *Scanner) lastRow() []byte {
 func (sc *Scanner) fetch(ctx context.Context) error {
 	c := sc.c
 	var last error
+	rt := retries{c: c}
 	for round := range c.cfg.MaxRounds {
 		if round > 0 {
-			if err := c.backoff(ctx, round-1); err != nil {
+			if err := rt.wait(ctx, last); err != nil {
 				return &Error{Op: "scan " + sc.s.Table, Kind: KindBackoff, Err: errors.Join(err, last)}
 			}
 		}

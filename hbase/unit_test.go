@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -170,5 +171,48 @@ func TestInvalidateOnEmptyCache(t *testing.T) {
 	c.invalidate(&region{table: "t", name: []byte("t,,1.a.")})
 	if r := c.regions.lookup("t", []byte("a")); r != nil {
 		t.Fatalf("found %v in an empty cache", r)
+	}
+}
+
+// TestPauseAfterRelocations: a round retried only because regions moved or their server is gone
+// waits at most RelocateBackoffMax, however many rounds came before; a busy-server cause (or an
+// authentication failure) doubles from BackoffMin with each such round up to BackoffMax, not
+// counting the relocation rounds before it, so a region that reopened elsewhere and answers
+// "opening" once is asked again soon.
+func TestPauseAfterRelocations(t *testing.T) {
+	c := bareClient(Config{})
+	moved := &Error{Op: "multi", Kind: KindRelocate, Message: "RegionMovedException"}
+	gone := &Error{Op: "dial", Kind: KindReconnect, Err: errors.New("connection refused")}
+	busy := &Error{Op: "multi", Kind: KindBackoff, Message: "RegionOpeningException"}
+	auth := &Error{Op: "authenticate", Kind: KindReconnect, Err: &authError{errors.New("no ticket")}}
+	for _, tc := range []struct {
+		name   string
+		rounds [][]error // the causes of each round in turn
+		want   []time.Duration
+	}{
+		{"no causes double", [][]error{nil, nil, nil, nil, nil, nil, nil, nil, nil},
+			[]time.Duration{50, 100, 200, 400, 800, 1600, 3200, 5000, 5000}},
+		{"busy doubles", [][]error{{busy}, {busy}, {busy}, {busy}, {busy}, {busy}, {busy}, {busy}},
+			[]time.Duration{50, 100, 200, 400, 800, 1600, 3200, 5000}},
+		{"server gone: capped at 1 s", [][]error{{gone}, {gone}, {gone}, {gone}, {gone}, {gone}, {gone}, {gone}, {gone}},
+			[]time.Duration{50, 100, 200, 400, 800, 1000, 1000, 1000, 1000}},
+		{"moved, then opening: the first busy wait is short", [][]error{{moved, nil, moved}, {gone}, {gone}, {gone}, {gone}, {gone}, {gone}, {busy}, {busy}, {gone}},
+			[]time.Duration{50, 100, 200, 400, 800, 1000, 1000, 50, 100, 1000}},
+		{"mixed causes count as busy", [][]error{{moved, busy}, {moved, busy}, {gone}},
+			[]time.Duration{50, 100, 200}},
+		{"authentication is not a relocation", [][]error{{auth}, {auth}, {auth}, {auth}, {auth}, {auth}, {auth}},
+			[]time.Duration{50, 100, 200, 400, 800, 1600, 3200}},
+		{"joined relocations", [][]error{{errors.Join(moved, context.Canceled)}}, []time.Duration{50}},
+	} {
+		rt := retries{c: c}
+		for i, causes := range tc.rounds {
+			if got, want := rt.next(causes), tc.want[i]*time.Millisecond; got != want {
+				t.Errorf("%s: round %d waits %v, want %v", tc.name, i+1, got, want)
+			}
+		}
+	}
+	c = bareClient(Config{BackoffMax: 300 * time.Millisecond})
+	if got := c.pause(8, 0, true); got != 300*time.Millisecond {
+		t.Errorf("RelocateBackoffMax above BackoffMax: pause %v, want BackoffMax 300ms", got)
 	}
 }

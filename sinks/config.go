@@ -34,8 +34,10 @@ type Config struct {
 	MaxWritesInFlight int
 
 	// RetryBackoff is the first wait after a failed write; it doubles up to MaxRetryBackoff
-	// (defaults 100 ms and 5 s). A batch is retried until it lands; meanwhile the sink takes no
-	// more records once its next batch is full.
+	// (defaults 100 ms and 5 s) while the whole write keeps failing. Cells the store refused for a
+	// retriable cause, after its own retries, are sent again after RetryBackoff each time. A batch
+	// is retried until it lands; meanwhile the sink takes no more records once its next batch is
+	// full.
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 

@@ -55,7 +55,17 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 			if len(pending) == 0 {
 				return nil
 			}
-			s.log.Warn("cells failed; retrying them", "cells", len(pending), "first", failed[0].Err, "backoff", backoff)
+			// The store reports a cell retriable only after its own rounds of retries with
+			// backoff (store.Writer), so waiting longer and longer here as well would only add up
+			// to MaxRetryBackoff after the cause is gone (a region reopened elsewhere). The first
+			// wait is enough to keep a store that fails at once from being hammered.
+			s.log.Warn("cells failed; retrying them", "cells", len(pending), "first", failed[0].Err, "backoff", s.cfg.RetryBackoff)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(s.cfg.RetryBackoff):
+			}
+			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -56,7 +56,9 @@ type CellError struct {
 // Writer is where cells land.
 type Writer interface {
 	// Write puts cells and returns the cells that failed. A non-nil error means the whole write
-	// failed (e.g. the store is unreachable) and every cell may be resent. Write must not return
+	// failed (e.g. the store is unreachable) and every cell may be resent. A store that retries
+	// (the HBase client's rounds) reports a cell failed for a retriable cause only after its own
+	// retries and their backoff, so callers resend such cells without backing off much longer. Write must not return
 	// before every cell it reports as written is durable to the store's standard.
 	Write(ctx context.Context, cells []Cell) ([]CellError, error)
 }

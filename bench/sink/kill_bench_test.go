@@ -104,6 +104,29 @@ func killRun(b *testing.B, cl *testenv.HBaseCluster, brokers []string, system st
 	endAtKill, _ := offsets()
 	killed := time.Now()
 	cl.Kill(b, n)
+	// When hbase:meta has every region of the table open on a live server again: the moment
+	// from which a client can write, whatever the sink. Polled beside the sink's progress, so
+	// that the resume can be measured from it too, free of how long HBase took to notice.
+	reopenedc := make(chan time.Duration, 1)
+	go func() {
+		dead := cl.Addr(n)
+		for ctx.Err() == nil {
+			c, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rs, err := hc.Admin().Regions(c, table)
+			cancel()
+			open := err == nil && len(rs) > 0
+			for i := range rs {
+				if !rs[i].Offline && !rs[i].Split && (!rs[i].Serving() || rs[i].Server == dead) {
+					open = false
+				}
+			}
+			if open {
+				reopenedc <- time.Since(killed)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
 	var resume, lag0 time.Duration
 	waitUntil(b, "commits covering records produced after the kill", 5*time.Minute, func() bool {
 		end, lag := offsets()
@@ -119,6 +142,15 @@ func killRun(b *testing.B, cl *testenv.HBaseCluster, brokers []string, system st
 		system, n, resume.Round(10*time.Millisecond), killRate/2, lag0.Round(10*time.Millisecond))
 	b.ReportMetric(resume.Seconds(), "s-to-resume")
 	b.ReportMetric(lag0.Seconds(), "s-to-lag0")
+	select {
+	case reopened := <-reopenedc:
+		b.Logf("%s: the regions were open again %v after the kill: resumed %v after that", system,
+			reopened.Round(10*time.Millisecond), (resume - reopened).Round(10*time.Millisecond))
+		b.ReportMetric(reopened.Seconds(), "s-to-reopen")
+		b.ReportMetric((resume - reopened).Seconds(), "s-reopen-to-resume")
+	case <-time.After(10 * time.Second):
+		b.Logf("%s: hbase:meta never showed every region open on a live server", system)
+	}
 
 	stopSink()
 	cancel()
@@ -188,7 +220,7 @@ func startKillSink(b *testing.B, ctx context.Context, wg *sync.WaitGroup, system
 	}
 	st, _ := hbasestore.New(sc, hbasestore.Config{})
 	s, err := sinks.NewFlushThenCommit(sinks.Config{Brokers: brokers, Group: group, Topics: []string{topic},
-		DeadLetterTopic: topic + "-dlq", Logger: slog.New(slog.DiscardHandler)}, factsEncoder(table), st)
+		DeadLetterTopic: topic + "-dlq", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, factsEncoder(table), st)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,8 +27,9 @@ if [ "${1:-}" = kill ]; then
   echo "[bench] go test -bench RegionServerKill (abacus's facts sink, then the Java loop) on the HBase cluster" >&2
   ABACUS_REQUIRE_HBASE_CLUSTER=1 ABACUS_REQUIRE_SERVICES=1 go test -run '^$' -bench 'RegionServerKill' -benchtime 1x -timeout 60m ./bench/sink/ | tee "$out"
   echo
-  awk '$1 ~ /^BenchmarkRegionServerKill\// { r = l = ""; for (i = 2; i < NF; i++) { if ($(i+1) == "s-to-resume") r = $i; if ($(i+1) == "s-to-lag0") l = $i }
-    printf "%-40s resume %6ss  lag 0 %6ss\n", $1, r, l }' "$out"
+  awk '$1 ~ /^BenchmarkRegionServerKill\// { r = l = o = a = ""; for (i = 2; i < NF; i++) { if ($(i+1) == "s-to-resume") r = $i; if ($(i+1) == "s-to-lag0") l = $i
+      if ($(i+1) == "s-to-reopen") o = $i; if ($(i+1) == "s-reopen-to-resume") a = $i }
+    printf "%-40s regions reopened %6ss  resume %6ss (%ss after the reopen)  lag 0 %6ss\n", $1, o, r, a, l }' "$out"
   exit 0
 fi
 echo "[bench] go test -bench (facts sink, then the Java loop), ${ABACUS_BENCH_EVENTS:-1000000} events" >&2
