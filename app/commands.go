@@ -15,6 +15,7 @@ import (
 
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/totals"
@@ -24,11 +25,17 @@ import (
 const adminUsage = `Usage:
   abacus admin create -config FILE [-partitions N]   create the topics and tables that are missing
   abacus admin verify -config FILE                   check that every topic and table is as the config says
+  abacus admin reindex -config FILE                  rebuild the aggregates table's key index from its windows
 
 Topics: the topology's sources, totals, dead-letter and late topics, the processor group's loop
 topic and table changelog, all with the sources' partition count (or -partitions for new sources)
-and processor.replication. Tables: the sink tables, pre-split on their salt buckets, and the
-offsets table when sinks.offsets is hbase.
+and processor.replication. Tables: the sink tables, pre-split on their salt buckets, the
+aggregates table's key index (<table>_keys: one row per set and key, which entity listings read),
+and the offsets table when sinks.offsets is hbase.
+
+The key index is complete when admin create makes it beside an empty aggregates table. Beside one
+that already holds windows (an upgrade), restart the aggregates sinks so that they write it, then
+run admin reindex once: until then listings walk the aggregates table, a few reads per key.
 `
 
 // admin creates or verifies what a deployment needs: its topics and tables.
@@ -36,7 +43,7 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	if len(args) == 0 || isHelp(args[0]) {
 		return groupHelp(args, stdout, adminUsage)
 	}
-	if args[0] != "create" && args[0] != "verify" {
+	if args[0] != "create" && args[0] != "verify" && args[0] != "reindex" {
 		return usagef("unknown subcommand %q\n%s", args[0], adminUsage)
 	}
 	verb := args[0]
@@ -53,7 +60,7 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	if parsedOnly(ctx, fs, &c, nil) {
 		return nil
 	}
-	d, err := p.connect(ctx, &c, stderr, func(*Config) needs { return needs{kafka: true, store: true} })
+	d, err := p.connect(ctx, &c, stderr, func(*Config) needs { return needs{kafka: verb != "reindex", store: true} })
 	if err != nil {
 		return err
 	}
@@ -68,6 +75,9 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		fmt.Fprintf(stdout, "ok (%s)\n", time.Since(t0).Round(time.Millisecond))
 		return nil
+	}
+	if verb == "reindex" {
+		return d.reindex(ctx, stdout, step)
 	}
 	specs, err := d.topicSpecs(ctx, int32(*partitions))
 	if err != nil {
@@ -102,6 +112,26 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		})
 		if err != nil {
 			failed = append(failed, err)
+		}
+		if t == cfg.Sinks.Aggregates {
+			l := schema.KeyIndexLayout(d.layout(t))
+			var state string
+			err := step(fmt.Sprintf("key index %s", l.Name), func() error {
+				var err error
+				if verb == "create" {
+					state, err = d.ensureKeyIndex(ctx, t)
+					return err
+				}
+				if err = d.st.VerifyTable(ctx, l); err == nil {
+					state, err = d.keyIndexState(ctx, t, false)
+				}
+				return err
+			})
+			if err != nil {
+				failed = append(failed, err)
+			} else {
+				fmt.Fprintf(stdout, "  key index: %s\n", state)
+			}
 		}
 		if verb == "verify" && t == cfg.Sinks.Aggregates {
 			// What the aggregate table's rows are keyed by, set by set: a rollup's rows hold its

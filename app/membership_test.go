@@ -24,6 +24,7 @@ import (
 
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -101,6 +102,7 @@ func newRolesEnv(t *testing.T, mode string) *rolesEnv {
 	agg, facts := "memb_"+run+"_agg", "memb_"+run+"_facts"
 	testenv.DropTableAtEnd(t, hc, agg)
 	testenv.DropTableAtEnd(t, hc, facts)
+	testenv.DropTableAtEnd(t, hc, schema.KeyIndexTable(agg))
 	e.config = filepath.Join(e.dir, "abacus.yaml")
 	cfg := fmt.Sprintf(`topology: devices
 topics: {prefix: %s}

@@ -26,6 +26,13 @@ func (d *deployment) ensureTables(ctx context.Context) error {
 		if err := d.st.EnsureTable(ctx, d.layout(t)); err != nil {
 			return err
 		}
+		if t == d.cfg.Sinks.Aggregates {
+			state, err := d.ensureKeyIndex(ctx, t)
+			if err != nil {
+				return err
+			}
+			d.log.Info("key index", "table", schema.KeyIndexTable(t.Table), "state", state)
+		}
 	}
 	if d.cfg.Sinks.Offsets == "hbase" {
 		return sinks.EnsureOffsetsTable(ctx, d.hb.Admin(), d.cfg.Sinks.OffsetsTable)
@@ -109,7 +116,27 @@ func (d *deployment) aggregatesSink() (*sinks.FlushThenCommit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return sinks.NewFlushThenCommit(cfg, &sinks.AggregatesEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets}, d.st)
+	enc := &sinks.AggregatesEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets}
+	if keys, ok := d.keyIndexOn(t); ok {
+		enc.KeyIndex, enc.KeyIndexTTL = keys, time.Duration(t.TTL)
+	}
+	return sinks.NewFlushThenCommit(cfg, enc, d.st)
+}
+
+// keyIndexOn reports whether the aggregates sink writes the key index, and its table: it does when
+// the table exists with its layout (`abacus admin create` makes it). Without it the sink still
+// runs, and listings walk the aggregates table instead, slower; the warning says how to mend it.
+func (d *deployment) keyIndexOn(t SinkTable) (string, bool) {
+	l := schema.KeyIndexLayout(d.layout(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.st.VerifyTable(ctx, l); err != nil {
+		d.log.Warn("the aggregates sink writes no key index: entity listings will walk the aggregates table, "+
+			"a few reads per key; run `abacus admin create`, restart this sink, then `abacus admin reindex`",
+			"table", l.Name, "err", err)
+		return "", false
+	}
+	return l.Name, true
 }
 
 // factsSink writes one cell per source event into the facts table.

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/totals"
@@ -68,6 +69,36 @@ type Reader struct {
 	family  string
 	buckets int
 	live    LiveSource
+
+	index *indexState // shared by the readers WithLive makes
+}
+
+// indexState is what a reader knows of its table's key index.
+type indexState struct {
+	complete  atomic.Bool  // the key index is complete: listings read it (never unset)
+	checkedAt atomic.Int64 // unix ns of the last look for the index's marker that found none
+}
+
+// keyIndexRecheck is how long a reader trusts having found no complete key index: a rebuild
+// (`abacus admin reindex`) finishing is noticed this long after at most.
+const keyIndexRecheck = 30 * time.Second
+
+// keyIndexed reports whether the key index of the table is complete, looking again for its
+// marker when the last look found none keyIndexRecheck ago. A failed look counts as none: the
+// listing then walks the aggregates table, which answers the same, slower.
+func (r *Reader) keyIndexed(ctx context.Context) bool {
+	if r.index.complete.Load() {
+		return true
+	}
+	if last := r.index.checkedAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < keyIndexRecheck {
+		return false
+	}
+	ok, err := keyindex.Complete(ctx, r.store, r.table, r.family)
+	r.index.checkedAt.Store(time.Now().UnixNano())
+	if err == nil && ok {
+		r.index.complete.Store(true)
+	}
+	return ok && err == nil
 }
 
 // NewReader returns a reader of an aggregate table. The salt bucket count is read from the table
@@ -81,7 +112,9 @@ func NewReader(ctx context.Context, src Source, table, family string) (*Reader, 
 	if err != nil {
 		return nil, fmt.Errorf("query: aggregate table %s: %w", table, err)
 	}
-	return &Reader{store: src, table: table, family: family, buckets: n}, nil
+	r := &Reader{store: src, table: table, family: family, buckets: n, index: &indexState{}}
+	r.keyIndexed(ctx)
+	return r, nil
 }
 
 // WithLive returns a reader that adds the windows still open in the processors, read from live.
@@ -312,6 +345,13 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // entities, and then returns what it found with errEntityScanLimit. more reports that more than
 // limit entities matched.
 func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
+	if r.keyIndexed(ctx) {
+		list, more, err := keyindex.List(ctx, r.store, r.table, r.family, set, prefix, limit, maxExamined, match)
+		if errors.Is(err, keyindex.ErrTooMany) {
+			err = errEntityScanLimit
+		}
+		return list, more, err
+	}
 	escPrefix := schema.AppendComponent(nil, prefix)
 	escPrefix = escPrefix[:len(escPrefix)-2] // without the terminator: a prefix of every matching entity's component
 	var escSet []byte

@@ -3,6 +3,8 @@ package sinks
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/schema"
@@ -20,11 +22,31 @@ import (
 //	value     = the aggregate's value (schema.AppendCellValue)
 //
 // The cells hold absolute totals, so a replayed totals record rewrites identical cells.
+//
+// With KeyIndex set it also writes the key index (schema.KeyIndexTable): the row of a set and key
+// whenever no batch of this encoder has landed it yet for the window's refresh period
+// (schema.KeyIndexTimestamp). It learns what landed from the sink (a write that failed or was
+// dropped leaves the key to be written again), so a listing never misses a key whose windows
+// are in the table.
 type AggregatesEncoder struct {
 	Table       string
 	Family      string
 	SaltBuckets int
+	// KeyIndex is the key index table to write beside Table; empty writes none.
+	KeyIndex string
+	// KeyIndexTTL is the tables' TTL, which sets how often a key's index row is written again.
+	KeyIndexTTL time.Duration
+	// KeyIndexCache bounds how many keys the encoder remembers as indexed (default 1<<20, about
+	// 64 MiB at most); when full it forgets them all and writes each again once.
+	KeyIndexCache int
+
+	mu      sync.Mutex
+	landed  map[string]int64 // set + 0x00 + key: the newest index timestamp a batch landed
+	pending map[string]int64 // written into a batch not yet landed
 }
+
+// DefaultKeyIndexCache is the default of AggregatesEncoder.KeyIndexCache.
+const DefaultKeyIndexCache = 1 << 20
 
 // Check reports a layout the encoder cannot write with; NewFlushThenCommit calls it, so a sink
 // with a zero encoder fails at start instead of dead-lettering every record.
@@ -65,5 +87,67 @@ func (a *AggregatesEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.C
 		dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: []byte(v.Name), Timestamp: r.End, Value: val})
 	}
 	meta := schema.AppendMeta(nil, r.Final, r.Revision)
-	return append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: []byte(schema.MetaQualifier), Timestamp: r.End, Value: meta}), nil
+	dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: []byte(schema.MetaQualifier), Timestamp: r.End, Value: meta})
+	if a.KeyIndex != "" {
+		if ts := schema.KeyIndexTimestamp(r.End, a.KeyIndexTTL); a.toIndex(r.Set, r.Entity, ts) {
+			dst = append(dst, store.Cell{Table: a.KeyIndex, Row: schema.KeyIndexRow(r.Set, r.Entity), Family: fam,
+				Qualifier: []byte(schema.KeyIndexQualifier), Timestamp: ts, Value: []byte{}})
+		}
+	}
+	return dst, nil
+}
+
+// toIndex reports whether the index cell of set and key with timestamp ts is to be written, and
+// notes it as pending when it is.
+func (a *AggregatesEncoder) toIndex(set, key string, ts int64) bool {
+	k := set + "\x00" + key
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.landed[k] >= ts || a.pending[k] >= ts {
+		return false
+	}
+	if a.pending == nil {
+		a.pending = map[string]int64{}
+	}
+	a.pending[k] = ts
+	return true
+}
+
+// batchLanded notes the index cells of a batch that landed in the store.
+func (a *AggregatesEncoder) batchLanded(cells []store.Cell) {
+	if a.KeyIndex == "" {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	limit := a.KeyIndexCache
+	if limit <= 0 {
+		limit = DefaultKeyIndexCache
+	}
+	for i := range cells {
+		c := &cells[i]
+		if c.Table != a.KeyIndex {
+			continue
+		}
+		set, key, err := schema.ParseKeyIndexRow(c.Row)
+		if err != nil {
+			continue
+		}
+		k := set + "\x00" + key
+		if a.landed == nil || len(a.landed) >= limit {
+			a.landed = make(map[string]int64, min(limit, 1024))
+		}
+		a.landed[k] = max(a.landed[k], c.Timestamp)
+		if a.pending[k] <= c.Timestamp {
+			delete(a.pending, k)
+		}
+	}
+}
+
+// batchesDropped forgets what is pending: the batches that held it may never land, so each key
+// is written into a later batch again.
+func (a *AggregatesEncoder) batchesDropped() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	clear(a.pending)
 }

@@ -57,6 +57,13 @@ type Encoder interface {
 	Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error)
 }
 
+// landingEncoder is an Encoder that is told what became of its cells: AggregatesEncoder's key index
+// writes a key again unless a batch holding its index cell landed.
+type landingEncoder interface {
+	batchLanded(cells []store.Cell)
+	batchesDropped()
+}
+
 // EncoderFunc adapts a function to Encoder.
 type EncoderFunc func(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error)
 

@@ -13,6 +13,13 @@ import (
 // Called with mu held.
 func (s *FlushThenCommit) finish(r writeResult) {
 	r.b.done, r.b.err = true, r.err
+	if le, ok := s.enc.(landingEncoder); ok {
+		if r.err == nil {
+			le.batchLanded(r.b.cells)
+		} else {
+			le.batchesDropped()
+		}
+	}
 	s.flushNow = true
 	offsets, records := s.takeLanded()
 	if len(offsets) == 0 || s.abandoned {

@@ -44,6 +44,9 @@ func (s *FlushThenCommit) onLost(_ context.Context, _ *kgo.Client, parts map[str
 	s.unassign(parts)
 	if s.building != nil {
 		s.building = s.building.without(parts)
+		if le, ok := s.enc.(landingEncoder); ok {
+			le.batchesDropped()
+		}
 	}
 	s.m.partitionsChanged("lost", parts)
 	s.joined.Store(false)

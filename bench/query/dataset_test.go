@@ -12,6 +12,7 @@ import (
 
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/hbase"
+	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
@@ -231,12 +232,18 @@ func load(ctx context.Context, c *hbase.Client, s size, progress func(string)) (
 	}
 	// A table left by a load cut short goes: its windows would be rewritten anyway, and the run
 	// must not measure a table with older cells in it.
-	_ = c.Admin().DisableTable(ctx, s.table())
-	_ = c.Admin().DeleteTable(ctx, s.table())
-	if err := st.EnsureTable(ctx, schema.TableLayout{Name: s.table(), Family: family, SaltBuckets: buckets}); err != nil {
-		return loadStats{}, false, err
+	agg := schema.TableLayout{Name: s.table(), Family: family, SaltBuckets: buckets}
+	for _, t := range []string{s.table(), schema.KeyIndexTable(s.table())} {
+		_ = c.Admin().DisableTable(ctx, t)
+		_ = c.Admin().DeleteTable(ctx, t)
 	}
-	enc := &sinks.AggregatesEncoder{Table: s.table(), Family: family, SaltBuckets: buckets}
+	for _, l := range []schema.TableLayout{agg, schema.KeyIndexLayout(agg)} {
+		if err := st.EnsureTable(ctx, l); err != nil {
+			return loadStats{}, false, err
+		}
+	}
+	// The sink's encoder with its key index, as a deployment made by `abacus admin create` has.
+	enc := &sinks.AggregatesEncoder{Table: s.table(), Family: family, SaltBuckets: buckets, KeyIndex: schema.KeyIndexTable(s.table())}
 	if err := enc.Check(); err != nil {
 		return loadStats{}, false, err
 	}
@@ -334,6 +341,9 @@ func load(ctx context.Context, c *hbase.Client, s size, progress func(string)) (
 		}
 	}
 	if err := w.flush(ctx); err != nil {
+		return loadStats{}, false, err
+	}
+	if err := keyindex.MarkComplete(ctx, st, agg); err != nil {
 		return loadStats{}, false, err
 	}
 	elapsed := time.Since(t0)

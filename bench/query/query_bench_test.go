@@ -19,7 +19,9 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv/gate"
+	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/hbasestore"
 )
@@ -31,9 +33,13 @@ import (
 type countingSource struct {
 	*hbasestore.Store
 	bytes, cells atomic.Int64
+	hideIndex    bool // the key index table reads as missing: listings walk the aggregates table
 }
 
 func (c *countingSource) Scan(ctx context.Context, spec store.ScanSpec, fn func(row []byte, cells []store.Cell) bool) error {
+	if c.hideIndex && strings.HasSuffix(spec.Table, "_keys") {
+		return fmt.Errorf("bench: %s hidden (ABACUS_BENCH_KEY_INDEX=off): %w", spec.Table, store.ErrNoSuchTable)
+	}
 	return c.Store.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
 		var n int64
 		for _, x := range cells {
@@ -86,12 +92,40 @@ func percentile(d []time.Duration, p float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// BenchmarkPanels asks the loaded dataset (BenchmarkLoad, which must have run) every panel of
-// panels() through the query server's real HTTP handler, first one panel at a time to count what
-// each reads from HBase, then from 1 and from 16 concurrent dashboards, each sending every panel
-// in turn, rounds() times, warm (every panel is asked once before the clock starts). It prints a
-// table of p50 and p99 per panel.
-func BenchmarkPanels(b *testing.B) {
+// ensureKeyIndex rebuilds the key index of a dataset loaded before the loader wrote one.
+func ensureKeyIndex(b *testing.B, ctx context.Context, st *hbasestore.Store, s size) {
+	if ok, err := keyindex.Complete(ctx, st, s.table(), family); err != nil || ok {
+		if err != nil {
+			b.Fatal(err)
+		}
+		return
+	}
+	agg := schema.TableLayout{Name: s.table(), Family: family, SaltBuckets: buckets}
+	if err := st.EnsureTable(ctx, schema.KeyIndexLayout(agg)); err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	stats, err := keyindex.Rebuild(ctx, st, agg, buckets, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("key index of %s rebuilt: %d keys from %d reads in %s", s.table(), stats.Keys, stats.Reads, time.Since(t0).Round(time.Millisecond))
+}
+
+// panelBench is the query server of the panel benchmarks over the loaded dataset, and what they
+// ask it with.
+type panelBench struct {
+	c     *hbase.Client
+	src   *countingSource
+	ex    *expected
+	keep  func([]panel) []panel
+	ask   func(panel) (time.Duration, error)
+	close func()
+}
+
+// newPanelBench serves the dataset BenchmarkLoad loaded (it fails b when there is none) through
+// the query server's real HTTP handler, on an HBase client of its own.
+func newPanelBench(b *testing.B) *panelBench {
 	q := gate.HBaseZooKeeper(b)
 	ctx := context.Background()
 	s := datasetSize()
@@ -99,15 +133,18 @@ func BenchmarkPanels(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
 	if _, err := c.Admin().DescribeTable(ctx, s.loadedTable()); err != nil {
+		c.Close()
 		b.Fatalf("dataset %s not loaded (run BenchmarkLoad with the same ABACUS_BENCH_ENTITIES and ABACUS_BENCH_DAYS): %v", s.table(), err)
 	}
 	st, err := hbasestore.New(c, hbasestore.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	src := &countingSource{Store: st}
+	src := &countingSource{Store: st, hideIndex: os.Getenv("ABACUS_BENCH_KEY_INDEX") == "off"}
+	if !src.hideIndex {
+		ensureKeyIndex(b, ctx, st, s)
+	}
 	r, err := query.NewReader(ctx, src, s.table(), family)
 	if err != nil {
 		b.Fatal(err)
@@ -119,11 +156,21 @@ func BenchmarkPanels(b *testing.B) {
 	srv := &query.Server{Topologies: []query.Served{{Name: topoName, Sets: servedSets(topo), Reader: r}},
 		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return end }}
 	hs := httptest.NewServer(srv.HandlerWithDashboard())
-	defer hs.Close()
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	ex := newExpected(s)
-	keep := panelFilter(b)
-	ask := asker(ctx, hc, hs.URL)
+	return &panelBench{c: c, src: src, ex: newExpected(s), keep: panelFilter(b), ask: asker(ctx, hc, hs.URL),
+		close: func() { hs.Close(); c.Close() }}
+}
+
+// BenchmarkPanels asks the loaded dataset (BenchmarkLoad, which must have run) every panel of
+// panels() through the query server's real HTTP handler, first one panel at a time to count what
+// each reads from HBase, then from 1 and from 16 concurrent dashboards, each sending every panel
+// in turn, rounds() times, warm (every panel is asked once before the clock starts). It prints a
+// table of p50 and p99 per panel.
+func BenchmarkPanels(b *testing.B) {
+	pb := newPanelBench(b)
+	defer pb.close()
+	ex, keep, ask, src, c := pb.ex, pb.keep, pb.ask, pb.src, pb.c
+	s := datasetSize()
 
 	type cost struct{ bytes, cells, rpcs int64 }
 	costs := map[string]cost{}

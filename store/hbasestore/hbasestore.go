@@ -122,6 +122,9 @@ func (s *Store) Scan(ctx context.Context, spec store.ScanSpec, fn func(row []byt
 			return nil
 		}
 		if err != nil {
+			if hbase.IsTableNotFound(err) {
+				return fmt.Errorf("hbasestore: scan %s: %w: %w", spec.Table, store.ErrNoSuchTable, err)
+			}
 			return fmt.Errorf("hbasestore: scan %s: %w", spec.Table, err)
 		}
 		row := r.Row()

@@ -1,0 +1,242 @@
+// Package keyindex keeps the key index of an aggregates table (layout in package schema): it
+// says whether an index is complete, makes one complete beside an empty table, rebuilds one from
+// the aggregates table, and lists a set's keys from it. The aggregates sink writes the index as
+// it writes windows (sinks.AggregatesEncoder.KeyIndex); this package is what admin commands and
+// queries use.
+package keyindex
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
+)
+
+// Complete reports whether the key index of the aggregates table agg (its family is family) is
+// complete: the table exists and holds the marker. A missing table is no error: the index is
+// simply not there.
+func Complete(ctx context.Context, r store.Reader, agg, family string) (bool, error) {
+	found := false
+	err := r.Scan(ctx, store.ScanSpec{Table: schema.KeyIndexTable(agg), Family: family,
+		Start: schema.KeyIndexMarkerRow, Stop: append(bytes.Clone(schema.KeyIndexMarkerRow), 0), Limit: 1},
+		func(_ []byte, cells []store.Cell) bool {
+			for _, c := range cells {
+				if string(c.Qualifier) == schema.KeyIndexMarkerQualifier && len(c.Value) == 1 && c.Value[0] == schema.KeyIndexVersion {
+					found = true
+				}
+			}
+			return false
+		})
+	if errors.Is(err, store.ErrNoSuchTable) {
+		return false, nil
+	}
+	return found, err
+}
+
+// MarkComplete writes the marker that vouches for the index of the aggregates table laid out by agg.
+func MarkComplete(ctx context.Context, w store.Writer, agg schema.TableLayout) error {
+	c := store.Cell{Table: schema.KeyIndexTable(agg.Name), Row: schema.KeyIndexMarkerRow, Family: []byte(agg.Family),
+		Qualifier: []byte(schema.KeyIndexMarkerQualifier), Timestamp: schema.KeyIndexMarkerTimestamp,
+		Value: []byte{schema.KeyIndexVersion}}
+	return write(ctx, w, []store.Cell{c})
+}
+
+// write lands cells, retrying the ones that failed for a transient cause a few times.
+func write(ctx context.Context, w store.Writer, cells []store.Cell) error {
+	for try := 0; ; try++ {
+		failed, err := w.Write(ctx, cells)
+		if err == nil && len(failed) == 0 {
+			return nil
+		}
+		if err == nil {
+			var again []store.Cell
+			for _, f := range failed {
+				if f.Permanent {
+					return fmt.Errorf("keyindex: writing %s: %w", cells[f.Index].Table, f.Err)
+				}
+				again = append(again, cells[f.Index])
+			}
+			cells, err = again, failed[0].Err
+		}
+		if try >= 5 || ctx.Err() != nil {
+			return fmt.Errorf("keyindex: writing %s: %w", cells[0].Table, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(100<<try) * time.Millisecond):
+		}
+	}
+}
+
+// Empty reports whether table has no rows.
+func Empty(ctx context.Context, r store.Reader, table string) (bool, error) {
+	empty := true
+	err := r.Scan(ctx, store.ScanSpec{Table: table, Limit: 1}, func([]byte, []store.Cell) bool { empty = false; return false })
+	return empty, err
+}
+
+// Stats say what a rebuild did.
+type Stats struct {
+	Keys  int64 // index rows written: one per set and key
+	Reads int64 // reads of the aggregates table
+}
+
+// rebuildParallel is how many salt buckets a rebuild walks at once.
+const rebuildParallel = 8
+
+// Rebuild writes the index row of every set and key of the aggregates table laid out by agg (its
+// salt bucket count is buckets), and then the marker. It reads one row per set and key: from
+// each, the walk jumps past that key's other windows of the set. The index rows get the
+// timestamps the sink gives them (schema.KeyIndexTimestamp of the newest window), so a rebuild
+// beside running sinks rewrites what they write. Run it after every aggregates sink writes the
+// index (it checks the index table at start): a key first written by a sink that does not would
+// be missing from an index marked complete.
+func Rebuild(ctx context.Context, st interface {
+	store.Reader
+	store.Writer
+}, agg schema.TableLayout, buckets int, progress func(Stats)) (Stats, error) {
+	var keys, reads atomic.Int64
+	keysTable, fam := schema.KeyIndexTable(agg.Name), []byte(agg.Family)
+	var mu sync.Mutex // serialises progress
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(rebuildParallel)
+	for b := range max(buckets, 1) {
+		g.Go(func() error {
+			cursor, stop := []byte{byte(b)}, store.PrefixEnd([]byte{byte(b)})
+			var batch []store.Cell
+			flush := func() error {
+				if len(batch) == 0 {
+					return nil
+				}
+				if err := write(gctx, st, batch); err != nil {
+					return err
+				}
+				keys.Add(int64(len(batch)))
+				batch = batch[:0]
+				if progress != nil {
+					mu.Lock()
+					progress(Stats{Keys: keys.Load(), Reads: reads.Load()})
+					mu.Unlock()
+				}
+				return nil
+			}
+			for {
+				var row []byte
+				var newest int64
+				err := st.Scan(gctx, store.ScanSpec{Table: agg.Name, Family: agg.Family, Start: cursor, Stop: stop, Limit: 1},
+					func(k []byte, cells []store.Cell) bool {
+						row = bytes.Clone(k)
+						for _, c := range cells {
+							newest = max(newest, c.Timestamp)
+						}
+						return false
+					})
+				reads.Add(1)
+				if err != nil {
+					return fmt.Errorf("keyindex: reading %s: %w", agg.Name, err)
+				}
+				if row == nil {
+					return flush()
+				}
+				key, rest, err := schema.ReadComponent(row[1:])
+				var set string
+				if err == nil {
+					set, rest, err = schema.ReadComponent(rest)
+				}
+				if err != nil || key == "" || set == "" {
+					cursor = append(row, 0) // not an abacus window row: step over it
+					continue
+				}
+				batch = append(batch, store.Cell{Table: keysTable, Row: schema.KeyIndexRow(set, key), Family: fam,
+					Qualifier: []byte(schema.KeyIndexQualifier), Timestamp: schema.KeyIndexTimestamp(newest, agg.TTL), Value: []byte{}})
+				if len(batch) >= 1000 {
+					if err := flush(); err != nil {
+						return err
+					}
+				}
+				// The first row of a key's set is its newest window (window starts are reversed);
+				// the next read starts past the set's rows of this key.
+				cursor = store.PrefixEnd(row[:len(row)-len(rest)])
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Stats{Keys: keys.Load(), Reads: reads.Load()}, err
+	}
+	s := Stats{Keys: keys.Load(), Reads: reads.Load()}
+	return s, MarkComplete(ctx, st, agg)
+}
+
+// ErrTooMany is returned by List with the keys found when it examined its limit of index rows.
+var ErrTooMany = errors.New("keyindex: listing examined its limit of keys")
+
+// List returns, sorted, the first limit keys of set (of any set when set is "") that start with
+// prefix and pass match (nil: all), from the index of the aggregates table agg, and whether more
+// matched. It examines at most maxExamined index rows, then returns what it found with
+// ErrTooMany. Call it only on a complete index (Complete).
+func List(ctx context.Context, r store.Reader, agg, family, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
+	var start []byte
+	if set != "" {
+		start = schema.KeyIndexSetPrefix(set)
+	}
+	esc := schema.AppendComponent(nil, prefix)
+	esc = esc[:len(esc)-2] // without the terminator: a prefix of every matching key's component
+	var stop []byte
+	if set != "" {
+		start = append(start, esc...)
+		stop = store.PrefixEnd(start)
+	} else {
+		start = append(bytes.Clone(schema.KeyIndexMarkerRow), 0) // past the marker
+	}
+	spec := store.ScanSpec{Table: schema.KeyIndexTable(agg), Family: family, Start: start, Stop: stop}
+	if set != "" && match == nil {
+		spec.Limit = limit + 1 // sizes the scan's RPCs to the answer
+	}
+	var out []string
+	seen := map[string]bool{}
+	examined := 0
+	var perr error
+	err := r.Scan(ctx, spec,
+		func(row []byte, _ []store.Cell) bool {
+			s, key, err := schema.ParseKeyIndexRow(row)
+			if err != nil {
+				return true // not an index row
+			}
+			if examined++; examined > maxExamined {
+				perr = ErrTooMany
+				return false
+			}
+			if (set == "" && (len(key) < len(prefix) || key[:len(prefix)] != prefix)) || (set != "" && s != set) {
+				return true
+			}
+			if seen[key] || (match != nil && !match(key)) {
+				return true
+			}
+			seen[key] = true
+			out = append(out, key)
+			// Within one set the rows come in key order, so the first limit+1 are the answer.
+			return set == "" || len(out) <= limit
+		})
+	if err != nil {
+		return nil, false, fmt.Errorf("keyindex: listing %s: %w", schema.KeyIndexTable(agg), err)
+	}
+	if set == "" {
+		slices.Sort(out)
+	}
+	if perr != nil {
+		return out[:min(len(out), limit)], false, perr
+	}
+	if len(out) > limit {
+		return out[:limit], true, nil
+	}
+	return out, false, nil
+}

@@ -1,0 +1,92 @@
+package sinks
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/totals"
+)
+
+// TestKeyIndexWrittenUntilLanded: the encoder writes a key's index cell into one batch at a time,
+// writes it again when that batch is dropped (a lost partition, a failed write) and stops only
+// once a batch holding it landed; a later refresh period writes it once more, and a full cache
+// forgets what landed rather than growing.
+func TestKeyIndexWrittenUntilLanded(t *testing.T) {
+	day := int64(24 * time.Hour / time.Millisecond)
+	t0 := 20_000 * day
+	enc := &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 4, KeyIndex: "agg_keys", KeyIndexCache: 3}
+	encode := func(set, key string, start int64) []store.Cell {
+		t.Helper()
+		r := totals.Record{Topology: "t", Set: set, Entity: key, Start: start, End: start + 60_000, Final: true, Revision: 1,
+			Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 1}}}
+		cells, err := enc.Encode(&kgo.Record{Value: r.Encode()}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var idx []store.Cell
+		for _, c := range cells {
+			if c.Table == "agg_keys" {
+				idx = append(idx, c)
+			}
+		}
+		return idx
+	}
+	first := encode("minute", "dev-1", t0)
+	if len(first) != 1 || string(first[0].Row) != string(schema.KeyIndexRow("minute", "dev-1")) ||
+		first[0].Timestamp != schema.KeyIndexTimestamp(t0+60_000, 0) || string(first[0].Qualifier) != schema.KeyIndexQualifier {
+		t.Fatalf("first window of a key: index cells %+v", first)
+	}
+	if got := encode("minute", "dev-1", t0+60_000); len(got) != 0 {
+		t.Fatalf("a second window while the first's batch is in flight wrote %d index cells", len(got))
+	}
+	if got := encode("hour", "dev-1", t0); len(got) != 1 {
+		t.Fatalf("the same key in another set: %d index cells, want 1", len(got))
+	}
+	enc.batchesDropped()
+	again := encode("minute", "dev-1", t0+120_000)
+	if len(again) != 1 {
+		t.Fatalf("after the batch was dropped: %d index cells, want the key written again", len(again))
+	}
+	enc.batchLanded(again)
+	if got := encode("minute", "dev-1", t0+180_000); len(got) != 0 {
+		t.Fatalf("after a batch with it landed: %d index cells", len(got))
+	}
+	enc.batchesDropped() // nothing pending for dev-1: what landed stays known
+	if got := encode("minute", "dev-1", t0+240_000); len(got) != 0 {
+		t.Fatalf("a drop after the landing made the key be written again: %d cells", len(got))
+	}
+	next := encode("minute", "dev-1", t0+day)
+	if len(next) != 1 || next[0].Timestamp <= again[0].Timestamp {
+		t.Fatalf("a window of the next day: %+v, want one index cell with a later timestamp than %d", next, again[0].Timestamp)
+	}
+	// The cache holds 3 keys: landing a 4th forgets all, so each is written once more.
+	enc = &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 4, KeyIndex: "agg_keys", KeyIndexCache: 3}
+	var landed []store.Cell
+	for _, k := range []string{"a", "b", "c"} {
+		landed = append(landed, encode("minute", k, t0)...)
+	}
+	enc.batchLanded(landed)
+	if got := encode("minute", "a", t0); len(got) != 0 {
+		t.Fatalf("a key the cache holds was written again")
+	}
+	enc.batchLanded(encode("minute", "d", t0))
+	if len(enc.landed) > 3 {
+		t.Fatalf("the cache holds %d keys, limit 3", len(enc.landed))
+	}
+	if got := encode("minute", "a", t0); len(got) != 1 {
+		t.Fatalf("after the cache was full a forgotten key wrote %d index cells, want 1", len(got))
+	}
+	// Without KeyIndex no index cell is ever written.
+	plain := &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 4}
+	r := totals.Record{Topology: "t", Set: "minute", Entity: "x", Start: t0, End: t0 + 60_000, Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 1}}}
+	cells, _ := plain.Encode(&kgo.Record{Value: r.Encode()}, nil)
+	for _, c := range cells {
+		if c.Table != "agg" {
+			t.Fatalf("an encoder without KeyIndex wrote to %s", c.Table)
+		}
+	}
+}
