@@ -6,10 +6,17 @@
 #   bench/query/run.sh                                            5,000 entities x 7 days (the issue's fleet)
 #   ABACUS_BENCH_ENTITIES=1000 ABACUS_BENCH_ROUNDS=2 bench/query/run.sh    what the README's table used
 #
+#   bench/query/run.sh cold                                       cold reads: every panel once after each of
+#                                                                 ABACUS_BENCH_COLD_RESTARTS (3) restarts of
+#                                                                 HBase's region servers (BenchmarkPanelsCold:
+#                                                                 it restarts the testenv HBase, so run it alone)
+#
 # ABACUS_BENCH_DAYS sets the days of history (default 7); ABACUS_BENCH_ROUNDS the rounds of every
 # panel per dashboard (default 100); ABACUS_BENCH_PANELS a regular expression of the panels to ask
-# (all by default), e.g. to profile one with -cpuprofile. Needs Go; HBase must be running
-# (testenv/services.sh start).
+# (all by default), e.g. to profile one with -cpuprofile; ABACUS_BENCH_KEY_INDEX=off hides the key
+# index, so that listings walk the aggregates table as they do before `abacus admin reindex`.
+# Needs Go; HBase must be running (testenv/services.sh start; with HBASE_REGIONSERVERS=3 and its
+# env evaluated, the cluster).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -18,5 +25,11 @@ export ABACUS_HBASE_ZK=${ABACUS_HBASE_ZK:-127.0.0.1:2181}
 export ABACUS_REQUIRE_SERVICES=1
 echo "[bench] load: ${ABACUS_BENCH_ENTITIES:-5000} entities x ${ABACUS_BENCH_DAYS:-7} days" >&2
 go test -run '^$' -bench 'Load' -benchtime 1x -timeout 4h -v ./bench/query/
+if [ "${1:-}" = cold ]; then
+  shift
+  echo "[bench] cold panels: ${ABACUS_BENCH_COLD_RESTARTS:-3} restarts of the region servers" >&2
+  go test -run '^$' -bench 'PanelsCold' -benchtime 1x -timeout 4h -v ./bench/query/ "$@"
+  exit 0
+fi
 echo "[bench] panels: ${ABACUS_BENCH_ROUNDS:-100} rounds per dashboard" >&2
-go test -run '^$' -bench 'Panels' -benchtime 1x -timeout 4h -v ./bench/query/ "$@"
+go test -run '^$' -bench 'Panels$' -benchtime 1x -timeout 4h -v ./bench/query/ "$@"
