@@ -183,60 +183,98 @@ var ErrTooMany = errors.New("keyindex: listing examined its limit of keys")
 // prefix and pass match (nil: all), from the index of the aggregates table agg, and whether more
 // matched. It examines at most maxExamined index rows, then returns what it found with
 // ErrTooMany. Call it only on a complete index (Complete).
+//
+// A set's keys are one scan of the rows set | prefix..., stopped after limit+1 matches. For any
+// set, it finds each set present with a one-row read, lists that set the same way and merges:
+// the first limit of the union are among the first limit+1 of each set.
 func List(ctx context.Context, r store.Reader, agg, family, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
-	var start []byte
+	l := &lister{r: r, table: schema.KeyIndexTable(agg), family: family, prefix: prefix, limit: limit,
+		budget: maxExamined, match: match, seen: map[string]bool{}}
+	var err error
 	if set != "" {
-		start = schema.KeyIndexSetPrefix(set)
-	}
-	esc := schema.AppendComponent(nil, prefix)
-	esc = esc[:len(esc)-2] // without the terminator: a prefix of every matching key's component
-	var stop []byte
-	if set != "" {
-		start = append(start, esc...)
-		stop = store.PrefixEnd(start)
+		err = l.listSet(ctx, set)
 	} else {
-		start = append(bytes.Clone(schema.KeyIndexMarkerRow), 0) // past the marker
+		err = l.listAll(ctx)
 	}
-	spec := store.ScanSpec{Table: schema.KeyIndexTable(agg), Family: family, Start: start, Stop: stop}
-	if set != "" && match == nil {
-		spec.Limit = limit + 1 // sizes the scan's RPCs to the answer
+	if err != nil && !errors.Is(err, ErrTooMany) {
+		return nil, false, fmt.Errorf("keyindex: listing %s: %w", l.table, err)
 	}
-	var out []string
-	seen := map[string]bool{}
-	examined := 0
-	var perr error
-	err := r.Scan(ctx, spec,
-		func(row []byte, _ []store.Cell) bool {
-			s, key, err := schema.ParseKeyIndexRow(row)
-			if err != nil {
-				return true // not an index row
-			}
-			if examined++; examined > maxExamined {
-				perr = ErrTooMany
-				return false
-			}
-			if (set == "" && (len(key) < len(prefix) || key[:len(prefix)] != prefix)) || (set != "" && s != set) {
-				return true
-			}
-			if seen[key] || (match != nil && !match(key)) {
-				return true
-			}
-			seen[key] = true
-			out = append(out, key)
-			// Within one set the rows come in key order, so the first limit+1 are the answer.
-			return set == "" || len(out) <= limit
-		})
+	out := l.out
+	slices.Sort(out)
 	if err != nil {
-		return nil, false, fmt.Errorf("keyindex: listing %s: %w", schema.KeyIndexTable(agg), err)
-	}
-	if set == "" {
-		slices.Sort(out)
-	}
-	if perr != nil {
-		return out[:min(len(out), limit)], false, perr
+		return out[:min(len(out), limit)], false, err
 	}
 	if len(out) > limit {
 		return out[:limit], true, nil
 	}
 	return out, false, nil
+}
+
+// lister is one List: what it found and what it may still examine.
+type lister struct {
+	r             store.Reader
+	table, family string
+	prefix        string
+	limit, budget int
+	match         func(string) bool
+	seen          map[string]bool
+	out           []string
+}
+
+// listSet adds the first limit+1 keys of set that match.
+func (l *lister) listSet(ctx context.Context, set string) error {
+	esc := schema.AppendComponent(nil, l.prefix)
+	start := append(schema.KeyIndexSetPrefix(set), esc[:len(esc)-2]...) // the prefix without its terminator
+	spec := store.ScanSpec{Table: l.table, Family: l.family, Start: start, Stop: store.PrefixEnd(start)}
+	if l.match == nil {
+		spec.Limit = l.limit + 1 // sizes the scan's RPCs to the answer
+	}
+	found := 0
+	var lerr error
+	err := l.r.Scan(ctx, spec, func(row []byte, _ []store.Cell) bool {
+		s, key, err := schema.ParseKeyIndexRow(row)
+		if err != nil || s != set {
+			return true // not an index row of set
+		}
+		if l.budget--; l.budget < 0 {
+			lerr = ErrTooMany
+			return false
+		}
+		if l.match != nil && !l.match(key) {
+			return true
+		}
+		found++
+		if !l.seen[key] {
+			l.seen[key] = true
+			l.out = append(l.out, key)
+		}
+		// The rows come in key order: the first limit+1 are all this set can add to the answer.
+		return found <= l.limit
+	})
+	if err != nil {
+		return err
+	}
+	return lerr
+}
+
+// listAll lists every set present in the index, each found by a one-row read past the last.
+func (l *lister) listAll(ctx context.Context) error {
+	cursor := append(bytes.Clone(schema.KeyIndexMarkerRow), 0) // past the marker
+	for {
+		var row []byte
+		err := l.r.Scan(ctx, store.ScanSpec{Table: l.table, Family: l.family, Start: cursor, Limit: 1},
+			func(k []byte, _ []store.Cell) bool { row = bytes.Clone(k); return false })
+		if err != nil || row == nil {
+			return err
+		}
+		set, _, err := schema.ReadComponent(row)
+		if err != nil || set == "" {
+			cursor = append(row, 0) // not an index row: step over it
+			continue
+		}
+		if err := l.listSet(ctx, set); err != nil {
+			return err
+		}
+		cursor = store.PrefixEnd(schema.KeyIndexSetPrefix(set))
+	}
 }

@@ -11,11 +11,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/cellstore"
+	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/totals"
 )
 
@@ -23,9 +25,42 @@ const minute = int64(time.Minute / time.Millisecond)
 
 var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC).UnixMilli()
 
+// backend is a store as the sinks and queries use it.
+type backend interface {
+	store.Reader
+	store.Writer
+	store.Tables
+}
+
+// backends gives each test the embedded cell store and, when it runs, the real HBase; each call
+// of one gives a store and an aggregates table name of its own.
+func backends(t *testing.T) map[string]func(t *testing.T) (backend, string) {
+	return map[string]func(t *testing.T) (backend, string){
+		"cellstore": func(t *testing.T) (backend, string) {
+			st, err := cellstore.Open("")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { st.Close() })
+			return st, "agg"
+		},
+		"hbase": func(t *testing.T) (backend, string) {
+			c := testenv.HBaseClient(t)
+			st, err := hbasestore.New(c, hbasestore.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			table := fmt.Sprintf("keyindextest_%d", time.Now().UnixNano())
+			testenv.DropTableAtEnd(t, c, table)
+			testenv.DropTableAtEnd(t, c, schema.KeyIndexTable(table))
+			return st, table
+		},
+	}
+}
+
 // seeded is an aggregates table written as the sink writes it, with or without the key index.
 type seeded struct {
-	st    *cellstore.Store
+	st    backend
 	agg   schema.TableLayout
 	index []store.Cell // the index cells the sink wrote (with an index)
 	keys  map[string][]string
@@ -33,15 +68,12 @@ type seeded struct {
 
 // seed writes windows of three sets for keys that need escaping and sort in awkward places, over
 // two days so that a key's index row is written twice (two refresh periods).
-func seed(t *testing.T, withIndex bool) *seeded {
+func seed(t *testing.T, open func(t *testing.T) (backend, string), withIndex bool) *seeded {
 	t.Helper()
-	st, err := cellstore.Open("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	agg := schema.TableLayout{Name: "agg", Family: "d", SaltBuckets: 4, TTL: 0}
+	st, name := open(t)
+	agg := schema.TableLayout{Name: name, Family: "d", SaltBuckets: 4, TTL: 0}
 	ctx := context.Background()
+	var err error
 	for _, l := range []schema.TableLayout{agg, schema.KeyIndexLayout(agg)} {
 		if err := st.EnsureTable(ctx, l); err != nil {
 			t.Fatal(err)
@@ -101,8 +133,14 @@ func (s *seeded) indexCells(t *testing.T) map[string]int64 {
 // index row, with the timestamp, that the sink's own writing gave it, then marks the index
 // complete; before the mark nothing says it is.
 func TestRebuildWritesWhatTheSinkWrites(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) { testRebuild(t, open) })
+	}
+}
+
+func testRebuild(t *testing.T, open func(t *testing.T) (backend, string)) {
 	ctx := context.Background()
-	bySink := seed(t, true)
+	bySink := seed(t, open, true)
 	want := bySink.indexCells(t)
 	if len(want) != 7+2+2 {
 		t.Fatalf("the sink indexed %d set and key pairs, want 11: %v", len(want), want)
@@ -110,14 +148,14 @@ func TestRebuildWritesWhatTheSinkWrites(t *testing.T) {
 	if len(bySink.index) != 2*len(want) {
 		t.Fatalf("the sink wrote %d index cells for %d keys over two days, want one per key per day", len(bySink.index), len(want))
 	}
-	s := seed(t, false)
+	s := seed(t, open, false)
 	if got := s.indexCells(t); len(got) != 0 {
 		t.Fatalf("without KeyIndex the encoder wrote index cells: %v", got)
 	}
-	if ok, err := keyindex.Complete(ctx, s.st, "agg", "d"); ok || err != nil {
+	if ok, err := keyindex.Complete(ctx, s.st, s.agg.Name, "d"); ok || err != nil {
 		t.Fatalf("Complete before any marker: %v %v", ok, err)
 	}
-	if ok, err := keyindex.Complete(ctx, s.st, "missing", "d"); ok || err != nil {
+	if ok, err := keyindex.Complete(ctx, s.st, s.agg.Name+"_missing", "d"); ok || err != nil {
 		t.Fatalf("Complete without an index table: %v %v, want false and no error", ok, err)
 	}
 	stats, err := keyindex.Rebuild(ctx, s.st, s.agg, 4, nil)
@@ -136,7 +174,7 @@ func TestRebuildWritesWhatTheSinkWrites(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("rebuilt index\n %v\nthe sink's\n %v", got, want)
 	}
-	if ok, err := keyindex.Complete(ctx, s.st, "agg", "d"); !ok || err != nil {
+	if ok, err := keyindex.Complete(ctx, s.st, s.agg.Name, "d"); !ok || err != nil {
 		t.Fatalf("Complete after the rebuild: %v %v", ok, err)
 	}
 }
@@ -144,13 +182,19 @@ func TestRebuildWritesWhatTheSinkWrites(t *testing.T) {
 // TestList answers listings from the index as the walk of the aggregates table does: in order,
 // cut at the limit with more, by prefix and match, bounded by the rows it examines.
 func TestList(t *testing.T) {
+	for name, open := range backends(t) {
+		t.Run(name, func(t *testing.T) { testList(t, open) })
+	}
+}
+
+func testList(t *testing.T, open func(t *testing.T) (backend, string)) {
 	ctx := context.Background()
-	s := seed(t, true)
+	s := seed(t, open, true)
 	if err := keyindex.MarkComplete(ctx, s.st, s.agg); err != nil {
 		t.Fatal(err)
 	}
 	list := func(set, prefix string, limit, maxExamined int, match func(string) bool) string {
-		keys, more, err := keyindex.List(ctx, s.st, "agg", "d", set, prefix, limit, maxExamined, match)
+		keys, more, err := keyindex.List(ctx, s.st, s.agg.Name, "d", set, prefix, limit, maxExamined, match)
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -170,16 +214,20 @@ func TestList(t *testing.T) {
 		{"set that prefixes another", list("min", "", 100, 1000, nil), "[] false"},
 		{"any set", list("", "", 100, 1000, nil), all("a", "a\x00", "a\x01b", "ab", "device-001", "device-002", "device-003", "eu", "région-7", "us")},
 		{"any set, prefix", list("", "device-00", 2, 1000, nil), fmt.Sprintf("%q true", []string{"device-001", "device-002"})},
+		{"any set, limit", list("", "", 3, 1000, nil), fmt.Sprintf("%q true", []string{"a", "a\x00", "a\x01b"})},
+		{"any set, a key of another set first", list("", "e", 1, 1000, nil), fmt.Sprintf("%q false", []string{"eu"})},
+		{"any set, prefix of keys in two sets", list("", "device-003", 5, 1000, nil), all("device-003")},
+		{"any set, match", list("", "", 100, 1000, func(k string) bool { return strings.HasSuffix(k, "3") }), all("device-003")},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, tc.got, tc.want)
 		}
 	}
-	keys, _, err := keyindex.List(ctx, s.st, "agg", "d", "minute", "", 100, 3, func(string) bool { return false })
+	keys, _, err := keyindex.List(ctx, s.st, s.agg.Name, "d", "minute", "", 100, 3, func(string) bool { return false })
 	if !errors.Is(err, keyindex.ErrTooMany) || len(keys) != 0 {
 		t.Fatalf("bound of 3 rows, none matching: %q %v", keys, err)
 	}
-	keys, _, err = keyindex.List(ctx, s.st, "agg", "d", "minute", "", 100, 3, nil)
+	keys, _, err = keyindex.List(ctx, s.st, s.agg.Name, "d", "minute", "", 100, 3, nil)
 	if !errors.Is(err, keyindex.ErrTooMany) || len(keys) != 3 {
 		t.Fatalf("bound of 3 rows: %q %v, want the 3 found and ErrTooMany", keys, err)
 	}
