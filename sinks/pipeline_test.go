@@ -79,7 +79,12 @@ func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
 	p.aggTable, p.factsTable = tbl+"_agg", tbl+"_facts"
 	for _, tb := range []string{p.aggTable, p.factsTable} {
 		testenv.DropTableAtEnd(t, p.hb, tb)
-		err := hbaseStore(t, p.hb).EnsureTable(setupCtx(t), schema.TableLayout{Name: tb, Family: "d", SaltBuckets: pipelineBuckets, Versions: 5})
+		l := schema.TableLayout{Name: tb, Family: "d", SaltBuckets: pipelineBuckets, Versions: 5}
+		err := hbaseStore(t, p.hb).EnsureTable(setupCtx(t), l)
+		if err == nil && tb == p.aggTable {
+			testenv.DropTableAtEnd(t, p.hb, schema.KeyIndexTable(tb))
+			err = hbaseStore(t, p.hb).EnsureTable(setupCtx(t), schema.KeyIndexLayout(l))
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +122,7 @@ func startPipeline(t *testing.T, name string, rate, pad int) *pipeline {
 		return m, hc
 	}
 	p.aggM, p.aggC = newSink("aggregates", p.prefix+"aggregates-sink", []string{p.topo.TotalsTopic()},
-		&AggregatesEncoder{Table: p.aggTable, Family: "d", SaltBuckets: pipelineBuckets})
+		&AggregatesEncoder{Table: p.aggTable, Family: "d", SaltBuckets: pipelineBuckets, KeyIndex: schema.KeyIndexTable(p.aggTable)})
 	p.factsM, p.factsC = newSink("facts", p.prefix+"facts-sink", []string{p.source},
 		&FactsEncoder{Table: p.factsTable, Family: "d", SaltBuckets: pipelineBuckets, MaxFutureSkew: p.topo.MaxFutureSkew(), Extract: FactsOf(p.topo),
 			LeaveRejectsToProcessor: true})
@@ -247,6 +252,7 @@ func (p *pipeline) verify() {
 	if o.Open() != 0 {
 		t.Fatalf("%d windows open after the flush events", o.Open())
 	}
+	newest := map[string]int64{} // set | key of every aggregate row -> its newest window end
 	for _, tc := range []struct {
 		table string
 		want  *stream.Cells
@@ -263,6 +269,12 @@ func (p *pipeline) verify() {
 			}
 			for _, cl := range r.Cells {
 				cmp.Cell(cl.Row, cl.Family, cl.Qualifier, cl.Timestamp, cl.Value)
+				if tc.table == p.aggTable {
+					if e, set, _, err := schema.ParseAggregateRow(cl.Row); err == nil {
+						k := string(schema.KeyIndexRow(set, e))
+						newest[k] = max(newest[k], cl.Timestamp)
+					}
+				}
 			}
 		}
 		d := cmp.Finish()
@@ -271,6 +283,47 @@ func (p *pipeline) verify() {
 		} else {
 			t.Logf("%s: %d cells, all as the oracle computes from %d records, one version each", tc.table, d.Compared, o.Records)
 		}
+	}
+	p.verifyKeyIndex(newest)
+}
+
+// verifyKeyIndex checks the key index the aggregates sink wrote against the aggregates table:
+// one row for every set and key that has windows, none for any other, each (newest version)
+// with the timestamp its newest window gives it, whatever crashes and retries came between.
+func (p *pipeline) verifyKeyIndex(newest map[string]int64) {
+	t := p.t
+	got := map[string]int64{}
+	sc := p.hb.Scan(hbase.Scan{Table: schema.KeyIndexTable(p.aggTable)})
+	for {
+		r, err := sc.Next(setupCtx(t))
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cl := range r.Cells {
+			got[string(cl.Row)] = cl.Timestamp
+		}
+	}
+	bad := 0
+	for k, end := range newest {
+		if ts, ok := got[k]; !ok || ts != schema.KeyIndexTimestamp(end, 0) {
+			set, key, _ := schema.ParseKeyIndexRow([]byte(k))
+			if bad++; bad <= 5 {
+				t.Errorf("key index: %s %s has timestamp %d (present %v), want %d from its newest window ending %d", set, key, ts, ok, schema.KeyIndexTimestamp(end, 0), end)
+			}
+		}
+	}
+	for k := range got {
+		if _, ok := newest[k]; !ok {
+			if bad++; bad <= 10 {
+				t.Errorf("key index: row %x names no set and key of %s", k, p.aggTable)
+			}
+		}
+	}
+	if bad == 0 {
+		t.Logf("key index: %d set and key pairs, each as the aggregates table says", len(newest))
 	}
 }
 

@@ -87,6 +87,42 @@ func (t *setTally) cell(row []byte, right bool) {
 	}
 }
 
+// keyTally derives, from an aggregates table as a comparison reads it, the key index the sink
+// must have written beside it: one row per set and key, stamped from the key's newest window.
+type keyTally struct {
+	newest map[string]int64 // index row -> newest window end
+	family string
+}
+
+func newKeyTally() *keyTally { return &keyTally{newest: map[string]int64{}} }
+
+func (k *keyTally) cell(c *hbase.Cell) {
+	e, set, _, err := schema.ParseAggregateRow(c.Row)
+	if err != nil {
+		return
+	}
+	row := string(schema.KeyIndexRow(set, e))
+	k.newest[row] = max(k.newest[row], c.Timestamp)
+	k.family = string(c.Family)
+}
+
+// expected is the key index as cells (the tables have no TTL: schema.KeyIndexTimestamp of 0).
+func (k *keyTally) expected() *stream.Cells {
+	out := stream.NewCells()
+	for row, end := range k.newest {
+		out.Add([]byte(row), k.family, []byte(schema.KeyIndexQualifier), schema.KeyIndexTimestamp(end, 0), []byte{}, nil)
+	}
+	return out
+}
+
+func describeKey(row, _, qualifier []byte) string {
+	set, key, err := schema.ParseKeyIndexRow(row)
+	if err != nil {
+		return fmt.Sprintf("index row %x %s", row, qualifier)
+	}
+	return fmt.Sprintf("key index %s %s %s", set, key, qualifier)
+}
+
 func describeFact(row, _, qualifier []byte) string {
 	e, ts, err := schema.ParseFactRow(row)
 	if err != nil {
@@ -98,7 +134,7 @@ func describeFact(row, _, qualifier []byte) string {
 // tableCheck compares one table with the oracle's cells and, when ref is set, with a reference
 // table's cells; it returns the cells it read, for use as a reference in turn. With tally set,
 // it counts the cells by set.
-func tableCheck(ctx context.Context, hb *hbase.Client, table string, want, ref *stream.Cells, describe func(row, family, qualifier []byte) string, tally *setTally) (vsOracle, vsRef stream.Diff, read *stream.Cells, err error) {
+func tableCheck(ctx context.Context, hb *hbase.Client, table string, want, ref *stream.Cells, describe func(row, family, qualifier []byte) string, tally *setTally, keys *keyTally) (vsOracle, vsRef stream.Diff, read *stream.Cells, err error) {
 	read = stream.NewCells()
 	cmpOracle := want.Compare(describe)
 	var cmpRef *stream.Comparer
@@ -109,6 +145,9 @@ func tableCheck(ctx context.Context, hb *hbase.Client, table string, want, ref *
 	first := true
 	err = scanTable(ctx, hb, table, func(c *hbase.Cell) {
 		right := cmpOracle.Cell(c.Row, c.Family, c.Qualifier, c.Timestamp, c.Value)
+		if keys != nil {
+			keys.cell(c)
+		}
 		if cmpRef != nil {
 			cmpRef.Cell(c.Row, c.Family, c.Qualifier, c.Timestamp, c.Value)
 		}

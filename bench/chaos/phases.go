@@ -12,6 +12,7 @@ import (
 	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/partitioner/franz"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -322,10 +323,14 @@ func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *sum
 	describeAgg := describeAggregateOf(o)
 	if refRun != nil && sum.refRan {
 		sum.refBySet = newSetTally()
-		if sum.refAgg, _, refAgg, err = tableCheck(ctx, d.hb, refRun.aggTable, o.Aggregates, nil, describeAgg, sum.refBySet); err != nil {
+		keys := newKeyTally()
+		if sum.refAgg, _, refAgg, err = tableCheck(ctx, d.hb, refRun.aggTable, o.Aggregates, nil, describeAgg, sum.refBySet, keys); err != nil {
 			return err
 		}
-		if sum.refFacts, _, refFacts, err = tableCheck(ctx, d.hb, refRun.factsTable, o.Facts, nil, describeFact, nil); err != nil {
+		if sum.refKeys, _, _, err = tableCheck(ctx, d.hb, schema.KeyIndexTable(refRun.aggTable), keys.expected(), nil, describeKey, nil, nil); err != nil {
+			return err
+		}
+		if sum.refFacts, _, refFacts, err = tableCheck(ctx, d.hb, refRun.factsTable, o.Facts, nil, describeFact, nil, nil); err != nil {
 			return err
 		}
 		if sum.refDLQ, sum.refLate, err = d.checkSetAside(ctx, refRun, o); err != nil {
@@ -333,10 +338,16 @@ func (d *driver) compare(ctx context.Context, chaosRun, refRun *runCfg, sum *sum
 		}
 	}
 	sum.chaosBySet = newSetTally()
-	if sum.chaosAgg, sum.chaosVsRefAgg, _, err = tableCheck(ctx, d.hb, chaosRun.aggTable, o.Aggregates, refAgg, describeAgg, sum.chaosBySet); err != nil {
+	keys := newKeyTally()
+	if sum.chaosAgg, sum.chaosVsRefAgg, _, err = tableCheck(ctx, d.hb, chaosRun.aggTable, o.Aggregates, refAgg, describeAgg, sum.chaosBySet, keys); err != nil {
 		return err
 	}
-	if sum.chaosFacts, sum.chaosVsRefFacts, _, err = tableCheck(ctx, d.hb, chaosRun.factsTable, o.Facts, refFacts, describeFact, nil); err != nil {
+	// The key index is checked against the aggregates table it lists, which the line above
+	// checks against the oracle.
+	if sum.chaosKeys, _, _, err = tableCheck(ctx, d.hb, schema.KeyIndexTable(chaosRun.aggTable), keys.expected(), nil, describeKey, nil, nil); err != nil {
+		return err
+	}
+	if sum.chaosFacts, sum.chaosVsRefFacts, _, err = tableCheck(ctx, d.hb, chaosRun.factsTable, o.Facts, refFacts, describeFact, nil, nil); err != nil {
 		return err
 	}
 	if sum.chaosDLQ, sum.chaosLate, err = d.checkSetAside(ctx, chaosRun, o); err != nil {

@@ -23,6 +23,7 @@ type summary struct {
 
 	chaosAgg, chaosFacts, refAgg, refFacts stream.Diff
 	chaosVsRefAgg, chaosVsRefFacts         stream.Diff
+	chaosKeys, refKeys                     stream.Diff // key index vs the aggregates table
 	chaosDLQ, refDLQ                       *dlqCheck
 	chaosLate, refLate                     *lateCheck
 	// chaosBySet and refBySet count each aggregates table's cells by set, rollups among them.
@@ -52,6 +53,8 @@ func (d *driver) printSummary(s *summary) bool {
 	s.printDiff(w, &t, "reference facts vs oracle", s.refFacts, ran && s.refRan)
 	s.printDiff(w, &t, "chaos aggregates vs reference", s.chaosVsRefAgg, ran && s.refRan)
 	s.printDiff(w, &t, "chaos facts vs reference", s.chaosVsRefFacts, ran && s.refRan)
+	s.printKeyIndex(w, "chaos key index vs aggregates", s.chaosKeys, ran)
+	s.printKeyIndex(w, "reference key index vs aggregates", s.refKeys, ran && s.refRan)
 	rollupCells := s.printBySet(w, "chaos aggregates by set", s.chaosBySet, ran)
 	rollupCells += s.printBySet(w, "reference aggregates by set", s.refBySet, ran && s.refRan)
 	s.printDeadLetters(w, "chaos dead letters", s.chaosDLQ, false)
@@ -180,6 +183,22 @@ func (s *summary) printDiff(w io.Writer, t *cellTally, what string, dd stream.Di
 	}
 	if dd.Mismatches() > 0 {
 		s.failures = append(s.failures, fmt.Sprintf("%s: %d differences", what, dd.Mismatches()))
+	}
+}
+
+// printKeyIndex prints the check of a key index against its aggregates table: every set and key
+// with windows has its row, stamped from its newest window, and nothing else is there. Older
+// versions are not differences: a table that keeps several versions keeps the earlier stamps.
+func (s *summary) printKeyIndex(w io.Writer, what string, dd stream.Diff, ran bool) {
+	if !ran {
+		return
+	}
+	fmt.Fprintf(w, "%-34s %9d cells compared: %d missing, %d extra, %d wrong, %d older versions\n", what+":", dd.Compared, dd.Missing, dd.Extra, dd.WrongValue, dd.ExtraVersions)
+	for _, e := range dd.Examples {
+		fmt.Fprintf(w, "          %s\n", e)
+	}
+	if n := dd.Missing + dd.Extra + dd.WrongValue; n > 0 {
+		s.failures = append(s.failures, fmt.Sprintf("%s: %d differences", what, n))
 	}
 }
 
