@@ -24,8 +24,8 @@ import (
 
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/partitioner/franz"
+	"github.com/abacus-stream/abacus/schema"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -94,7 +94,7 @@ type keyTally struct {
 	family string
 }
 
-func newKeyTally() *keyTally { return &keyTally{newest: map[string]int64{}} }
+func newKeyTally() *keyTally { return &keyTally{newest: map[string]int64{}, family: "d"} }
 
 func (k *keyTally) cell(c *hbase.Cell) {
 	e, set, _, err := schema.ParseAggregateRow(c.Row)
@@ -106,9 +106,12 @@ func (k *keyTally) cell(c *hbase.Cell) {
 	k.family = string(c.Family)
 }
 
-// expected is the key index as cells (the tables have no TTL: schema.KeyIndexTimestamp of 0).
+// expected is the key index as cells (the tables have no TTL: schema.KeyIndexTimestamp of 0),
+// with the marker that `abacus admin create` wrote beside the empty aggregates table.
 func (k *keyTally) expected() *stream.Cells {
 	out := stream.NewCells()
+	out.Add(schema.KeyIndexMarkerRow, k.family, []byte(schema.KeyIndexMarkerQualifier), schema.KeyIndexMarkerTimestamp,
+		[]byte{schema.KeyIndexVersion}, func() string { return "key index marker" })
 	for row, end := range k.newest {
 		out.Add([]byte(row), k.family, []byte(schema.KeyIndexQualifier), schema.KeyIndexTimestamp(end, 0), []byte{}, nil)
 	}
@@ -117,6 +120,9 @@ func (k *keyTally) expected() *stream.Cells {
 
 func describeKey(row, _, qualifier []byte) string {
 	set, key, err := schema.ParseKeyIndexRow(row)
+	if bytes.Equal(row, schema.KeyIndexMarkerRow) {
+		return fmt.Sprintf("key index marker %s", qualifier)
+	}
 	if err != nil {
 		return fmt.Sprintf("index row %x %s", row, qualifier)
 	}
