@@ -187,7 +187,7 @@ func BenchmarkPanels(b *testing.B) {
 		costs[p.name] = cost{src.bytes.Load() - b0, src.cells.Load() - c0, rpcs(c) - r0}
 	}
 
-	lat, timeouts := measure(b, func(pick int) []panel { return keep(ex.panels(pick)) }, ask)
+	lat, timeouts, _ := measure(b, func(pick int) []panel { return keep(ex.panels(pick)) }, ask, false)
 
 	fmt.Printf("\ndataset %s: %d entities x %d days of minute windows, hourly, per region (%d) and fleet-wide; %d rounds per dashboard\n",
 		s.table(), s.entities, s.days, len(ex.regions), rounds())
@@ -242,13 +242,17 @@ func asker(ctx context.Context, hc *http.Client, base string) func(panel) (time.
 // measure asks the panels of panelsOf from 1 and from 16 concurrent dashboards, each sending
 // every panel in turn rounds() times, each round with panels of its own pick so that the
 // dashboards do not all read the same rows. It returns the latencies per dashboard count and
-// panel, and how many answers were 503s; any other wrong answer fails b.
-func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (time.Duration, error)) (map[int]map[string][]time.Duration, map[int]map[string]int) {
-	lat := map[int]map[string][]time.Duration{}
-	timeouts := map[int]map[string]int{}
+// panel, and how many answers were 503s; any other wrong answer fails b, unless wrongCounted
+// (for a system under comparison, not under test: OpenTSDB), which counts them in wrong instead
+// and logs the first of each panel.
+func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (time.Duration, error), wrongCounted bool) (lat map[int]map[string][]time.Duration, timeouts, wrong map[int]map[string]int) {
+	lat = map[int]map[string][]time.Duration{}
+	timeouts = map[int]map[string]int{}
+	wrong = map[int]map[string]int{}
 	for _, dashboards := range []int{1, 16} {
 		lat[dashboards] = map[string][]time.Duration{}
 		timeouts[dashboards] = map[string]int{}
+		wrong[dashboards] = map[string]int{}
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		errs := make(chan error, dashboards)
@@ -266,13 +270,18 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (tim
 						// The server's own timeout (503) is an answer the table must show, not a
 						// reason to stop measuring the other panels; any other wrong answer is.
 						timedOut := err != nil && strings.Contains(err.Error(), "status 503")
-						if err != nil && !timedOut {
+						if err != nil && !timedOut && !wrongCounted {
 							errs <- err
 							return
 						}
 						mu.Lock()
-						if timedOut {
+						switch {
+						case timedOut:
 							timeouts[dashboards][p.name]++
+						case err != nil:
+							if wrong[dashboards][p.name]++; wrong[dashboards][p.name] == 1 {
+								b.Logf("%d dashboards: wrong answer, counted: %v", dashboards, err)
+							}
 						}
 						lat[dashboards][p.name] = append(lat[dashboards][p.name], took)
 						mu.Unlock()
@@ -288,5 +297,5 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (tim
 		}
 		b.Logf("%d dashboards: %d rounds of %d panels each in %s", dashboards, rounds(), n, time.Since(t0).Round(time.Millisecond))
 	}
-	return lat, timeouts
+	return lat, timeouts, wrong
 }
