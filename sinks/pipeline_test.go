@@ -258,25 +258,15 @@ func (p *pipeline) verify() {
 		want  *stream.Cells
 	}{{p.aggTable, o.Aggregates}, {p.factsTable, o.Facts}} {
 		cmp := tc.want.Compare(func(row, _, q []byte) string { return fmt.Sprintf("%x/%s", row, q) })
-		sc := p.hb.Scan(hbase.Scan{Table: tc.table, MaxVersions: hbase.AllVersions})
-		for {
-			r, err := sc.Next(setupCtx(t))
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, cl := range r.Cells {
-				cmp.Cell(cl.Row, cl.Family, cl.Qualifier, cl.Timestamp, cl.Value)
-				if tc.table == p.aggTable {
-					if e, set, _, err := schema.ParseAggregateRow(cl.Row); err == nil {
-						k := string(schema.KeyIndexRow(set, e))
-						newest[k] = max(newest[k], cl.Timestamp)
-					}
+		p.scanCells(hbase.Scan{Table: tc.table, MaxVersions: hbase.AllVersions}, func(cl *hbase.Cell) {
+			cmp.Cell(cl.Row, cl.Family, cl.Qualifier, cl.Timestamp, cl.Value)
+			if tc.table == p.aggTable {
+				if e, set, _, err := schema.ParseAggregateRow(cl.Row); err == nil {
+					k := string(schema.KeyIndexRow(set, e))
+					newest[k] = max(newest[k], cl.Timestamp)
 				}
 			}
-		}
+		})
 		d := cmp.Finish()
 		if d.Mismatches() != 0 {
 			t.Errorf("%s: %d cells compared, %d missing, %d extra, %d wrong, %d extra versions: %v", tc.table, d.Compared, d.Missing, d.Extra, d.WrongValue, d.ExtraVersions, d.Examples)
@@ -287,25 +277,31 @@ func (p *pipeline) verify() {
 	p.verifyKeyIndex(newest)
 }
 
+// scanCells calls fn with every cell sc reads, failing the test on an error.
+func (p *pipeline) scanCells(s hbase.Scan, fn func(*hbase.Cell)) {
+	sc := p.hb.Scan(s)
+	defer sc.Close()
+	for {
+		r, err := sc.Next(setupCtx(p.t))
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			p.t.Fatal(err)
+		}
+		for i := range r.Cells {
+			fn(&r.Cells[i])
+		}
+	}
+}
+
 // verifyKeyIndex checks the key index the aggregates sink wrote against the aggregates table:
 // one row for every set and key that has windows, none for any other, each (newest version)
 // with the timestamp its newest window gives it, whatever crashes and retries came between.
 func (p *pipeline) verifyKeyIndex(newest map[string]int64) {
 	t := p.t
 	got := map[string]int64{}
-	sc := p.hb.Scan(hbase.Scan{Table: schema.KeyIndexTable(p.aggTable)})
-	for {
-		r, err := sc.Next(setupCtx(t))
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, cl := range r.Cells {
-			got[string(cl.Row)] = cl.Timestamp
-		}
-	}
+	p.scanCells(hbase.Scan{Table: schema.KeyIndexTable(p.aggTable)}, func(cl *hbase.Cell) { got[string(cl.Row)] = cl.Timestamp })
 	bad := 0
 	for k, end := range newest {
 		if ts, ok := got[k]; !ok || ts != schema.KeyIndexTimestamp(end, 0) {
