@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/bench/internal/proccpu"
 	"github.com/abacus-stream/abacus/hbase"
 )
 
@@ -44,6 +45,16 @@ func quorum(b *testing.B) string {
 	}
 	c.Close()
 	return q
+}
+
+// valueBytes is the size of every cell's value: 100 bytes by default; ABACUS_BENCH_VALUE_BYTES
+// sets another size, e.g. to write cells as large as a sink's (a facts cell is about 180 bytes:
+// its row, qualifier and the event). Both clients write values of this size.
+func valueBytes() int {
+	if n, err := strconv.Atoi(os.Getenv("ABACUS_BENCH_VALUE_BYTES")); err == nil && n > 0 {
+		return n
+	}
+	return 100
 }
 
 // row i: hex digit i%16 picks one of the 16 regions, then the zero-padded index (as the Java
@@ -78,13 +89,7 @@ func BenchmarkGoClient(b *testing.B) {
 		_ = adm.DeleteTable(ctx, table)
 	}()
 	cells := benchCells()
-	// 100 bytes by default; ABACUS_BENCH_VALUE_BYTES sets another size, e.g. to write cells as
-	// large as a sink's (a facts cell is about 180 bytes: its row, qualifier and the event).
-	vsize := 100
-	if n, err := strconv.Atoi(os.Getenv("ABACUS_BENCH_VALUE_BYTES")); err == nil && n > 0 {
-		vsize = n
-	}
-	value := make([]byte, vsize)
+	value := make([]byte, valueBytes())
 	rng := rand.New(rand.NewPCG(1, 1))
 	for i := range value {
 		value[i] = byte(rng.Uint32())
@@ -96,6 +101,7 @@ func BenchmarkGoClient(b *testing.B) {
 		if s, err := strconv.Atoi(os.Getenv("ABACUS_BENCH_CHUNK")); err == nil && s > 0 {
 			chunk = s
 		}
+		cpu := proccpu.Take()
 		for b.Loop() {
 			// Like a sink: build a batch, hand it to Apply, several batches in flight at once.
 			var wg sync.WaitGroup
@@ -127,6 +133,11 @@ func BenchmarkGoClient(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(cells)*float64(b.N)/b.Elapsed().Seconds(), "cells/s")
+		used := cpu.Since()
+		for unit, v := range used.Metrics(float64(cells) * float64(b.N)) {
+			b.ReportMetric(v, unit)
+		}
+		b.Logf("CPU: %v", used)
 	})
 
 	b.Run("scan", func(b *testing.B) {
@@ -164,33 +175,60 @@ func BenchmarkJavaClient(b *testing.B) {
 	classpath := filepath.Join("java", "target", "hbase-java-bench-1.jar") + string(os.PathListSeparator) + strings.TrimSpace(string(cp))
 	cells := benchCells()
 	var put, scan float64
+	used := proccpu.Usage{}
 	for b.Loop() {
-		cmd := exec.Command("java", "-Xmx1g", "-cp", classpath, "abacus.bench.JavaClientBench", q, strconv.Itoa(cells))
-		var stderr bytes.Buffer
+		cmd := exec.Command("java", "-Xmx1g", "-cp", classpath, "abacus.bench.JavaClientBench", q, strconv.Itoa(cells), strconv.Itoa(valueBytes()))
+		var stderr, out bytes.Buffer
 		cmd.Stderr = &stderr
-		out, err := cmd.Output()
+		pipe, err := cmd.StdoutPipe()
 		if err != nil {
-			b.Fatalf("java bench: %v\n%s\n%s", err, out, stderr.Bytes())
+			b.Fatal(err)
 		}
-		sc := bufio.NewScanner(bytes.NewReader(out))
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		// The servers' and the program's CPU of the put phase, from the line it prints before the
+		// put to the put's report: JVM start-up and the table's creation left out, as the Go
+		// benchmark leaves them out.
+		var start proccpu.Snapshot
+		started := false
+		sc := bufio.NewScanner(pipe)
 		for sc.Scan() {
+			line := sc.Text()
+			out.WriteString(line + "\n")
+			if line == "java put-start" {
+				start, started = proccpu.Take(), true
+				continue
+			}
 			var phase string
 			var n int64
 			var secs, rate float64
-			if _, err := fmt.Sscanf(sc.Text(), "java %s cells=%d seconds=%f cells_per_s=%f", &phase, &n, &secs, &rate); err != nil {
+			if _, err := fmt.Sscanf(line, "java %s cells=%d seconds=%f cells_per_s=%f", &phase, &n, &secs, &rate); err != nil {
 				continue
 			}
 			switch phase {
 			case "put":
 				put += rate
+				if started {
+					for r, d := range start.Since() {
+						used[r] += d
+					}
+				}
 			case "scan":
 				scan += rate
 			}
 		}
+		if err := cmd.Wait(); err != nil {
+			b.Fatalf("java bench: %v\n%s\n%s", err, out.Bytes(), stderr.Bytes())
+		}
 		if put == 0 || scan == 0 {
-			b.Fatalf("java bench printed no figures:\n%s\n%s", out, stderr.Bytes())
+			b.Fatalf("java bench printed no figures:\n%s\n%s", out.Bytes(), stderr.Bytes())
 		}
 	}
 	b.ReportMetric(put/float64(b.N), "put-cells/s")
 	b.ReportMetric(scan/float64(b.N), "scan-cells/s")
+	for unit, v := range used.Metrics(float64(cells) * float64(b.N)) {
+		b.ReportMetric(v, "put-"+unit)
+	}
+	b.Logf("CPU of the puts: %v", used)
 }

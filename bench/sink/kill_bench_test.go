@@ -220,7 +220,7 @@ func startKillSink(b *testing.B, ctx context.Context, wg *sync.WaitGroup, system
 	}
 	st, _ := hbasestore.New(sc, hbasestore.Config{})
 	s, err := sinks.NewFlushThenCommit(sinks.Config{Brokers: brokers, Group: group, Topics: []string{topic},
-		DeadLetterTopic: topic + "-dlq", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, factsEncoder(table), st)
+		DeadLetterTopic: topic + "-dlq", Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}, factsEncoder(b, topic, table), st)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs the facts sink benchmark: abacus's facts sink and the hand-written Java loop (KafkaConsumer +
-# BufferedMutator + flush + commitSync) on the same topic, broker and HBase, in one run, and prints
-# cells/s for both and the Go/Java ratio.
+# Runs the facts sink benchmark: abacus's facts sink, the hand-written Java loop (KafkaConsumer +
+# BufferedMutator + flush + commitSync) and the native client's Apply of the very cells the sink
+# writes, on the same topic, broker and HBase, interleaved over several rounds (each run on a fresh
+# table once the servers are idle again), and prints each one's median cells/s, the HBase servers'
+# CPU seconds per million cells, and the ratios.
 #
-#   bench/sink/run.sh                       1M events (the issue's workload)
-#   ABACUS_BENCH_EVENTS=200000 bench/sink/run.sh
+#   bench/sink/run.sh                       1M events (the issue's workload), 3 rounds
+#   ABACUS_BENCH_EVENTS=200000 ABACUS_BENCH_ROUNDS=5 bench/sink/run.sh
 #   HBASE_REGIONSERVERS=3 bench/sink/run.sh             the same on the HBase cluster
 #   HBASE_REGIONSERVERS=3 bench/sink/run.sh kill        a region server SIGKILLed under each sink:
 #                                                       seconds to resume and to lag 0 (BenchmarkRegionServerKill)
@@ -32,13 +34,16 @@ if [ "${1:-}" = kill ]; then
     printf "%-40s regions reopened %6ss  resume %6ss (%ss after the reopen)  lag 0 %6ss\n", $1, o, r, a, l }' "$out"
   exit 0
 fi
-echo "[bench] go test -bench (facts sink, then the Java loop), ${ABACUS_BENCH_EVENTS:-1000000} events" >&2
-ABACUS_REQUIRE_SERVICES=1 go test -run '^$' -bench 'FactsSink|JavaSinkLoop' -benchtime 1x -timeout 60m ./bench/sink/ | tee "$out"
+rounds=${ABACUS_BENCH_ROUNDS:-3}
+echo "[bench] go test -bench SideBySide: the facts sink, the Java loop and the native client's Apply of the same cells, ${ABACUS_BENCH_EVENTS:-1000000} events, $rounds rounds interleaved" >&2
+ABACUS_BENCH_ROUNDS=$rounds ABACUS_REQUIRE_SERVICES=1 go test -run '^$' -bench 'SideBySide' -benchtime 1x -timeout 120m ./bench/sink/ | tee "$out"
 
-rate() { awk -v b="$1" '$1 ~ b { for (i = 2; i < NF; i++) if ($(i+1) == "cells/s") print $i }' "$out" | head -n1; }
-go_rate=$(rate '^BenchmarkFactsSink')
-java_rate=$(rate '^BenchmarkJavaSinkLoop')
+metric() { awk -v u="$1" '$1 ~ /^BenchmarkSideBySide/ { for (i = 2; i < NF; i++) if ($(i+1) == u) print $i }' "$out" | head -n1; }
 echo
-printf '%-12s %14s\n' sink cells/s
-printf '%-12s %14.0f\n' abacus "$go_rate" java-loop "$java_rate"
-printf 'abacus/java  %14.2f\n' "$(awk -v a="$go_rate" -v b="$java_rate" 'BEGIN{print a/b}')"
+echo "medians of $rounds rounds (each run on a fresh table and idle servers):"
+printf '%-28s %14s %16s\n' system cells/s "HBase CPU-s/M"
+printf '%-28s %14.0f %16.2f\n' "abacus facts sink" "$(metric abacus-cells/s)" "$(metric abacus-hbase-cpu-s/M)"
+printf '%-28s %14.0f\n' "  steady (first commit on)" "$(metric abacus-steady-cells/s)"
+printf '%-28s %14.0f %16.2f\n' "java loop" "$(metric java-cells/s)" "$(metric java-hbase-cpu-s/M)"
+printf '%-28s %14.0f %16.2f\n' "native Apply, same cells" "$(metric native-cells/s)" "$(metric native-hbase-cpu-s/M)"
+printf 'abacus/java %.2f   abacus/native %.2f   abacus steady/native %.2f\n' "$(metric abacus/java)" "$(metric abacus/native)" "$(metric abacus-steady/native)"

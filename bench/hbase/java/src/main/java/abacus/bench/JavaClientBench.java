@@ -19,12 +19,13 @@ import org.apache.hadoop.hbase.client.Table;
 import org.apache.hadoop.hbase.client.TableDescriptorBuilder;
 
 /**
- * Writes N cells of 100-byte values into a fresh 16-region table through a BufferedMutator, then
- * scans them back, and prints one line per phase: "java put cells=N seconds=S cells_per_s=R".
+ * Writes N cells of 100-byte values (or valueBytes) into a fresh 16-region table through a BufferedMutator, then
+ * scans them back, and prints one line per phase: "java put cells=N seconds=S cells_per_s=R"
+ * (and "java put-start" just before the put begins).
  * The workload (row keys, explicit timestamps, value size, split keys) mirrors the Go benchmark in
  * bench/hbase so the two numbers compare like for like.
  *
- * Usage: JavaClientBench zookeeperHost:port cells
+ * Usage: JavaClientBench zookeeperHost:port cells [valueBytes]
  */
 public final class JavaClientBench {
   public static void main(String[] args) throws Exception {
@@ -37,7 +38,7 @@ public final class JavaClientBench {
     TableName tn = TableName.valueOf("hbtest_javabench_" + System.nanoTime());
     byte[] fam = "f".getBytes();
     byte[] qual = "q".getBytes();
-    byte[] value = new byte[100];
+    byte[] value = new byte[args.length > 2 ? Integer.parseInt(args[2]) : 100];
     new Random(1).nextBytes(value);
     try (Connection conn = ConnectionFactory.createConnection(conf); Admin admin = conn.getAdmin()) {
       byte[][] splits = new byte[15][];
@@ -47,6 +48,9 @@ public final class JavaClientBench {
       admin.createTable(TableDescriptorBuilder.newBuilder(tn)
           .setColumnFamily(ColumnFamilyDescriptorBuilder.of(fam)).build(), splits);
       try {
+        // The Go side measures the servers' CPU from this line to the put's report.
+        System.out.println("java put-start");
+        System.out.flush();
         long t0 = System.nanoTime();
         try (BufferedMutator m = conn.getBufferedMutator(tn)) {
           for (int i = 0; i < cells; i++) {
@@ -57,6 +61,7 @@ public final class JavaClientBench {
           m.flush();
         }
         report("put", cells, System.nanoTime() - t0);
+        System.out.flush();
 
         long t1 = System.nanoTime();
         long n = 0;
