@@ -6,12 +6,14 @@ require (
 	github.com/DataDog/sketches-go v1.4.8
 	github.com/IBM/sarama v1.61.1
 	github.com/axiomhq/hyperloglog v0.3.0
+	github.com/go-json-experiment/json v1.27.2
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/goccy/go-yaml v1.19.2
 	github.com/jcmturner/gokrb5/v8 v8.4.4
 	github.com/lovoo/goka v1.1.16
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
 	github.com/rogpeppe/go-internal v1.16.0
 	github.com/syndtr/goleveldb v1.0.0
 	github.com/twmb/franz-go v1.22.3
@@ -43,7 +45,6 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
-	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rcrowley/go-metrics v0.0.0-20250401214520-65e299d6c5c9 // indirect
 	go.uber.org/mock v0.6.0 // indirect

@@ -70,7 +70,7 @@ func (s *Source[E]) compile() (*plan.Source, error) {
 			}
 			switch e := v.(type) {
 			case E:
-				return e, nil
+				return v, nil // already boxed: returning e would copy the event into a new box
 			case *E:
 				if e != nil {
 					return *e, nil
