@@ -51,6 +51,15 @@ func NewPut(table string, row []byte) *Mutation {
 	return m
 }
 
+// ResetPut makes m a Put of row in table with no cells, as NewPut does, in m's own memory: a writer
+// of many Puts can allocate them together (make([]Mutation, n)) instead of one by one. m must not
+// be in use by an Apply.
+func (m *Mutation) ResetPut(table string, row []byte) *Mutation {
+	*m = Mutation{Table: table, Row: row}
+	m.cells = m.inline[:0]
+	return m
+}
+
 // NewDelete starts a Delete of row in table.
 func NewDelete(table string, row []byte) *Mutation {
 	m := &Mutation{Table: table, Row: row, isDelete: true}

@@ -127,6 +127,32 @@ func TestMultiRequestEncoding(t *testing.T) {
 	}
 }
 
+// TestResetPut: Puts made in a slab encode exactly as NewPut's, each with its own cells, and a
+// reset forgets what the mutation was before (a delete, an invalid cell, its durability).
+func TestResetPut(t *testing.T) {
+	slab := make([]Mutation, 3)
+	slab[1] = *NewDelete("old", []byte("x")).DeleteFamily("f", 1)
+	slab[2].ResetPut("t", []byte("r")).Add("f", []byte("q"), -1, nil) // invalid: negative timestamp
+	slab[2].Durability = SkipWAL
+	var ms, want []*Mutation
+	for i := range slab {
+		row := []byte{'r', byte('0' + i)}
+		ms = append(ms, slab[i].ResetPut("t", row).Add("f", []byte("a"), int64(i), []byte{byte(i)}).Add("f", []byte("b"), 9, nil))
+		want = append(want, NewPut("t", row).Add("f", []byte("a"), int64(i), []byte{byte(i)}).Add("f", []byte("b"), 9, nil))
+	}
+	req := &multiRequest{regions: []regionActions{{r: &region{name: []byte("t,,1.x.")}, idx: []int{0, 1, 2}}}}
+	gotB, gotCells := appendMultiRequest(nil, nil, ms, req)
+	wantB, wantCells := appendMultiRequest(nil, nil, want, req)
+	if !bytes.Equal(gotB, wantB) || !bytes.Equal(gotCells, wantCells) {
+		t.Fatalf("slab Puts encode as\n%x %x\nNewPut's as\n%x %x", gotB, gotCells, wantB, wantCells)
+	}
+	for i, m := range ms {
+		if err := m.validate(); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+	}
+}
+
 // TestRefusedDialForgetsServer: a region server that refuses connections (SIGKILLed, its regions
 // reassigned) must not stay in the region cache, or every retry dials the dead address again
 // until the client is recreated; the next lookup has to go to hbase:meta.

@@ -39,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/twmb/murmur3"
 )
@@ -66,6 +67,9 @@ func SaltSplitKeys(n int) [][]byte {
 
 // AppendComponent appends s escaped and terminated.
 func AppendComponent(dst []byte, s string) []byte {
+	if strings.IndexByte(s, 0) < 0 { // nothing to escape, as in nearly every key
+		return append(append(dst, s...), 0, 1)
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] == 0 {
 			dst = append(dst, 0, 0xFF)
@@ -121,8 +125,19 @@ func AggregateRow(entity, set string, windowStart int64, buckets int) []byte {
 
 // FactRow is the row of an entity's events at one event time.
 func FactRow(entity string, eventTime int64, buckets int) []byte {
-	return binary.BigEndian.AppendUint64(EntityPrefix(entity, buckets), ReverseTime(eventTime))
+	return AppendFactRow(make([]byte, 0, MaxFactRowLen(entity)), entity, eventTime, buckets)
 }
+
+// AppendFactRow appends FactRow(entity, eventTime, buckets) to dst, at most MaxFactRowLen(entity)
+// bytes: a writer of many rows can build them in memory of its own.
+func AppendFactRow(dst []byte, entity string, eventTime int64, buckets int) []byte {
+	dst = AppendComponent(append(dst, Salt(entity, buckets)), entity)
+	return binary.BigEndian.AppendUint64(dst, ReverseTime(eventTime))
+}
+
+// MaxFactRowLen bounds the length of an entity's fact rows: salt, the entity with every byte
+// escaped, terminator and time.
+func MaxFactRowLen(entity string) int { return 1 + 2*len(entity) + 2 + 8 }
 
 // ParseAggregateRow reads entity, set and window start back from an aggregate row.
 func ParseAggregateRow(row []byte) (entity, set string, windowStart int64, err error) {

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"encoding/hex"
 	"sort"
 	"testing"
 )
@@ -85,6 +86,29 @@ func FuzzParseAggregateRow(f *testing.F) {
 
 // TestSaltIsStable pins salt values: tables written by earlier versions keep their rows only if
 // an entity's bucket never changes, whatever murmur3 implementation computes it.
+// TestFactRowIsStable: fact rows already written must be found again, byte for byte (rows
+// written before AppendFactRow existed), and stay within MaxFactRowLen.
+func TestFactRowIsStable(t *testing.T) {
+	for _, c := range []struct {
+		entity string
+		ts     int64
+		want   string
+	}{{"a\x00b", 1, "066100ff6200017ffffffffffffffe"}, {"device-0042", 1796397842931, "026465766963652d3030343200017ffffe5dbe583e0c"}} {
+		row := FactRow(c.entity, c.ts, 16)
+		if got := hex.EncodeToString(row); got != c.want {
+			t.Errorf("FactRow(%q, %d) = %s, tables hold %s", c.entity, c.ts, got, c.want)
+		}
+		if got := AppendFactRow([]byte("x"), c.entity, c.ts, 16); string(got[1:]) != string(row) {
+			t.Errorf("AppendFactRow(%q) = %x, want x then %x", c.entity, got, row)
+		}
+	}
+	for _, e := range []string{"", "\x00\x00\x00", "ab", "ünï"} {
+		if n := len(FactRow(e, 5, 16)); n > MaxFactRowLen(e) {
+			t.Errorf("FactRow(%q) has %d bytes, MaxFactRowLen says %d", e, n, MaxFactRowLen(e))
+		}
+	}
+}
+
 func TestSaltIsStable(t *testing.T) {
 	for _, c := range []struct {
 		entity    string

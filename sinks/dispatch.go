@@ -53,11 +53,12 @@ func (s *FlushThenCommit) canDispatch() bool {
 	return true
 }
 
+// maxCellsHint caps the room a new batch is given up front.
+const maxCellsHint = 1 << 18
+
+// dispatch starts the write of the batch being built.
 func (s *FlushThenCommit) dispatch() {
-	b := s.building
-	s.building = nil
-	s.flushNow = false
-	b.coalesce()
+	b := s.take()
 	s.inflight = append(s.inflight, b)
 	ctx := s.writeCtx
 	go func() {
@@ -73,4 +74,14 @@ func (s *FlushThenCommit) dispatch() {
 		}
 		s.wakeMu.Unlock()
 	}()
+}
+
+// take ends the batch being built and returns it coalesced, ready to write.
+func (s *FlushThenCommit) take() *batch {
+	b := s.building
+	s.building = nil
+	s.flushNow = false
+	b.coalesce()
+	s.cellsHint = min(max(len(b.cells), 64), maxCellsHint)
+	return b
 }

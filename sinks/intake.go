@@ -16,21 +16,16 @@ import (
 func (s *FlushThenCommit) add(rec *kgo.Record) {
 	if s.building == nil {
 		s.building = newBatch()
+		// Sized like the last batch written: a batch grown from empty copies its cells over
+		// and over while it fills.
+		b := s.building
+		b.cells, b.src = make([]store.Cell, 0, s.cellsHint), make([]*kgo.Record, 0, s.cellsHint)
 	}
 	b := s.building
 	n := len(b.cells)
 	cells, err := s.enc.Encode(rec, b.cells)
-	var skip *SkipError
 	switch {
-	case errors.As(err, &skip):
-		b.cells = b.cells[:n]
-		s.m.skippedRecord(string(deadletter.ReasonOf(err, deadletter.Undecodable)))
-	case err != nil:
-		b.cells = b.cells[:n]
-		reason := deadletter.ReasonOf(err, deadletter.Undecodable)
-		b.dead = append(b.dead, deadLetter{rec: rec, reason: reason, detail: err.Error()})
-		s.m.deadLettered(string(reason))
-	default:
+	case err == nil:
 		b.cells = cells
 		for i := n; i < len(cells); i++ {
 			b.src = append(b.src, rec)
@@ -39,10 +34,25 @@ func (s *FlushThenCommit) add(rec *kgo.Record) {
 		if s.cfg.TTL > 0 {
 			s.checkTTL(cells[n:])
 		}
+	case isSkip(err):
+		b.cells = b.cells[:n]
+		s.m.skippedRecord(string(deadletter.ReasonOf(err, deadletter.Undecodable)))
+	default:
+		b.cells = b.cells[:n]
+		reason := deadletter.ReasonOf(err, deadletter.Undecodable)
+		b.dead = append(b.dead, deadLetter{rec: rec, reason: reason, detail: err.Error()})
+		s.m.deadLettered(string(reason))
 	}
 	b.records++
 	b.advance(rec)
 	s.m.recordsIn(1)
+}
+
+// isSkip reports whether err is a SkipError. (Not inline in add: errors.As's target escapes,
+// which would cost every record an allocation.)
+func isSkip(err error) bool {
+	var skip *SkipError
+	return errors.As(err, &skip)
 }
 
 // checkTTL counts cells that the table's TTL expires on arrival, and warns about them.

@@ -51,6 +51,9 @@ type FlushThenCommit struct {
 
 	lastTTLWarning time.Time
 
+	// cellsHint is the room for cells a new batch starts with: the last batch's size.
+	cellsHint int
+
 	// flushNow is set when a write lands: the records gathered meanwhile go out at once (group
 	// commit), rather than waiting to fill a batch or for the interval.
 	flushNow bool

@@ -17,16 +17,19 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 	if err := s.produceDead(ctx, b.dead); err != nil {
 		return err
 	}
-	pending := make([]int, len(b.cells))
-	for i := range pending {
-		pending[i] = i
-	}
+	// pending holds the indexes into b.cells still to write, nil while that is all of them (the
+	// first round, and every round of a write that failed as a whole): then b.cells is written
+	// as it is, not copied.
+	var pending []int
 	backoff := s.cfg.RetryBackoff
-	cells := make([]store.Cell, 0, len(b.cells))
-	for len(pending) > 0 {
-		cells = cells[:0]
-		for _, i := range pending {
-			cells = append(cells, b.cells[i])
+	var cells []store.Cell
+	for len(b.cells) > 0 {
+		cells = b.cells
+		if pending != nil {
+			cells = make([]store.Cell, 0, len(pending))
+			for _, i := range pending {
+				cells = append(cells, b.cells[i])
+			}
 		}
 		t0 := time.Now()
 		failed, err := s.store.Write(ctx, cells)
@@ -51,10 +54,10 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 			for range dead {
 				s.m.deadLettered(string(deadletter.Rejected))
 			}
-			pending = retry
-			if len(pending) == 0 {
+			if len(retry) == 0 {
 				return nil
 			}
+			pending = retry
 			// The store reports a cell retriable only after its own rounds of retries with
 			// backoff (store.Writer), so waiting longer and longer here as well would only add up
 			// to MaxRetryBackoff after the cause is gone (a region reopened elsewhere). The first
@@ -80,16 +83,23 @@ func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
 // sortFailures splits the cells a write reported failed into those to resend (indexes into
 // b.cells) and the dead letters of those refused for good: one per source record, however many of
 // its cells HBase refused, so a record is set aside once. pending maps the write's cell indexes to
-// b.cells.
+// b.cells (nil: the write was of b.cells itself).
 func (s *FlushThenCommit) sortFailures(b *batch, pending []int, failed []store.CellError) ([]int, []deadLetter, error) {
 	var retry []int
 	var dead []deadLetter
 	seen := map[*kgo.Record]bool{}
+	written := len(b.cells)
+	if pending != nil {
+		written = len(pending)
+	}
 	for _, f := range failed {
-		if f.Index < 0 || f.Index >= len(pending) {
-			return nil, nil, fmt.Errorf("sinks: store reported failure of cell %d of %d", f.Index, len(pending))
+		if f.Index < 0 || f.Index >= written {
+			return nil, nil, fmt.Errorf("sinks: store reported failure of cell %d of %d", f.Index, written)
 		}
-		orig := pending[f.Index]
+		orig := f.Index
+		if pending != nil {
+			orig = pending[f.Index]
+		}
 		if !f.Permanent {
 			retry = append(retry, orig)
 			s.m.failedActions("retriable", 1)

@@ -59,7 +59,8 @@ type Writer interface {
 	// failed (e.g. the store is unreachable) and every cell may be resent. A store that retries
 	// (the HBase client's rounds) reports a cell failed for a retriable cause only after its own
 	// retries and their backoff, so callers resend such cells without backing off much longer. Write must not return
-	// before every cell it reports as written is durable to the store's standard.
+	// before every cell it reports as written is durable to the store's standard. It only reads
+	// cells, and keeps no reference to them once it returns: callers write their own buffers.
 	Write(ctx context.Context, cells []Cell) ([]CellError, error)
 }
 

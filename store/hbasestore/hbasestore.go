@@ -50,14 +50,16 @@ func New(c *hbase.Client, cfg Config) (*Store, error) {
 // Each failed Put is mapped back to its cells.
 func (s *Store) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
 	var (
-		muts   []*hbase.Mutation
-		first  []int // index of the first cell of each mutation; its cells run to the next one's
+		// The Puts are allocated together: a sink writes tens of thousands at once.
+		slab   = make([]hbase.Mutation, len(cells))
+		muts   = make([]*hbase.Mutation, 0, len(cells))
+		first  = make([]int, 0, len(cells)+1) // index of the first cell of each mutation; its cells run to the next one's
 		family string
 	)
 	for i := range cells {
 		c := &cells[i]
 		if n := len(muts); n == 0 || c.Table != cells[i-1].Table || !bytes.Equal(c.Row, cells[i-1].Row) {
-			m := hbase.NewPut(c.Table, c.Row)
+			m := slab[n].ResetPut(c.Table, c.Row)
 			m.Durability = s.durability
 			muts = append(muts, m)
 			first = append(first, i)
