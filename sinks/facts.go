@@ -49,7 +49,8 @@ type FactsEncoder struct {
 
 	// Encode's memory: the family's bytes, shared by every cell, and the slab their row keys and
 	// qualifiers are cut from. Hence an encoder serves one sink: Encode is not safe for
-	// concurrent use.
+	// concurrent use, and an encoder must not be copied once it has encoded (the copy would cut
+	// the same bytes again).
 	family []byte
 	slab   slab
 }
