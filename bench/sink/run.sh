@@ -8,6 +8,8 @@
 #   bench/sink/run.sh                       1M events (the issue's workload), 3 rounds
 #   ABACUS_BENCH_EVENTS=200000 ABACUS_BENCH_ROUNDS=5 bench/sink/run.sh
 #   HBASE_REGIONSERVERS=3 bench/sink/run.sh             the same on the HBase cluster
+#   bench/sink/run.sh discard               the facts sink alone, into a store that discards
+#                                           every cell (its own ceiling; BenchmarkFactsSinkDiscard)
 #   HBASE_REGIONSERVERS=3 bench/sink/run.sh kill        a region server SIGKILLed under each sink:
 #                                                       seconds to resume and to lag 0 (BenchmarkRegionServerKill)
 #
@@ -32,6 +34,10 @@ if [ "${1:-}" = kill ]; then
   awk '$1 ~ /^BenchmarkRegionServerKill\// { r = l = o = a = ""; for (i = 2; i < NF; i++) { if ($(i+1) == "s-to-resume") r = $i; if ($(i+1) == "s-to-lag0") l = $i
       if ($(i+1) == "s-to-reopen") o = $i; if ($(i+1) == "s-reopen-to-resume") a = $i }
     printf "%-40s regions reopened %6ss  resume %6ss (%ss after the reopen)  lag 0 %6ss\n", $1, o, r, a, l }' "$out"
+  exit 0
+fi
+if [ "${1:-}" = discard ]; then
+  ABACUS_REQUIRE_SERVICES=1 go test -run '^$' -bench 'FactsSinkDiscard' -benchtime 1x -count "${ABACUS_BENCH_ROUNDS:-3}" -timeout 30m ./bench/sink/
   exit 0
 fi
 rounds=${ABACUS_BENCH_ROUNDS:-3}

@@ -163,6 +163,7 @@ type env struct {
 	quorum  string
 	topic   string
 	c       *hbase.Client
+	discard bool // the facts sink writes into discardStore
 }
 
 func newEnv(b *testing.B) *env {
@@ -184,6 +185,22 @@ func BenchmarkFactsSink(b *testing.B) {
 		e.factsSink(b).report(b)
 	}
 }
+
+// BenchmarkFactsSinkDiscard runs the facts sink over the topic into a store that discards every
+// cell at once: the rate one sink process reaches by itself (fetch, decode, batch, commit), the
+// ceiling it puts on a deployment whose HBase keeps up.
+func BenchmarkFactsSinkDiscard(b *testing.B) {
+	e := newEnv(b)
+	e.discard = true
+	for b.Loop() {
+		e.factsSink(b).report(b)
+	}
+}
+
+// discardStore is a store.Writer that acknowledges every cell without keeping it.
+type discardStore struct{}
+
+func (discardStore) Write(context.Context, []store.Cell) ([]store.CellError, error) { return nil, nil }
 
 // BenchmarkJavaSinkLoop runs the Java loop (bench/sink/java, built by run.sh) on the same topic.
 func BenchmarkJavaSinkLoop(b *testing.B) {
@@ -282,7 +299,10 @@ func (e *env) factsSink(b *testing.B) run {
 	drop := newTable(b, e.c, table)
 	defer settle(b)
 	defer drop()
-	st, _ := hbasestore.New(e.c, hbasestore.Config{})
+	var st store.Writer = discardStore{}
+	if !e.discard {
+		st, _ = hbasestore.New(e.c, hbasestore.Config{})
+	}
 	reg := sinksMetrics()
 	s, err := sinks.NewFlushThenCommit(sinks.Config{Brokers: e.brokers, Group: "bench-" + table, Topics: []string{e.topic},
 		DeadLetterTopic: e.topic + "-dlq", Metrics: reg.m, Logger: slog.New(slog.DiscardHandler),
