@@ -8,6 +8,7 @@ import (
 
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/totals"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -53,3 +54,36 @@ func BenchmarkFactsIntake(b *testing.B) {
 type nopWriter struct{}
 
 func (nopWriter) Write(context.Context, []store.Cell) ([]store.CellError, error) { return nil, nil }
+
+// BenchmarkAggregatesIntake is BenchmarkFactsIntake for the aggregates sink: totals records of the
+// devices' minute set (count, mean and max temperature; five cells with the meta cell), with the
+// key index on.
+func BenchmarkAggregatesIntake(b *testing.B) {
+	enc := &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 16, KeyIndex: "agg_keys"}
+	s, err := NewFlushThenCommit(Config{Brokers: []string{"127.0.0.1:1"}, Group: "bench", Topics: []string{"totals"}, DeadLetterTopic: "dlq"}, enc, nopWriter{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.cl.Close()
+	const batch = 10_000
+	recs := make([]*kgo.Record, batch)
+	for i := range recs {
+		start := int64(1_796_000_000_000 + (i/1000)*60_000)
+		r := totals.Record{Topology: "devices", Set: "minute", Entity: fmt.Sprintf("device-%04d", i%1000), Start: start, End: start + 60_000,
+			Final: i%3 == 0, Revision: uint64(i), Values: []totals.Value{
+				{Name: "count", Kind: totals.KindInt, Int: int64(i % 50)},
+				{Name: "mean_temp", Kind: totals.KindFloat, Float: 17.5},
+				{Name: "max_temp", Kind: totals.KindFloat, Float: 21.25},
+				{Name: "sensors", Kind: totals.KindInt, Int: 3},
+			}}
+		recs[i] = &kgo.Record{Topic: "totals", Partition: int32(i % 12), Offset: int64(i), Key: []byte(r.Entity), Value: r.Encode()}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, r := range recs {
+			s.add(r)
+		}
+		enc.batchLanded(s.take().cells)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/record")
+}
