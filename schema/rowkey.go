@@ -120,8 +120,19 @@ func AggregatePrefix(entity, set string, buckets int) []byte {
 
 // AggregateRow is the row of one window of an aggregate set of an entity.
 func AggregateRow(entity, set string, windowStart int64, buckets int) []byte {
-	return binary.BigEndian.AppendUint64(AggregatePrefix(entity, set, buckets), ReverseTime(windowStart))
+	return AppendAggregateRow(make([]byte, 0, MaxAggregateRowLen(entity, set)), entity, set, windowStart, buckets)
 }
+
+// AppendAggregateRow appends AggregateRow(entity, set, windowStart, buckets) to dst, at most
+// MaxAggregateRowLen(entity, set) bytes.
+func AppendAggregateRow(dst []byte, entity, set string, windowStart int64, buckets int) []byte {
+	dst = AppendComponent(AppendComponent(append(dst, Salt(entity, buckets)), entity), set)
+	return binary.BigEndian.AppendUint64(dst, ReverseTime(windowStart))
+}
+
+// MaxAggregateRowLen bounds the length of the rows of an entity's windows of set: salt, both
+// names with every byte escaped and terminated, and the time.
+func MaxAggregateRowLen(entity, set string) int { return 1 + 2*len(entity) + 2 + 2*len(set) + 2 + 8 }
 
 // FactRow is the row of an entity's events at one event time.
 func FactRow(entity string, eventTime int64, buckets int) []byte {

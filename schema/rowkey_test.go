@@ -86,8 +86,8 @@ func FuzzParseAggregateRow(f *testing.F) {
 
 // TestSaltIsStable pins salt values: tables written by earlier versions keep their rows only if
 // an entity's bucket never changes, whatever murmur3 implementation computes it.
-// TestFactRowIsStable: fact rows already written must be found again, byte for byte (rows
-// written before AppendFactRow existed), and stay within MaxFactRowLen.
+// TestFactRowIsStable: fact and window rows already written must be found again, byte for byte
+// (rows written before the Append forms existed), and stay within their Max...Len bounds.
 func TestFactRowIsStable(t *testing.T) {
 	for _, c := range []struct {
 		entity string
@@ -105,6 +105,19 @@ func TestFactRowIsStable(t *testing.T) {
 	for _, e := range []string{"", "\x00\x00\x00", "ab", "ünï"} {
 		if n := len(FactRow(e, 5, 16)); n > MaxFactRowLen(e) {
 			t.Errorf("FactRow(%q) has %d bytes, MaxFactRowLen says %d", e, n, MaxFactRowLen(e))
+		}
+		if n := len(AggregateRow(e, e+"\x00s", 5, 16)); n > MaxAggregateRowLen(e, e+"\x00s") {
+			t.Errorf("AggregateRow(%q) has %d bytes, MaxAggregateRowLen says %d", e, n, MaxAggregateRowLen(e, e+"\x00s"))
+		}
+	}
+	for _, c := range []struct {
+		entity, set string
+		start       int64
+		want        string
+	}{{"a\x00b", "set", 60000, "066100ff62000173657400017fffffffffff159f"},
+		{"device-0042", "minute", 1796397840000, "026465766963652d3030343200016d696e75746500017ffffe5dbe58497f"}} {
+		if got := hex.EncodeToString(AggregateRow(c.entity, c.set, c.start, 16)); got != c.want {
+			t.Errorf("AggregateRow(%q, %q, %d) = %s, tables hold %s", c.entity, c.set, c.start, got, c.want)
 		}
 	}
 }

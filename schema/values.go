@@ -42,6 +42,22 @@ func AppendCellValue(b []byte, v totals.Value) ([]byte, error) {
 	return nil, fmt.Errorf("unknown value kind %d", v.Kind)
 }
 
+// CellValueLen is how many bytes AppendCellValue appends for v (0 for a kind it refuses).
+func CellValueLen(v totals.Value) int {
+	switch v.Kind {
+	case totals.KindInt, totals.KindFloat:
+		return 9
+	case totals.KindQuantiles:
+		return 1 + 16*len(v.Quantiles)
+	case totals.KindBytes:
+		return 1 + len(v.Bytes)
+	}
+	return 0
+}
+
+// MetaLen is how many bytes AppendMeta appends.
+const MetaLen = 9
+
 // ParseCellValue reads a value written by AppendCellValue.
 func ParseCellValue(name string, b []byte) (totals.Value, error) {
 	if len(b) == 0 {

@@ -43,6 +43,11 @@ type AggregatesEncoder struct {
 	mu      sync.Mutex
 	landed  map[string]int64 // set + 0x00 + key: the newest index timestamp a batch landed
 	pending map[string]int64 // written into a batch not yet landed
+
+	// Encode's memory, as FactsEncoder's: Encode is not safe for concurrent use, and an encoder
+	// must not be copied once it has encoded.
+	family []byte
+	slab   slab
 }
 
 // DefaultKeyIndexCache is the default of AggregatesEncoder.KeyIndexCache.
@@ -74,20 +79,39 @@ func (a *AggregatesEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.C
 	if r.Entity == "" || r.End <= r.Start || r.Start < 0 {
 		return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: window of entity %q from %d to %d is not valid", r.Entity, r.Start, r.End)
 	}
-	row := schema.AggregateRow(r.Entity, r.Set, r.Start, a.SaltBuckets)
-	fam := []byte(a.Family)
+	// Row, qualifiers and values of the record's cells are cut from one slab, sized first.
+	size := schema.MaxAggregateRowLen(r.Entity, r.Set) + len(schema.MetaQualifier) + schema.MetaLen
+	for _, v := range r.Values {
+		size += len(v.Name) + schema.CellValueLen(v)
+	}
+	buf := a.slab.take(size)
+	row := cut(&buf, func(b []byte) []byte { return schema.AppendAggregateRow(b, r.Entity, r.Set, r.Start, a.SaltBuckets) })
+	if string(a.family) != a.Family {
+		a.family = []byte(a.Family)
+	}
+	fam := a.family
+	n := len(dst)
 	for _, v := range r.Values {
 		if err := schema.ValidAggregateName(v.Name); err != nil {
-			return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: %w", err)
+			return dst[:n], deadletter.Errorf(deadletter.Invalid, "aggregates: %w", err)
 		}
-		val, err := schema.AppendCellValue(nil, v)
+		var err error
+		val := cut(&buf, func(b []byte) []byte {
+			out, e := schema.AppendCellValue(b, v)
+			if err = e; e != nil {
+				return b
+			}
+			return out
+		})
 		if err != nil {
-			return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: %s: %w", v.Name, err)
+			return dst[:n], deadletter.Errorf(deadletter.Invalid, "aggregates: %s: %w", v.Name, err)
 		}
-		dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: []byte(v.Name), Timestamp: r.End, Value: val})
+		q := cut(&buf, func(b []byte) []byte { return append(b, v.Name...) })
+		dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: q, Timestamp: r.End, Value: val})
 	}
-	meta := schema.AppendMeta(nil, r.Final, r.Revision)
-	dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: []byte(schema.MetaQualifier), Timestamp: r.End, Value: meta})
+	meta := cut(&buf, func(b []byte) []byte { return schema.AppendMeta(b, r.Final, r.Revision) })
+	mq := cut(&buf, func(b []byte) []byte { return append(b, schema.MetaQualifier...) })
+	dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: mq, Timestamp: r.End, Value: meta})
 	if a.KeyIndex != "" {
 		if ts := schema.KeyIndexTimestamp(r.End, a.KeyIndexTTL); a.toIndex(r.Set, r.Entity, ts) {
 			dst = append(dst, store.Cell{Table: a.KeyIndex, Row: schema.KeyIndexRow(r.Set, r.Entity), Family: fam,

@@ -1,6 +1,7 @@
 package sinks
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -87,6 +88,62 @@ func TestKeyIndexWrittenUntilLanded(t *testing.T) {
 	for _, c := range cells {
 		if c.Table != "agg" {
 			t.Fatalf("an encoder without KeyIndex wrote to %s", c.Table)
+		}
+	}
+}
+
+// TestAggregatesCellsAsLaidOut: each totals record becomes its window row's cells exactly as
+// package schema lays them out, values of every kind, whatever was encoded before or after it
+// (the cells' bytes are cut from memory the encoder reuses); a record with a value that cannot be
+// written adds no cell at all.
+func TestAggregatesCellsAsLaidOut(t *testing.T) {
+	enc := &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 8}
+	records := []totals.Record{
+		{Set: "minute", Entity: "dev\x00ice-1", Start: 60_000, End: 120_000, Final: true, Revision: 7, Values: []totals.Value{
+			{Name: "count", Kind: totals.KindInt, Int: 42},
+			{Name: "mean", Kind: totals.KindFloat, Float: 17.25},
+			{Name: "q", Kind: totals.KindQuantiles, Quantiles: []totals.Quantile{{Q: 0.5, Value: 3}, {Q: 0.99, Value: 9}}},
+			{Name: "custom", Kind: totals.KindBytes, Bytes: bytes.Repeat([]byte{0xAB}, 70_000)}, // past a slab block
+		}},
+		{Set: "hour", Entity: "e", Start: 0, End: 3_600_000, Revision: 1, Values: []totals.Value{{Name: "max", Kind: totals.KindFloat, Float: -1}}},
+	}
+	var dst []store.Cell
+	var want []store.Cell
+	for _, r := range records {
+		var err error
+		if dst, err = enc.Encode(&kgo.Record{Value: r.Encode()}, dst); err != nil {
+			t.Fatal(err)
+		}
+		row := schema.AggregateRow(r.Entity, r.Set, r.Start, 8)
+		for _, v := range r.Values {
+			val, _ := schema.AppendCellValue(nil, v)
+			want = append(want, store.Cell{Table: "agg", Row: row, Family: []byte("d"), Qualifier: []byte(v.Name), Timestamp: r.End, Value: val})
+		}
+		want = append(want, store.Cell{Table: "agg", Row: row, Family: []byte("d"), Qualifier: []byte(schema.MetaQualifier), Timestamp: r.End,
+			Value: schema.AppendMeta(nil, r.Final, r.Revision)})
+		// Appending to a cell's bytes must not reach into the next cell's.
+		for i := range dst {
+			_ = append(dst[i].Row, 0xEE)
+			_ = append(dst[i].Qualifier, 0xEE)
+			_ = append(dst[i].Value, 0xEE)
+		}
+	}
+	bad := totals.Record{Set: "minute", Entity: "x", Start: 0, End: 60_000, Values: []totals.Value{
+		{Name: "ok", Kind: totals.KindInt, Int: 1}, {Name: "odd", Kind: totals.Kind(99)}}}
+	n := len(dst)
+	var err error
+	if dst, err = enc.Encode(&kgo.Record{Value: bad.Encode()}, dst); err == nil || len(dst) != n {
+		t.Fatalf("a value of unknown kind: %d cells added, err %v", len(dst)-n, err)
+	}
+	if len(dst) != len(want) {
+		t.Fatalf("%d cells, want %d", len(dst), len(want))
+	}
+	for i := range want {
+		g, w := dst[i], want[i]
+		if g.Table != w.Table || !bytes.Equal(g.Row, w.Row) || !bytes.Equal(g.Family, w.Family) || !bytes.Equal(g.Qualifier, w.Qualifier) ||
+			g.Timestamp != w.Timestamp || !bytes.Equal(g.Value, w.Value) {
+			t.Fatalf("cell %d:\n got %q %x %s %s %d %x\nwant %q %x %s %s %d %x", i, g.Table, g.Row, g.Family, g.Qualifier, g.Timestamp, g.Value,
+				w.Table, w.Row, w.Family, w.Qualifier, w.Timestamp, w.Value)
 		}
 	}
 }

@@ -106,6 +106,15 @@ func (f *FactsEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, 
 // offset, both in decimal.
 const maxFactQualifierSuffix = 1 + 11 + 1 + 20
 
+// cut appends to *buf with fill and returns what it appended, capped so that a later append to
+// it cannot run into the rest of *buf. Should fill outgrow *buf's capacity, append copies and the
+// bytes cut before stay where they were: wasteful, never wrong.
+func cut(buf *[]byte, fill func([]byte) []byte) []byte {
+	start := len(*buf)
+	*buf = fill(*buf)
+	return (*buf)[start:len(*buf):len(*buf)]
+}
+
 // slab hands out small byte slices cut from larger blocks. A block is freed by the collector
 // once no slice of it is referenced, here once the batches holding its cells have landed.
 type slab struct{ block []byte }
