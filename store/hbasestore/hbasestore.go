@@ -49,16 +49,25 @@ func New(c *hbase.Client, cfg Config) (*Store, error) {
 // record's cells together, and two Puts of one row in a Multi are fine once the batch is coalesced.
 // Each failed Put is mapped back to its cells.
 func (s *Store) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
+	newRow := func(i int) bool {
+		return i == 0 || cells[i].Table != cells[i-1].Table || !bytes.Equal(cells[i].Row, cells[i-1].Row)
+	}
+	puts := 0
+	for i := range cells {
+		if newRow(i) {
+			puts++
+		}
+	}
 	var (
 		// The Puts are allocated together: a sink writes tens of thousands at once.
-		slab   = make([]hbase.Mutation, len(cells))
-		muts   = make([]*hbase.Mutation, 0, len(cells))
-		first  = make([]int, 0, len(cells)+1) // index of the first cell of each mutation; its cells run to the next one's
+		slab   = make([]hbase.Mutation, puts)
+		muts   = make([]*hbase.Mutation, 0, puts)
+		first  = make([]int, 0, puts+1) // index of the first cell of each mutation; its cells run to the next one's
 		family string
 	)
 	for i := range cells {
 		c := &cells[i]
-		if n := len(muts); n == 0 || c.Table != cells[i-1].Table || !bytes.Equal(c.Row, cells[i-1].Row) {
+		if n := len(muts); newRow(i) {
 			m := slab[n].ResetPut(c.Table, c.Row)
 			m.Durability = s.durability
 			muts = append(muts, m)
