@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -203,10 +204,7 @@ func checkDashboard(t *testing.T, base string) {
 		t.Fatal(err)
 	}
 	var dash struct {
-		Panels []struct {
-			Title   string           `json:"title"`
-			Targets []map[string]any `json:"targets"`
-		} `json:"panels"`
+		Panels     []dashboardPanel `json:"panels"`
 		Templating struct {
 			List []struct {
 				Name     string `json:"name"`
@@ -247,7 +245,7 @@ func checkDashboard(t *testing.T, base string) {
 		for _, p := range dash.Panels {
 			for _, target := range p.Targets {
 				now := time.Now()
-				body := grafanaQuery(t, target, "$"+v.Name, value, now.Add(-time.Hour), now)
+				body := grafanaQuery(t, target, "$"+v.Name, value, now.Add(-p.span(t, time.Hour)), now)
 				resp, err := http.Post(base+"api/query", "application/json", strings.NewReader(body))
 				if err != nil {
 					t.Fatal(err)
@@ -265,6 +263,30 @@ func checkDashboard(t *testing.T, base string) {
 		}
 	}
 	t.Logf("dashboard: %d queries answered", queries)
+}
+
+// dashboardPanel is the part of a Grafana dashboard panel the checks read.
+type dashboardPanel struct {
+	Title   string           `json:"title"`
+	Targets []map[string]any `json:"targets"`
+	// TimeFrom is the panel's relative time override ("24h"): Grafana queries the panel over
+	// that span back from now, whatever the dashboard's range.
+	TimeFrom string `json:"timeFrom"`
+}
+
+// span is how far back Grafana queries the panel when the dashboard's range is def long.
+func (p dashboardPanel) span(t *testing.T, def time.Duration) time.Duration {
+	t.Helper()
+	if p.TimeFrom == "" {
+		return def
+	}
+	m := regexp.MustCompile(`^(?:now-)?(\d+)([smhdw])$`).FindStringSubmatch(p.TimeFrom)
+	if m == nil {
+		t.Fatalf("panel %q: timeFrom %q is not a relative time Grafana takes (e.g. 24h)", p.Title, p.TimeFrom)
+	}
+	n, _ := strconv.Atoi(m[1])
+	unit := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour, "w": 7 * 24 * time.Hour}[m[2]]
+	return time.Duration(n) * unit
 }
 
 // grafanaQuery builds the /api/query body that Grafana's OpenTSDB data source sends for a saved

@@ -38,12 +38,13 @@ func TestGrafanaDashboardOnEverySet(t *testing.T) {
 		t.Fatal(err)
 	}
 	var dash struct {
-		Panels []struct {
-			Title   string           `json:"title"`
-			Targets []map[string]any `json:"targets"`
-		} `json:"panels"`
+		Panels []dashboardPanel `json:"panels"`
 	}
 	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatal(err)
+	}
+	topo, err := devices.Topology()
+	if err != nil {
 		t.Fatal(err)
 	}
 	// The tag keys each answered series has, by the set of its metric.
@@ -54,7 +55,18 @@ func TestGrafanaDashboardOnEverySet(t *testing.T) {
 			metric, _ := target["metric"].(string)
 			set := strings.Split(metric, ".")[1]
 			seen[set] = true
-			body := grafanaQuery(t, target, "$device", "device-001|device-002", now.Add(-time.Hour), now)
+			// A panel's range must hold a window that has ended whatever the time of day: its last
+			// ended window starts up to two steps back from now (an hourly panel over the
+			// dashboard's one hour was empty in the first minute after each hour).
+			info, ok := topo.Set(set)
+			if !ok {
+				t.Fatalf("panel %q: metric %s names no set of the topology", p.Title, metric)
+			}
+			if step := time.Duration(info.Window.Advance()) * time.Millisecond; p.span(t, time.Hour) < 2*step {
+				t.Fatalf("panel %q: its range, %s, can hold no ended window of %s (one every %s): give it a timeFrom of at least %s",
+					p.Title, p.span(t, time.Hour), set, step, 2*step)
+			}
+			body := grafanaQuery(t, target, "$device", "device-001|device-002", now.Add(-p.span(t, time.Hour)), now)
 			resp, err := http.Post(ts.URL+"/api/query", "application/json", strings.NewReader(body))
 			if err != nil {
 				t.Fatal(err)
