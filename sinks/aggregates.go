@@ -41,14 +41,18 @@ type AggregatesEncoder struct {
 	KeyIndexCache int
 
 	mu      sync.Mutex
-	landed  map[string]int64 // set + 0x00 + key: the newest index timestamp a batch landed
-	pending map[string]int64 // written into a batch not yet landed
+	landed  map[indexKey]int64 // the newest index timestamp a batch landed
+	pending map[indexKey]int64 // written into a batch not yet landed
 
 	// Encode's memory, as FactsEncoder's: Encode is not safe for concurrent use, and an encoder
 	// must not be copied once it has encoded.
 	family []byte
 	slab   slab
+	dec    totals.Decoder
 }
+
+// indexKey is a set and a key of the key index.
+type indexKey struct{ set, key string }
 
 // DefaultKeyIndexCache is the default of AggregatesEncoder.KeyIndexCache.
 const DefaultKeyIndexCache = 1 << 20
@@ -72,7 +76,7 @@ func checkLayout(what, table, family string, buckets int) error {
 
 // Encode implements Encoder.
 func (a *AggregatesEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.Cell, error) {
-	r, err := totals.Decode(rec.Value)
+	r, err := a.dec.Decode(rec.Value)
 	if err != nil {
 		return dst, deadletter.Errorf(deadletter.Invalid, "aggregates: %w", err)
 	}
@@ -124,14 +128,14 @@ func (a *AggregatesEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.C
 // toIndex reports whether the index cell of set and key with timestamp ts is to be written, and
 // notes it as pending when it is.
 func (a *AggregatesEncoder) toIndex(set, key string, ts int64) bool {
-	k := set + "\x00" + key
+	k := indexKey{set, key}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.landed[k] >= ts || a.pending[k] >= ts {
 		return false
 	}
 	if a.pending == nil {
-		a.pending = map[string]int64{}
+		a.pending = map[indexKey]int64{}
 	}
 	a.pending[k] = ts
 	return true
@@ -157,9 +161,9 @@ func (a *AggregatesEncoder) batchLanded(cells []store.Cell) {
 		if err != nil {
 			continue
 		}
-		k := set + "\x00" + key
+		k := indexKey{set, key}
 		if a.landed == nil || len(a.landed) >= limit {
-			a.landed = make(map[string]int64, min(limit, 1024))
+			a.landed = make(map[indexKey]int64, min(limit, 1024))
 		}
 		a.landed[k] = max(a.landed[k], c.Timestamp)
 		if a.pending[k] <= c.Timestamp {

@@ -171,40 +171,118 @@ var ErrCorrupt = errors.New("corrupt totals record")
 
 // Decode parses a record written by Encode.
 func Decode(b []byte) (*Record, error) {
+	r := &Record{}
+	if err := decode(b, r, nil); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Decoder decodes records one after another into one Record, for a reader that is done with each
+// record before it reads the next (a sink turning records into cells): the Record, its values and
+// their quantiles reuse the memory of the records before, and the strings that repeat (topology,
+// set and aggregate names) are kept, not allocated again. A Decoder is not safe for concurrent use.
+type Decoder struct {
+	rec   Record
+	names map[string]string
+	values []Value
+	// quantiles holds, by the place of a value in its record, the memory of the last quantiles
+	// decoded there.
+	quantiles [][]Quantile
+}
+
+// maxNames bounds the strings a Decoder keeps: names are few in any topology, and a stream of
+// corrupt records must not grow the decoder without bound.
+const maxNames = 4096
+
+// Decode parses a record written by Encode. The Record returned, and everything it holds, is the
+// decoder's: valid until the next call, which overwrites it. Its strings stay valid.
+func (dec *Decoder) Decode(b []byte) (*Record, error) {
+	if err := decode(b, &dec.rec, dec); err != nil {
+		return nil, err
+	}
+	return &dec.rec, nil
+}
+
+// name returns b as a string, the same string each time for a name seen before.
+func (dec *Decoder) name(b []byte) string {
+	if s, ok := dec.names[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if dec.names == nil {
+		dec.names = map[string]string{}
+	}
+	if len(dec.names) < maxNames {
+		dec.names[s] = s
+	}
+	return s
+}
+
+// decode parses b into r. With dec, names come from dec.name, and values and quantiles reuse
+// dec's memory.
+func decode(b []byte, r *Record, dec *Decoder) error {
 	d := wire.NewReader(b, ErrCorrupt)
 	if v := d.Byte(); d.Err() == nil && v != Version {
-		return nil, fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
+		return fmt.Errorf("%w: unknown version %d", ErrCorrupt, v)
 	}
-	r := &Record{}
-	r.Topology = d.String()
-	r.Set = d.String()
+	name := func() string {
+		if dec == nil {
+			return d.String()
+		}
+		return dec.name(d.Bytes())
+	}
+	r.Topology = name()
+	r.Set = name()
 	r.Entity = d.String()
 	r.Start = d.Varint()
 	r.End = d.Varint()
 	r.Final = d.Byte()&1 != 0
 	r.Revision = d.Uvarint()
 	n := d.Count()
+	var vals []Value
+	if dec != nil {
+		vals = dec.values[:0]
+	}
 	for i := 0; i < n && d.Err() == nil; i++ {
-		v := Value{Name: d.String(), Kind: Kind(d.Byte())}
+		v := Value{Name: name(), Kind: Kind(d.Byte())}
 		switch v.Kind {
 		case KindInt:
 			v.Int = d.Varint()
 		case KindFloat:
 			v.Float = d.Float()
 		case KindQuantiles:
+			var qs []Quantile
+			if dec != nil && i < len(dec.quantiles) {
+				qs = dec.quantiles[i][:0]
+			}
 			qn := d.Count()
 			for j := 0; j < qn && d.Err() == nil; j++ {
-				v.Quantiles = append(v.Quantiles, Quantile{Q: d.Float(), Value: d.Float()})
+				qs = append(qs, Quantile{Q: d.Float(), Value: d.Float()})
+			}
+			if len(qs) > 0 {
+				v.Quantiles = qs
+			}
+			if dec != nil && cap(qs) > 0 {
+				for len(dec.quantiles) <= i {
+					dec.quantiles = append(dec.quantiles, nil)
+				}
+				dec.quantiles[i] = qs
 			}
 		case KindBytes:
+			// Not reused: user-defined values may be kept by whoever reads them.
 			v.Bytes = append([]byte(nil), d.Bytes()...)
 		default:
 			d.Fail(fmt.Errorf("%w: value %q has unknown kind %d", ErrCorrupt, v.Name, v.Kind))
 		}
-		r.Values = append(r.Values, v)
+		vals = append(vals, v)
 	}
-	if err := d.Done(); err != nil {
-		return nil, err
+	r.Values = nil // as Decode answers a record with no values
+	if len(vals) > 0 {
+		r.Values = vals
 	}
-	return r, nil
+	if dec != nil {
+		dec.values = vals
+	}
+	return d.Done()
 }

@@ -78,3 +78,62 @@ func TestValueNumber(t *testing.T) {
 		t.Error("bytes, or quantiles with none, are not NaN")
 	}
 }
+
+// TestDecoderSequence decodes records of different shapes one after another with one Decoder, as
+// a sink does: each answer equals Decode's, whatever the records before it held (more or fewer
+// values, quantiles in another place, a corrupt record between), and strings handed out before
+// stay as they were.
+func TestDecoderSequence(t *testing.T) {
+	other := &Record{Topology: "sensors", Set: "minute", Entity: "dev-8", Start: 60_000, End: 120_000, Revision: 1,
+		Values: []Value{{Name: "p", Kind: KindQuantiles, Quantiles: []Quantile{{0.5, 1}, {0.9, 2}, {0.99, 3}}}}}
+	empty := &Record{Topology: "sensors", Set: "minute", Entity: "dev-9", Start: 0, End: 1,
+		Values: []Value{{Name: "n", Kind: KindInt}, {Name: "p", Kind: KindQuantiles}, {Name: "x", Kind: KindFloat}}}
+	corrupt := sample().Encode()
+	corrupt = corrupt[:len(corrupt)-1]
+	inputs := [][]byte{sample().Encode(), other.Encode(), corrupt, empty.Encode(), (&Record{}).Encode(), sample().Encode(), other.Encode()}
+	var dec Decoder
+	var entities []string
+	for i, b := range inputs {
+		want, werr := Decode(b)
+		got, err := dec.Decode(b)
+		if (werr == nil) != (err == nil) {
+			t.Fatalf("input %d: Decode error %v, Decoder error %v", i, werr, err)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("input %d: %v does not wrap ErrCorrupt", i, err)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("input %d:\nDecoder %+v\nDecode  %+v", i, got, want)
+		}
+		entities = append(entities, got.Entity, got.Set)
+	}
+	if want := []string{"dev-7", "device-hourly", "dev-8", "minute", "dev-9", "minute", "", "", "dev-7", "device-hourly", "dev-8", "minute"}; !reflect.DeepEqual(entities, want) {
+		t.Errorf("strings handed out changed: %q", entities)
+	}
+}
+
+// TestDecoderReuses checks what the Decoder is for: once it has seen a record's shape, decoding
+// another like it allocates only the entity's string.
+func TestDecoderReuses(t *testing.T) {
+	var dec Decoder
+	b := sample().Encode()
+	r1, err := dec.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q1 := &r1.Values[2].Quantiles[0]
+	r2, err := dec.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1 != r2 || &r2.Values[2].Quantiles[0] != q1 {
+		t.Error("the second record does not reuse the first's memory")
+	}
+	// sample's bytes value is copied for its reader to keep: one allocation more.
+	if n := testing.AllocsPerRun(100, func() { _, _ = dec.Decode(b) }); n != 2 {
+		t.Errorf("%v allocations per record, want 2 (entity, bytes value)", n)
+	}
+}
