@@ -35,7 +35,12 @@ func (d *deployment) run(ctx context.Context, roles []string, procOpts func(*pro
 			return fmt.Errorf("unknown role %q: want %s", role, strings.Join(AllRoles, ", "))
 		}
 	}
-	g, gctx := errgroup.WithContext(ctx)
+	// A role that fails to start stops the ones started before it, and run returns only once they
+	// have: they would otherwise run on without their host locks (released on return) and with
+	// the deployment's clients closed under them by the caller.
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(stop)
 	rg := &roleGroup{d: d, g: g, ctx: gctx}
 	defer rg.release()
 	for _, role := range roles {
@@ -49,6 +54,10 @@ func (d *deployment) run(ctx context.Context, roles []string, procOpts func(*pro
 			rg.startQuery(ready)
 		}
 		if err != nil {
+			cancel()
+			if werr := g.Wait(); werr != nil {
+				d.log.Warn("a role started before the failed one stopped with an error", "err", werr)
+			}
 			return err
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -224,6 +225,11 @@ func (p *Processor) runGroup(ctx context.Context) error {
 	if ferr := emitter.Finish(); ferr != nil && err == nil {
 		err = fmt.Errorf("processor %s: finish tick emitter: %w", p.group, ferr)
 	}
+	if err != nil && ctx.Err() != nil && strings.Contains(err.Error(), gokaStoppedStarting) {
+		// A stop asked for before goka had started: a stop, not a failure (callers tell the two
+		// apart by context.Canceled). No clean marker: the local tables were not closed by a run.
+		return fmt.Errorf("processor %s: stopped while starting: %w", p.group, context.Cause(ctx))
+	}
 	if fenced := (*membership.FencedError)(nil); errors.As(err, &fenced) {
 		// goka's wrapping (a list of one error) would bury the one thing the operator must read.
 		return fmt.Errorf("processor: %w", fenced)
@@ -236,6 +242,10 @@ func (p *Processor) runGroup(ctx context.Context) error {
 	}
 	return nil
 }
+
+// gokaStoppedStarting is what goka's processor (v1.1.16) says, as plain text, when its context
+// ends while it waits for its tables at start.
+const gokaStoppedStarting = "context closed while waiting for startup tables"
 
 // tick sends every partition a tick each TickInterval until ctx is done. Ticks go to every
 // partition from every instance: a tick for a partition another instance owns is harmless.
