@@ -16,11 +16,20 @@ import (
 	"github.com/abacus-stream/abacus/internal/membership"
 )
 
-// TestRunStopsStartedRolesWhenOneFailsToStart: when a role cannot start (here the aggregates
-// sink, whose member id another process of the host holds), run stops the roles it started before
-// it and returns only once they have stopped; before, the processor ran on after run returned,
-// without its host lock and with the deployment closed under it.
+// TestRunStopsStartedRolesWhenOneFailsToStart: when a role cannot start (one whose member id
+// another process of the host holds), run stops the roles it started before it and returns only
+// once they have stopped; before, they ran on after run returned, without their host locks and
+// with the deployment closed under them.
 func TestRunStopsStartedRolesWhenOneFailsToStart(t *testing.T) {
+	for _, c := range []struct{ started, refused string }{
+		{RoleProcessor, RoleAggregates},
+		{RoleAggregates, RoleFacts},
+	} {
+		t.Run(c.started+"-then-"+c.refused, func(t *testing.T) { runWithRefusedRole(t, c.started, c.refused) })
+	}
+}
+
+func runWithRefusedRole(t *testing.T, started, refused string) {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 	if err != nil {
 		t.Fatal(err)
@@ -56,25 +65,25 @@ func TestRunStopsStartedRolesWhenOneFailsToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	release, err := membership.Lock(cfg.Sinks.Aggregates.Group, cfg.memberID(RoleAggregates))
+	release, err := membership.Lock(cfg.groupOf(refused), cfg.memberID(refused))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer release()
-	err = d.run(ctx, []string{RoleProcessor, RoleAggregates}, nil, nil)
+	err = d.run(ctx, []string{started, refused}, nil, nil)
 	var clash *membership.ClashError
 	if !errors.As(err, &clash) {
-		t.Fatalf("run: %v, want the aggregates sink's member id refused", err)
+		t.Fatalf("run: %v, want the %s's member id refused", err, refused)
 	}
-	rs := d.ops.lookup(RoleProcessor)
+	rs := d.ops.lookup(started)
 	if rs == nil {
-		t.Fatal("the processor was never started")
+		t.Fatalf("the %s was never started", started)
 	}
 	rs.mu.Lock()
 	phase := rs.phase
 	rs.mu.Unlock()
 	if phase != "stopped" {
-		t.Fatalf("the processor is %q (%v) after run returned, want stopped", phase, rs.err)
+		t.Fatalf("the %s is %q (%v) after run returned, want stopped", started, phase, rs.err)
 	}
 	if ctx.Err() != nil {
 		t.Fatalf("run took until the test's deadline: %v", ctx.Err())
