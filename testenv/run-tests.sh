@@ -57,6 +57,18 @@ if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   fi
 fi
 
+# Formatting and vet first: they take a minute and need no server, and a run that would fail on
+# them should not first spend half an hour on the service stages.
+echo "[run-tests] gofmt -l, go vet ./..."
+gofiles=$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*' -not -path './testenv/.data/*')
+unformatted=$([ -z "$gofiles" ] || gofmt -l $gofiles)
+if [ -n "$unformatted" ]; then
+  echo "[run-tests] gofmt would change these files (run gofmt -w):"
+  echo "$unformatted"
+  exit 1
+fi
+go vet ./...
+
 echo "[run-tests] docker-compose config (docker-compose.yml)"
 docker-compose -f docker-compose.yml config -q
 venv=testenv/.venv
@@ -159,15 +171,6 @@ fi
 eval "$("$services" env)"
 export ABACUS_REQUIRE_SERVICES=1
 
-echo "[run-tests] gofmt -l, go vet ./..."
-gofiles=$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.git/*' -not -path './testenv/.data/*')
-unformatted=$([ -z "$gofiles" ] || gofmt -l $gofiles)
-if [ -n "$unformatted" ]; then
-  echo "[run-tests] gofmt would change these files (run gofmt -w):"
-  echo "$unformatted"
-  exit 1
-fi
-go vet ./...
 
 # Fuzz targets of every decoder and parser that reads what others control (state, totals and loop
 # records, JSON events, HBase responses, row keys, the config file, the query server's

@@ -183,8 +183,8 @@ func Decode(b []byte) (*Record, error) {
 // their quantiles reuse the memory of the records before, and the strings that repeat (topology,
 // set and aggregate names) are kept, not allocated again. A Decoder is not safe for concurrent use.
 type Decoder struct {
-	rec   Record
-	names map[string]string
+	rec    Record
+	names  map[string]string
 	values []Value
 	// quantiles holds, by the place of a value in its record, the memory of the last quantiles
 	// decoded there.
