@@ -34,17 +34,14 @@ type KafkaSASL struct {
 	Users           map[string]SASLUser // by mechanism: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
 }
 
-// KafkaSASLListener returns the SASL_SSL listener of the real test broker, or skips the test
-// (fails it when Required) when the environment does not name one or it does not answer.
+// KafkaSASLListener returns the SASL_SSL listener of the real test broker, or ends the test through
+// gate.Unavailable when the environment does not name one or it does not answer.
 func KafkaSASLListener(t testing.TB) KafkaSASL {
 	t.Helper()
 	if os.Getenv(EnvKafkaSASL) == "" {
 		msg := EnvKafkaSASL + " is unset: no SASL_SSL listener to test against; " + gate.StartHint +
 			" and eval \"$(testenv/services.sh env)\""
-		if gate.Required() {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		gate.Unavailable(t, msg)
 	}
 	k := KafkaSASL{
 		Brokers:         strings.Split(gate.Find(t, "Kafka SASL_SSL listener", EnvKafkaSASL, ""), ","),

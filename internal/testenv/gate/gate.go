@@ -53,11 +53,44 @@ const (
 	EnvRequireSecure = "ABACUS_REQUIRE_SECURE_HBASE"
 )
 
+// EnvNoServices set to 1 says a run has no services on purpose: testenv/run-tests.sh's unit stage
+// runs every test with it while the services are still starting, and then runs in its main stage,
+// against them, exactly the tests that skipped with NoServicesMark. A test that needs a service
+// then skips at once, without looking for one, since the services may already answer at their
+// default addresses.
+const EnvNoServices = "ABACUS_NO_SERVICES"
+
+// NoServicesMark begins the skip message of a test that needs a service under EnvNoServices: the
+// test command finds the tests its main stage runs by it (testenv/testlog).
+const NoServicesMark = "[needs a service]"
+
+// NoServices reports whether this run has no services on purpose (EnvNoServices).
+func NoServices() bool { return os.Getenv(EnvNoServices) == "1" }
+
+// Unavailable ends a test that lacks what it needs, msg saying what and how to get it: a skip
+// marked NoServicesMark under EnvNoServices, a failure when Required, a skip otherwise. Every
+// helper that looks for a service or an outside program the test command provides ends through it.
+func Unavailable(t testing.TB, msg string) {
+	t.Helper()
+	switch {
+	case NoServices():
+		t.Skip(NoServicesMark + " " + msg)
+	case Required():
+		t.Fatal(msg)
+	default:
+		t.Skip(msg)
+	}
+}
+
 // Find returns the address list in env (or def when env is unset) if its first address accepts a
-// TCP connection; otherwise it skips the test, or fails it when Required. what names the service
-// in the message.
+// TCP connection; otherwise it ends the test through Unavailable. what names the service in the
+// message.
 func Find(t testing.TB, what, env, def string) string {
 	t.Helper()
+	if NoServices() {
+		Unavailable(t, what+" ("+env+"): "+EnvNoServices+"=1")
+		return ""
+	}
 	addrs := os.Getenv(env)
 	if addrs == "" {
 		addrs = def
@@ -68,11 +101,7 @@ func Find(t testing.TB, what, env, def string) string {
 		c.Close()
 		return addrs
 	}
-	msg := what + " not reachable at " + first + " (" + env + "): " + err.Error() + "; " + StartHint
-	if Required() {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	Unavailable(t, what+" not reachable at "+first+" ("+env+"): "+err.Error()+"; "+StartHint)
 	return ""
 }
 
