@@ -98,16 +98,20 @@ need_java() {
   command -v mvn >/dev/null || die "mvn not found: install Maven (Debian: apt-get install maven)"
 }
 
-# fetch NAME: resolve testenv/NAME/pom.xml into $data/NAME.classpath.
+# fetch NAME: resolve testenv/NAME/pom.xml into $cp_dir/NAME.classpath. Every data folder shares
+# the resolved classpaths (testenv/.data), so the services of the test command's stages, each in a
+# folder of its own, resolve the jars once.
+cp_dir=$here/.data
 fetch_one() {
-  local name=$1 cp=$data/$1.classpath
+  local name=$1 cp=$cp_dir/$1.classpath
+  mkdir -p "$cp_dir"
   if [ -s "$cp" ] && [ "$cp" -nt "$here/$name/pom.xml" ] && all_jars_exist "$cp"; then return 0; fi
   log "resolving $name jars from Maven Central (first time can take a few minutes)"
   local t0=$SECONDS
   if ! mvn -B -q -f "$here/$name/pom.xml" dependency:build-classpath -Dmdep.outputFile="$cp.tmp" \
-      >"$data/$name-fetch.log" 2>&1; then
-    tail -n 30 "$data/$name-fetch.log" >&2
-    die "could not resolve the $name jars (full log: $data/$name-fetch.log)"
+      >"$cp_dir/$name-fetch.log" 2>&1; then
+    tail -n 30 "$cp_dir/$name-fetch.log" >&2
+    die "could not resolve the $name jars (full log: $cp_dir/$name-fetch.log)"
   fi
   mv "$cp.tmp" "$cp"
   log "$name jars resolved in $((SECONDS - t0)) s"
@@ -341,7 +345,7 @@ format_kafka() {
   local n=$1 dir cp args=()
   dir=$(node_dir "$n")
   [ -f "$dir/data/meta.properties" ] && return 0
-  cp=$(cat "$data/kafka.classpath")
+  cp=$(cat "$cp_dir/kafka.classpath")
   if [ "$kafka_brokers" = 1 ] && [ -n "$kafka_sasl_port" ]; then
     args=(-S "SCRAM-SHA-256=[name=$sasl_scram256_user,password=$sasl_scram256_password]"
       -S "SCRAM-SHA-512=[name=$sasl_scram512_user,password=$sasl_scram512_password]")
@@ -361,7 +365,7 @@ launch_kafka() {
   log "starting $(node_name "$n") on 127.0.0.1:$(node_port "$n")${kafka_sasl_port:+$([ "$kafka_brokers" = 1 ] && echo " (SASL_SSL 127.0.0.1:$kafka_sasl_port)")}"
   nohup java "${heap[@]}" -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$dir/log4j2.properties" \
-    -cp "$(cat "$data/kafka.classpath")" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 </dev/null &
+    -cp "$(cat "$cp_dir/kafka.classpath")" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 </dev/null &
   echo $! >"$data/$(node_name "$n").pid"
 }
 
@@ -506,7 +510,7 @@ EOF
     "${hbase_java_opts[@]}" \
     -Dlog4j2.configurationFile="$dir/conf/log4j2.properties" \
     -Dhbase.log.dir="$dir" -Dhbase.home.dir="$dir" \
-    -cp "$dir/conf:$(cat "$data/hbase.classpath")" \
+    -cp "$dir/conf:$(cat "$cp_dir/hbase.classpath")" \
     org.apache.hadoop.hbase.master.HMaster start >"$dir/stdout.log" 2>&1 </dev/null &
   echo $! >"$data/hbase.pid"
   wait_ready hbase "$logf"
@@ -593,7 +597,7 @@ hbc_launch() {
     -Djava.net.preferIPv4Stack=true "${hbase_java_opts[@]}" \
     -Dlog4j2.configurationFile="$dir/conf/log4j2.properties" \
     -Dhbase.log.dir="$dir" -Dhbase.home.dir="$dir" -Dzookeeper.jmx.log4j.disable=true \
-    -cp "$dir/conf:$(cat "$data/hbase.classpath")" "$main" "$@" >"$dir/stdout.log" 2>&1 </dev/null &
+    -cp "$dir/conf:$(cat "$cp_dir/hbase.classpath")" "$main" "$@" >"$dir/stdout.log" 2>&1 </dev/null &
   echo $! >"$data/$name.pid"
 }
 
@@ -955,7 +959,7 @@ start_secure-hbase() {
     -Dzookeeper.kerberos.removeHostFromPrincipal=true -Dzookeeper.kerberos.removeRealmFromPrincipal=true \
     -Dlog4j2.configurationFile="$dir/conf/log4j2.properties" \
     -Dhbase.log.dir="$dir" -Dhbase.home.dir="$dir" \
-    -cp "$dir/conf:$(cat "$data/hbase.classpath")" \
+    -cp "$dir/conf:$(cat "$cp_dir/hbase.classpath")" \
     org.apache.hadoop.hbase.master.HMaster start >"$dir/stdout.log" 2>&1 </dev/null &
   echo $! >"$data/secure-hbase.pid"
   wait_ready secure-hbase "$logf"
@@ -965,7 +969,7 @@ start_secure-hbase() {
 # table, put, get, scan) and without credentials (must be refused).
 check_secure_java() {
   local out=$secure/javacheck cp
-  cp=$(cat "$data/hbase.classpath")
+  cp=$(cat "$cp_dir/hbase.classpath")
   mkdir -p "$out"
   javac -d "$out" -cp "$cp" "$here/secure/JavaClientCheck.java" || die "javac of testenv/secure/JavaClientCheck.java failed"
   local jo=(-Djava.security.krb5.conf="$kdc_dir/krb5.conf" -Dlog4j2.level=ERROR "${hbase_java_opts[@]}")

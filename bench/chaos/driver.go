@@ -73,8 +73,12 @@ func suiteEnv(root string, long, hbaseCluster bool) []string {
 		{"HBASE_HEAP", map[bool]string{false: "1g", true: "4g"}[long]},
 	}
 	if hbaseCluster {
-		// Below 32768, out of Linux's ephemeral ports, and apart from the test cluster's 31100.
-		defaults = append(defaults, [2]string{"HBASE_REGIONSERVERS", "3"}, [2]string{"HBASE_CLUSTER_PORT", "25100"})
+		// Below 32768, out of Linux's ephemeral ports, and apart from the test cluster's 31100 and
+		// the standalone form's ports and folder: testenv/run-tests.sh runs both forms at once.
+		defaults = append(defaults[:0], [2]string{"KAFKA_PORT", "29192"}, [2]string{"KAFKA_CONTROLLER_PORT", "29193"},
+			[2]string{"KAFKA_SASL_PORT", "0"},
+			[2]string{"ABACUS_TESTENV_DIR", filepath.Join(root, "testenv", ".data", "chaos-cluster")},
+			[2]string{"HBASE_REGIONSERVERS", "3"}, [2]string{"HBASE_CLUSTER_PORT", "25100"})
 	}
 	var env []string
 	for _, kv := range defaults {

@@ -20,7 +20,8 @@
 // 24000, 24020; KAFKA_PORT and friends override them) with data under testenv/.data/chaos
 // (ABACUS_TESTENV_DIR), because it stops and kills them; services already running there are used
 // and left running. With -hbase-cluster, HBase is a cluster of three region servers (ZooKeeper
-// on 25100, HBASE_CLUSTER_PORT) in the same folder.
+// on 25100, HBASE_CLUSTER_PORT) and Kafka listens on 29192, with data under
+// testenv/.data/chaos-cluster, so that both forms can run at once.
 package main
 
 import (
