@@ -162,6 +162,12 @@ job_venv() {
   "$venv/bin/pip" install -q -r testenv/python-requirements.txt
 }
 
+# job_tools builds what the stages run: gotestsum (pinned in testenv/tools/go.mod) and testlog.
+job_tools() {
+  go build -C testenv/tools -o "$bin/gotestsum" gotest.tools/gotestsum
+  go build -o "$bin/testlog" ./testenv/testlog
+}
+
 # job_jars resolves the Kafka and HBase jars once (Maven caches them in ~/.m2), for every stage.
 job_jars() { SERVICES="kafka hbase" "$services" fetch; }
 
@@ -187,6 +193,7 @@ job_services() {
 gotest() {
   local name=$1
   shift
+  await tools
   "$bin/gotestsum" --format standard-quiet --format-hide-empty-pkg --hide-summary=skipped \
     --jsonfile "$run_dir/$name.json" -- -count=1 "$@" "${gotest_args[@]}"
 }
@@ -247,7 +254,8 @@ stage_unit() {
   export ABACUS_NO_SERVICES=1 # tests that need a service skip at once; the main stage runs them
   log "go test ./... without services (the main stage runs what skips here for want of one)"
   gotest unit -skip "$browser_tests" ./... || failed=1
-  "$bin/testlog" needs-services "$run_dir/unit.json" >"$run_dir/needs-services.txt"
+  "$bin/testlog" needs-services "$run_dir/unit.json" >"$run_dir/needs-services.tmp"
+  mv "$run_dir/needs-services.tmp" "$run_dir/needs-services.txt" # whole, or not there: main starts on it
   log "$(wc -l <"$run_dir/needs-services.txt") tests need a service: the main stage runs them"
   log "go test -race (the engine, the test driver and the in-memory packages)"
   gotest unit-race -race ./abacustest ./internal/... ./state ./totals ./windows ./topology \
@@ -469,10 +477,7 @@ for s in "${selected[@]}"; do for n in ${stage_needs[$s]}; do needed[$n]=1; done
 for n in packages venv jars services; do
   if [ -n "${needed[$n]+x}" ]; then start_job "$n"; fi
 done
-
-# The tools the stages run: gotestsum (pinned in testenv/tools/go.mod) and testlog.
-go build -C testenv/tools -o "$bin/gotestsum" gotest.tools/gotestsum
-go build -o "$bin/testlog" ./testenv/testlog
+start_job tools
 
 checks_secs=
 if is_selected unit; then
@@ -489,14 +494,28 @@ if is_selected unit; then
   log "checks passed in $checks_secs s"
 fi
 
-# The stages: at most jobs_max at once, in stage_order; main after unit when both run.
+# main_ready: the main stage may start: the unit stage is not in this run, or it has listed the
+# tests that need a service (its other steps may still run), or it ended without listing them.
+main_ready() {
+  ! is_selected unit || [ -e "$run_dir/needs-services.txt" ] || [ -e "$run_dir/unit.result" ]
+}
+
+# busy_slots: how many slots the running stages hold (the unit stage none once it has listed).
+busy_slots() {
+  local n=${#running_stages[@]}
+  if [[ " ${running_stages[*]} " == *" unit "* ]] && [ -e "$run_dir/needs-services.txt" ]; then n=$((n - 1)); fi
+  echo "$n"
+}
+
+# The stages: at most jobs_max at once, in stage_order; main once unit has listed its tests. The
+# unit stage's slot is free for main as soon as it has: its last steps (-race, deploy/) are short.
 pending=()
 for s in "${stage_order[@]}"; do if is_selected "$s"; then pending+=("$s"); fi; done
 failed=()
 while [ ${#pending[@]} -gt 0 ] || [ ${#running_stages[@]} -gt 0 ]; do
   next=()
   for s in "${pending[@]}"; do
-    if [ ${#running_stages[@]} -lt "$jobs_max" ] && { [ "$s" != main ] || ! is_selected unit || [ -e "$run_dir/unit.result" ]; }; then
+    if [ "$(busy_slots)" -lt "$jobs_max" ] && { [ "$s" != main ] || main_ready; }; then
       log "stage $s started ($(($(date +%s) - run_epoch)) s into the run)"
       run_stage "$s" &
       stage_pids+=($!)
