@@ -20,6 +20,7 @@ import (
 
 // Header names on set-aside records, beside the original record's own headers.
 const (
+	HeaderFormat    = "abacus.format"    // the version of this format: Format
 	HeaderReason    = "abacus.reason"    // a Reason
 	HeaderDetail    = "abacus.detail"    // what exactly was wrong, for people
 	HeaderSource    = "abacus.source"    // the original record's coordinates, topic/partition@offset
@@ -30,6 +31,10 @@ const (
 	// Kafka message (Record.Fit); absent when the value is whole.
 	HeaderValueBytes = "abacus.value-bytes"
 )
+
+// Format is the version of the set-aside record format that RecordHeaders writes (in
+// HeaderFormat). Records written before it was there have no such header and are read as version 1.
+const Format = "1"
 
 // Reason says why a record was set aside.
 type Reason string
@@ -155,8 +160,9 @@ func (r *Record) RecordKey() []byte { return []byte(r.Source.String()) }
 
 // RecordHeaders are the headers to produce the record with: abacus's, then the original ones.
 func (r *Record) RecordHeaders() []Header {
-	h := make([]Header, 0, 6+len(r.Headers))
+	h := make([]Header, 0, 7+len(r.Headers))
 	h = append(h,
+		Header{HeaderFormat, []byte(Format)},
 		Header{HeaderReason, []byte(r.Reason)},
 		Header{HeaderDetail, []byte(r.Detail)},
 		Header{HeaderSource, []byte(r.Source.String())},
@@ -178,6 +184,10 @@ func Parse(value []byte, headers []Header) (Record, error) {
 	var src string
 	for _, h := range headers {
 		switch h.Key {
+		case HeaderFormat:
+			if string(h.Value) != Format {
+				return r, fmt.Errorf("deadletter: format version %q unknown (written by a newer abacus?), this one reads %s", h.Value, Format)
+			}
 		case HeaderReason:
 			r.Reason = Reason(h.Value)
 		case HeaderDetail:

@@ -13,6 +13,14 @@ import (
 // and writers take the count from the table, and a writer configured otherwise refuses to run.
 const AttrSaltBuckets = "abacus.salt.buckets"
 
+// AttrFormat is the table attribute that records the version of the layout of its rows, qualifiers
+// and cell values (Format), so that a reader meets a table written otherwise with an error, not
+// with values it misreads. A table created before it was recorded has none: version 1.
+const AttrFormat = "abacus.format"
+
+// Format is the version of the row, qualifier and cell layout this package writes.
+const Format = "1"
+
 // TableLayout describes an abacus table: one family, pre-split on the salt bucket boundaries.
 type TableLayout struct {
 	Name        string
@@ -65,9 +73,9 @@ func (l *TableLayout) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Attributes are the table attributes that record the layout (AttrSaltBuckets).
+// Attributes are the table attributes that record the layout (AttrSaltBuckets, AttrFormat).
 func (l *TableLayout) Attributes() map[string]string {
-	return map[string]string{AttrSaltBuckets: strconv.Itoa(l.SaltBuckets)}
+	return map[string]string{AttrSaltBuckets: strconv.Itoa(l.SaltBuckets), AttrFormat: Format}
 }
 
 // SaltBucketsOf reads the salt bucket count from a table's attributes.
@@ -90,6 +98,10 @@ func (l *TableLayout) CheckExisting(attrs map[string]string, families []string) 
 	n, err := SaltBucketsOf(l.Name, attrs)
 	if err != nil {
 		return fmt.Errorf("%w; refusing to use it with %d salt buckets", err, l.SaltBuckets)
+	}
+	if f, ok := attrs[AttrFormat]; ok && f != Format {
+		return fmt.Errorf("table %s holds cells of format %s=%s, this version of abacus reads %s: refusing to run",
+			l.Name, AttrFormat, f, Format)
 	}
 	if n != l.SaltBuckets {
 		return fmt.Errorf("table %s was created with %s=%d, the configuration says %d: refusing to run",

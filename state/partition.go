@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"slices"
 
 	"github.com/abacus-stream/abacus/internal/wire"
@@ -30,10 +31,27 @@ type Partition struct {
 	// Graces are the grace of each aggregate set when the record was written, and the windows
 	// that a grace raised since then keeps final (see SetGrace). Empty in version-1 records.
 	Graces []SetGrace
-	// Progress is, per source partition (by index), what the partition as the owner of rollup
-	// keys knows of it: every final partial total of a window closing at or before this stream
-	// time was sent and acknowledged (math.MinInt64: nothing known). Empty without rollups.
+	// Progress is, per source partition (by index), its stream time as it last told the partition
+	// as the owner of rollup keys (math.MinInt64: nothing known). Records of version 2 kept only
+	// this: every final partial total of a window closing at or before it was sent and
+	// acknowledged, closing by the graces of the time; version 3 keeps RollupEnds for that.
 	Progress []int64
+	// RollupEnds is, per rollup set (by name), what the partition as the owner of rollup keys
+	// knows of each source partition (by index): the final partial total of every window of the
+	// set that ends at or before this time was sent and acknowledged (math.MinInt64: nothing
+	// known). A window's end does not depend on the grace of whoever sent it, so this holds
+	// whatever graces the senders ran with. Empty without rollups.
+	RollupEnds []SetEnds
+}
+
+// SetEnds is what a rollup owner knows of the source partitions' final partial totals of one set:
+// Ends[p] is the end up to which partition p sent every window's.
+type SetEnds struct {
+	Set  string
+	Ends []int64
+	// Live is, per source partition, from when it runs the set (SetGrace.LiveFrom there): the
+	// owner gives no total to a window that started before.
+	Live []int64
 }
 
 // SetGrace is what a partition keeps of an aggregate set's grace: the grace the set had when the
@@ -48,6 +66,11 @@ type SetGrace struct {
 	// when the processor treats them as closing.
 	FinalThrough int64
 	FinalAt      int64
+	// LiveFrom is the stream time at which the partition started running the set, when it was
+	// added to a running topology (math.MinInt64: it ran from the group's start). A window that
+	// started before missed the events before, and has no total (records of version 2 and
+	// earlier do not keep it: math.MinInt64).
+	LiveFrom int64
 }
 
 // Origin is one input of a partition.
@@ -177,18 +200,24 @@ func (p *Partition) Layout(hash uint32) *Layout {
 }
 
 // partitionVersion is the version of the partition record Append writes; DecodePartition also
-// reads version 1 (no offsets, kinds or graces).
-const partitionVersion = 2
+// reads versions 1 (no offsets, kinds or graces) and 2 (rollup progress by stream time).
+const partitionVersion = 3
 
-// Append appends the version-2 encoding of p:
+// Append appends the version-3 encoding of p:
 //
-//	byte 'P', byte 2 (version), varint stream time, varint idle stream time,
+//	byte 'P', byte 3 (version), varint stream time, varint idle stream time,
 //	uvarint #origins, each: 4 bytes topic ID, varint partition, varint watermark, varint last
 //	  advance, varint done offset,
 //	uvarint #layouts, each: 4 bytes hash, uvarint #sets, each: string name, string window,
 //	  uvarint #aggs, each string; then per set uvarint #kinds, each string,
 //	uvarint #graces, each: string set, varint grace, varint final-through, varint final-at,
-//	and, only when Progress is not empty: uvarint #progress, each varint.
+//	  varint live-from,
+//	uvarint #rollup sets, each: string set, uvarint #partitions, each varint end and varint
+//	  live-from,
+//	uvarint #progress, each varint.
+//
+// Version 2 had no live-from in the graces, and ended after them with, only when it had some,
+// uvarint #progress, each varint.
 func (p *Partition) Append(b []byte) []byte {
 	b = append(b, partitionTag, partitionVersion)
 	b = binary.AppendVarint(b, p.StreamTime)
@@ -213,21 +242,33 @@ func (p *Partition) Append(b []byte) []byte {
 		b = binary.AppendVarint(b, g.Grace)
 		b = binary.AppendVarint(b, g.FinalThrough)
 		b = binary.AppendVarint(b, g.FinalAt)
+		b = binary.AppendVarint(b, g.LiveFrom)
 	}
-	if len(p.Progress) > 0 {
-		b = binary.AppendUvarint(b, uint64(len(p.Progress)))
-		for _, t := range p.Progress {
+	b = binary.AppendUvarint(b, uint64(len(p.RollupEnds)))
+	for _, se := range p.RollupEnds {
+		b = wire.AppendString(b, se.Set)
+		b = binary.AppendUvarint(b, uint64(len(se.Ends)))
+		for i, t := range se.Ends {
+			live := int64(math.MinInt64)
+			if i < len(se.Live) {
+				live = se.Live[i]
+			}
 			b = binary.AppendVarint(b, t)
+			b = binary.AppendVarint(b, live)
 		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.Progress)))
+	for _, t := range p.Progress {
+		b = binary.AppendVarint(b, t)
 	}
 	return b
 }
 
-// DecodePartition parses an encoding written by Partition.Append, of version 1 or 2.
+// DecodePartition parses an encoding written by Partition.Append, of version 1, 2 or 3.
 func DecodePartition(b []byte) (*Partition, error) {
 	d := wire.NewReader(b, ErrCorrupt)
 	tag, v := d.Byte(), d.Byte()
-	if d.Err() == nil && (tag != partitionTag || (v != 1 && v != partitionVersion)) {
+	if d.Err() == nil && (tag != partitionTag || v < 1 || v > partitionVersion) {
 		return nil, fmt.Errorf("%w: not a partition record (%q version %d)", ErrCorrupt, tag, v)
 	}
 	p := &Partition{StreamTime: d.Varint(), IdleStreamTime: d.Varint()}
@@ -264,13 +305,33 @@ func DecodePartition(b []byte) (*Partition, error) {
 	if v >= 2 {
 		n = d.Count()
 		for i := 0; i < n && d.Err() == nil; i++ {
-			p.Graces = append(p.Graces, SetGrace{Set: d.String(), Grace: d.Varint(), FinalThrough: d.Varint(), FinalAt: d.Varint()})
-		}
-		if d.Len() > 0 {
-			n = d.Count()
-			for i := 0; i < n && d.Err() == nil; i++ {
-				p.Progress = append(p.Progress, d.Varint())
+			g := SetGrace{Set: d.String(), Grace: d.Varint(), FinalThrough: d.Varint(), FinalAt: d.Varint(), LiveFrom: math.MinInt64}
+			if v >= 3 {
+				g.LiveFrom = d.Varint()
 			}
+			p.Graces = append(p.Graces, g)
+		}
+	}
+	switch {
+	case v == 2 && d.Len() > 0:
+		n = d.Count()
+		for i := 0; i < n && d.Err() == nil; i++ {
+			p.Progress = append(p.Progress, d.Varint())
+		}
+	case v >= 3:
+		n = d.Count()
+		for i := 0; i < n && d.Err() == nil; i++ {
+			se := SetEnds{Set: d.String()}
+			np := d.Count()
+			for j := 0; j < np && d.Err() == nil; j++ {
+				se.Ends = append(se.Ends, d.Varint())
+				se.Live = append(se.Live, d.Varint())
+			}
+			p.RollupEnds = append(p.RollupEnds, se)
+		}
+		n = d.Count()
+		for i := 0; i < n && d.Err() == nil; i++ {
+			p.Progress = append(p.Progress, d.Varint())
 		}
 	}
 	if err := d.Done(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 
 	"github.com/abacus-stream/abacus/internal/wire"
@@ -67,13 +68,29 @@ type Window struct {
 	// such a slot keeps no accumulators.
 	Final bool
 	Aggs  [][]byte
+	// Absent lists the aggregations (positions in Aggs) the window has no value of: aggregations
+	// added to its set while it was open, which did not see its earlier events. Its totals leave
+	// them out. Nil for nearly every window.
+	Absent []int
 }
 
 // Window flags (the encoding's flags field).
 const (
-	flagKey   = 1 << 0 // a string key follows the flags
-	flagFinal = 1 << 1
+	flagKey    = 1 << 0 // a string key follows the flags
+	flagFinal  = 1 << 1
+	flagAbsent = 1 << 2 // the absent aggregations follow (after the key)
 )
+
+// IsAbsent reports whether the window has no value of aggregation k.
+func (w *Window) IsAbsent(k int) bool { return slices.Contains(w.Absent, k) }
+
+// AddAbsent marks aggregation k absent from the window.
+func (w *Window) AddAbsent(k int) {
+	if !w.IsAbsent(k) {
+		w.Absent = append(slices.Clip(w.Absent), k)
+		slices.Sort(w.Absent)
+	}
+}
 
 // SlotKey is the Window.Key of source partition p's partial total in a rollup owner's state.
 func SlotKey(p int32) string { return "#" + strconv.Itoa(int(p)) }
@@ -215,8 +232,9 @@ func (e *Entity) FindKey(set uint16, start int64, key string) int {
 //	uvarint #fences, each: 4 bytes topic ID, varint partition, varint offset,
 //	  varint watermark - stream time,
 //	uvarint #windows, each: uvarint set, varint start - stream time, uvarint end - start,
-//	  uvarint revision, varint last emit, uvarint flags (1: a key follows, 2: final),
-//	  [uvarint len + key], uvarint #aggs, each: uvarint len + bytes.
+//	  uvarint revision, varint last emit, uvarint flags (1: a key follows, 2: final, 4: absent
+//	  aggregations follow), [uvarint len + key], [uvarint #absent, each uvarint position],
+//	  uvarint #aggs, each: uvarint len + bytes.
 //
 // An entity with pending late records is written as version 3: byte 3, then the same, then
 // uvarint #pending, each: 4 bytes topic ID, varint partition, varint offset. Entities without,
@@ -261,9 +279,18 @@ func (e *Entity) Append(b []byte) []byte {
 		if w.Final {
 			flags |= flagFinal
 		}
+		if len(w.Absent) > 0 {
+			flags |= flagAbsent
+		}
 		b = binary.AppendUvarint(b, flags)
 		if w.Key != "" {
 			b = wire.AppendString(b, w.Key)
+		}
+		if len(w.Absent) > 0 {
+			b = binary.AppendUvarint(b, uint64(len(w.Absent)))
+			for _, k := range w.Absent {
+				b = binary.AppendUvarint(b, uint64(k))
+			}
 		}
 		b = binary.AppendUvarint(b, uint64(len(w.Aggs)))
 		for _, a := range w.Aggs {
@@ -334,17 +361,28 @@ func Decode(b []byte) (*Entity, error) {
 		w.Revision = d.Uvarint()
 		w.LastEmit = d.Varint()
 		flags := d.Uvarint()
-		if flags&^(flagKey|flagFinal) != 0 {
+		if flags&^(flagKey|flagFinal|flagAbsent) != 0 {
 			return nil, fmt.Errorf("%w: window flags %#x unknown (written by a newer version?)", ErrCorrupt, flags)
 		}
 		if flags&flagKey != 0 {
 			w.Key = d.String()
 		}
 		w.Final = flags&flagFinal != 0
+		if flags&flagAbsent != 0 {
+			n := d.Count()
+			for j := 0; j < n && d.Err() == nil; j++ {
+				w.Absent = append(w.Absent, int(d.Uvarint()))
+			}
+		}
 		na := d.Count()
 		w.Aggs = make([][]byte, 0, na)
 		for j := 0; j < na && d.Err() == nil; j++ {
 			w.Aggs = append(w.Aggs, d.Bytes())
+		}
+		for _, k := range w.Absent {
+			if k >= na && d.Err() == nil {
+				return nil, fmt.Errorf("%w: absent aggregation %d of a window of %d", ErrCorrupt, k, na)
+			}
 		}
 		e.Windows = append(e.Windows, w)
 	}

@@ -323,16 +323,38 @@ func TestRollupWindowsRoundTrip(t *testing.T) {
 		t.Fatalf("unknown flags: %v", err)
 	}
 
-	p := &Partition{StreamTime: 10, IdleStreamTime: 5, Progress: []int64{3, math.MinInt64, 99}}
+	p := &Partition{StreamTime: 10, IdleStreamTime: 5, RollupEnds: []SetEnds{
+		{Set: "region", Ends: []int64{3, math.MinInt64, 99}, Live: []int64{math.MinInt64, math.MinInt64, math.MinInt64}},
+		{Set: "all", Ends: []int64{-4, 0, 1}, Live: []int64{7, math.MinInt64, 8}}},
+		Progress: []int64{70, math.MinInt64, 160}}
 	gp, err := DecodePartition(p.Append(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(gp.Progress, p.Progress) {
-		t.Fatalf("progress %v, want %v", gp.Progress, p.Progress)
+	if !reflect.DeepEqual(gp.RollupEnds, p.RollupEnds) || !reflect.DeepEqual(gp.Progress, p.Progress) {
+		t.Fatalf("rollup ends %v, progress %v; want %v, %v", gp.RollupEnds, gp.Progress, p.RollupEnds, p.Progress)
 	}
 	np, err := DecodePartition((&Partition{StreamTime: 10}).Append(nil))
-	if err != nil || np.Progress != nil {
-		t.Fatalf("a record without rollups: %v, progress %v", err, np.Progress)
+	if err != nil || np.RollupEnds != nil || np.Progress != nil {
+		t.Fatalf("a record without rollups: %v, ends %v, progress %v", err, np.RollupEnds, np.Progress)
+	}
+	// Version 2 kept the progress by stream time, after the graces, only when there was some.
+	v2 := (&Partition{StreamTime: 10, IdleStreamTime: 5}).Append(nil)
+	v2[1] = 2
+	v2 = v2[:len(v2)-2] // version 3's counts of rollup sets and progress (0 and 0)
+	bare := len(v2)
+	v2 = binary.AppendUvarint(v2, 3)
+	for _, t := range []int64{3, math.MinInt64, 99} {
+		v2 = binary.AppendVarint(v2, t)
+	}
+	gp, err = DecodePartition(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gp.Progress, []int64{3, math.MinInt64, 99}) || gp.RollupEnds != nil {
+		t.Fatalf("version 2: progress %v, ends %v", gp.Progress, gp.RollupEnds)
+	}
+	if np, err = DecodePartition(v2[:bare]); err != nil || np.Progress != nil {
+		t.Fatalf("version 2 without progress: %v, %+v", err, np)
 	}
 }

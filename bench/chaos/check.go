@@ -482,14 +482,15 @@ func sortLateKeys(keys []lateKey) {
 
 // lateContent says what is wrong with a late record of pair k, or "": its value must be the
 // source record's, and its headers exactly deadletter's, each once (the source records carry no
-// headers of their own): reason late, the source, the source record's key and timestamp, the set
-// and a detail (for people; its wording is not checked).
+// headers of their own): the format, reason late, the source, the source record's key and
+// timestamp, the set and a detail (for people; its wording is not checked).
 func lateContent(r *kgo.Record, k lateKey, ls stream.LateSource) string {
 	var wrong []string
 	if stream.ValueHash(r.Value) != ls.Value {
 		wrong = append(wrong, fmt.Sprintf("value %q is not the source record's", r.Value))
 	}
 	want := map[string]string{
+		deadletter.HeaderFormat:    deadletter.Format,
 		deadletter.HeaderReason:    string(deadletter.Late),
 		deadletter.HeaderSource:    k.source,
 		deadletter.HeaderKey:       ls.Key,

@@ -86,18 +86,29 @@ func TestLateCheck(t *testing.T) {
 		"not late": func(r []*kgo.Record) []*kgo.Record {
 			return append(r[1:], lateRecordOf(input, p0, 0, deadletter.Late, setName))
 		},
-		"reason": func(r []*kgo.Record) []*kgo.Record { r[0].Headers[0].Value = []byte("undecodable"); return r },
+		"reason": func(r []*kgo.Record) []*kgo.Record { setHeader(r[0], deadletter.HeaderReason, "undecodable"); return r },
 		"set": func(r []*kgo.Record) []*kgo.Record {
 			return append(r[1:], lateRecordOf(input, pl, lateAt, deadletter.Late, "other"))
 		},
 		"topic": func(r []*kgo.Record) []*kgo.Record {
 			return append(r[1:], lateRecordOf("other", pl, lateAt, deadletter.Late, setName))
 		},
-		"corrupt":   func(r []*kgo.Record) []*kgo.Record { r[0].Headers[4].Value = []byte("x"); return r },
+		"corrupt":   func(r []*kgo.Record) []*kgo.Record { setHeader(r[0], deadletter.HeaderTimestamp, "x"); return r },
 		"one extra": func(r []*kgo.Record) []*kgo.Record { return append(r, &kgo.Record{Value: []byte("x")}) },
 	} {
 		if err := feed(mutate); err == nil || !strings.Contains(err.Error(), "LATE RECORDS DO NOT MATCH") {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+}
+
+// setHeader sets the value of r's header key, which it must have.
+func setHeader(r *kgo.Record, key, value string) {
+	for i := range r.Headers {
+		if r.Headers[i].Key == key {
+			r.Headers[i].Value = []byte(value)
+			return
+		}
+	}
+	panic("no header " + key)
 }
