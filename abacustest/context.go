@@ -80,6 +80,7 @@ func (c *fakeContext) Loopback(key string, value any, _ ...goka.ContextOption) {
 	loop[p] = append(loop[p], record{key: key, value: b, ts: c.d.now})
 	c.d.queue = append(c.d.queue, delivery{c.d.loopTopic(), p, int64(len(loop[p]) - 1)})
 	c.d.sent++
+	c.d.out = append(c.d.out, Message{Topic: c.d.loopTopic(), Key: key, Value: b, Partition: p, Offset: int64(len(loop[p]) - 1)})
 }
 
 func (c *fakeContext) Join(goka.Table) any {

@@ -89,6 +89,10 @@ type Driver struct {
 	finals   []Total // the final ones among them
 	totalsAt int
 
+	// done marks, per source topic and partition, the records processed: a stopping processor
+	// waits for Kafka's acknowledgement of what they wrote, and commits them (committed).
+	done map[string][][]bool
+
 	sent     uint64   // messages the processor sent (state writes, totals, loop messages)
 	sentLog  []uint64 // sent at each of the last deliveries, for AckLag
 	ackedNow uint64
@@ -180,6 +184,7 @@ func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 		d.logs[s.Topic] = make([][]record, opts.Partitions)
 	}
 	d.logs[d.loopTopic()] = make([][]record, opts.Partitions)
+	d.done = map[string][][]bool{}
 	for range opts.Partitions {
 		d.tables = append(d.tables, newMemStorage())
 		d.changelog = append(d.changelog, nil)
@@ -342,6 +347,14 @@ func (d *Driver) RestartWith(topo *topology.Topology, loseStorage bool) {
 		}
 	}
 	d.start()
+	// The group resumes each source partition after its committed records (engine.Resumed): a
+	// processor stopped for a deployment waits for Kafka's acknowledgements and commits what it
+	// processed.
+	for _, s := range p.Sources {
+		for part := range d.logs[s.Topic] {
+			d.eng.Resumed(s.Topic, int32(part), d.committed(s.Topic, int32(part)))
+		}
+	}
 	d.drain() // a fresh processor rebuilds its partitions at their first record; make that now
 	for p := range d.tables {
 		d.queue = append(d.queue, d.rebuildProbe(int32(p)))
@@ -402,6 +415,39 @@ func (d *Driver) deliver(dl delivery) {
 		}
 	}()
 	cb(ctx, r.value)
+	if dl.topic != d.loopTopic() {
+		d.processed(dl)
+	}
+}
+
+// processed notes that a source record was processed.
+func (d *Driver) processed(dl delivery) {
+	parts := d.done[dl.topic]
+	if parts == nil {
+		parts = make([][]bool, d.opts.Partitions)
+		d.done[dl.topic] = parts
+	}
+	ds := parts[dl.partition]
+	for int64(len(ds)) <= dl.offset {
+		ds = append(ds, false)
+	}
+	ds[dl.offset] = true
+	parts[dl.partition] = ds
+}
+
+// committed is the offset the processor group resumes a source partition from after a stop:
+// after the records processed in a row from the start (a stopping processor waits for Kafka's
+// acknowledgement of what they wrote, and commits them).
+func (d *Driver) committed(topic string, partition int32) int64 {
+	var ds []bool
+	if parts := d.done[topic]; parts != nil {
+		ds = parts[partition]
+	}
+	n := int64(0)
+	for n < int64(len(ds)) && ds[n] {
+		n++
+	}
+	return n
 }
 
 func asError(x any) error {

@@ -258,7 +258,11 @@ func (pt *partition) addFixed(ent *state.Entity, set *plan.Set, key string, ev p
 		}
 		created := i < 0
 		if created {
-			ent.Windows = append(ent.Windows, state.Window{Set: set.Index, Start: w.Start, End: w.End, Key: key})
+			nw := state.Window{Set: set.Index, Start: w.Start, End: w.End, Key: key}
+			if pt.beforeLive(set, w) {
+				nw.Absent = allAbsent(set)
+			}
+			ent.Windows = append(ent.Windows, nw)
 			i = len(ent.Windows) - 1
 		}
 		for _, a := range accs {
@@ -294,6 +298,9 @@ func (pt *partition) addSession(ent *state.Entity, set *plan.Set, ev plan.Event,
 		return false, true, nil
 	}
 	nw := state.Window{Set: set.Index, Start: merged.Start, End: merged.End, Revision: 1}
+	if pt.beforeLive(set, merged) {
+		nw.Absent = allAbsent(set)
+	}
 	var accs []plan.Accumulator
 	remove := map[int]bool{}
 	for n, ai := range absorbed {
@@ -313,6 +320,7 @@ func (pt *partition) addSession(ent *state.Entity, set *plan.Set, ev plan.Event,
 		}
 		nw.Revision += ent.Windows[si].Revision
 		nw.LastEmit = max(nw.LastEmit, ent.Windows[si].LastEmit)
+		nw.Absent = plan.UnionAbsent(nw.Absent, ent.Windows[si].Absent)
 		remove[si] = true
 	}
 	if accs == nil {
@@ -342,7 +350,7 @@ func accumulators(set *plan.Set, ent *state.Entity, i int) ([]plan.Accumulator, 
 	if i < 0 {
 		return set.DecodeAccs(nil)
 	}
-	accs, err := set.DecodeAccs(ent.Windows[i].Aggs)
+	accs, err := set.WindowAccs(&ent.Windows[i])
 	if err != nil {
 		return nil, fmt.Errorf("window %d, %w", ent.Windows[i].Start, err)
 	}
@@ -374,17 +382,10 @@ func addUpdate(set *plan.Set, w *state.Window, accs []plan.Accumulator, now time
 	default:
 		return
 	}
-	*ups = append(*ups, update{set: set, window: *w, values: valuesOf(set, accs)})
-}
-
-// valuesOf reads the accumulators' values, named.
-func valuesOf(set *plan.Set, accs []plan.Accumulator) []totals.Value {
-	vs := make([]totals.Value, len(accs))
-	for k, a := range accs {
-		vs[k] = a.Value()
-		vs[k].Name = set.Aggs[k].Name
+	if len(w.Absent) == len(set.Aggs) {
+		return // no value: a window that started before the set ran
 	}
-	return vs
+	*ups = append(*ups, update{set: set, window: *w, values: set.Values(accs, w.Absent)})
 }
 
 // currentUpdates are the current totals of the open windows a replayed event belongs to, for
@@ -406,6 +407,9 @@ func (pt *partition) currentUpdates(entity string, ent *state.Entity, src *plan.
 			if err != nil {
 				pt.e.log.Error("current total of a window cannot be computed for a replay", "set", set.Name, "entity", entity, "window_start", w.Start, "err", err)
 				continue
+			}
+			if len(values) == 0 {
+				continue // every aggregation absent
 			}
 			ups = append(ups, update{set: set, window: *w, values: values})
 		}

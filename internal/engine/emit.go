@@ -36,7 +36,7 @@ func (e *Engine) values(set *plan.Set, ent *state.Entity, i int) (vs []totals.Va
 	if err != nil {
 		return nil, err
 	}
-	return valuesOf(set, accs), nil
+	return set.Values(accs, ent.Windows[i].Absent), nil
 }
 
 // late counts an event that came after its windows of set closed, and routes it to the late topic
@@ -208,10 +208,13 @@ func (pt *partition) scheduleOwner(entity string, ent *state.Entity) {
 			at, found = c, true
 		}
 	}
-	if found {
-		pt.ru.due.set(entity, at, at)
-	} else {
-		pt.ru.due.remove(entity)
+	set := pt.ownerSetOf(ent)
+	for s, h := range pt.ru.dues {
+		if found && set != nil && set.Index == s {
+			h.set(entity, at, at)
+		} else {
+			h.remove(entity)
+		}
 	}
 }
 
@@ -222,7 +225,9 @@ func (pt *partition) scheduleOwner(entity string, ent *state.Entity) {
 func (pt *partition) closeDue(ctx goka.Context) {
 	pt.closeHeapDue(ctx, &pt.due, pt.closeST())
 	if pt.e.rollups {
-		pt.closeHeapDue(ctx, &pt.ru.due, pt.ru.st)
+		for s, h := range pt.ru.dues {
+			pt.closeHeapDue(ctx, h, ownerST(pt.e.plan.Sets[s], pt.ru.done[s]))
+		}
 	}
 	pt.scheduled.Set(float64(pt.due.Len()))
 }
@@ -259,7 +264,10 @@ func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Enti
 	st := pt.closeST()
 	owner := isOwnerKey(entity)
 	if owner {
-		st = pt.ru.st
+		st = minTime
+		if set := pt.ownerSetOf(ent); set != nil {
+			st = ownerST(set, pt.ru.done[set.Index])
+		}
 	}
 	up := pt.emittedUpTo(entity)
 	n := 0
@@ -292,7 +300,11 @@ func (pt *partition) emitClosed(ctx goka.Context, entity string, ent *state.Enti
 			n++
 			continue
 		}
-		e.emit(ctx, entity, set, w, values, true)
+		if len(values) == 0 && len(set.Aggs) > 0 {
+			e.m.beforeLive.WithLabelValues(set.Name).Inc() // every aggregation absent: no total
+		} else {
+			e.emit(ctx, entity, set, w, values, true)
+		}
 		n++
 	}
 	if n > 0 {
@@ -314,12 +326,16 @@ func (pt *partition) prune(entity string, ent *state.Entity) bool {
 		return false
 	}
 	owner := isOwnerKey(entity)
+	ownerMeta := int64(minTime)
+	if set := pt.ownerSetOf(ent); owner && set != nil {
+		ownerMeta = ownerST(set, pt.ru.metaDone[set.Index])
+	}
 	up := int64(math.MinInt64)
 	keep := ems[:0]
 	for _, em := range ems {
-		// An owner's window leaves only once its record holds the progress that closed it too:
-		// a partial sent again after a restart must find the window final, not open it anew.
-		if em.bound <= pt.acked && (!owner || em.upTo <= pt.ru.metaST) {
+		// An owner's window leaves only once its record holds the progress that completed it
+		// too: a partial sent again after a restart must find the window final, not open it anew.
+		if em.bound <= pt.acked && (!owner || em.upTo <= ownerMeta) {
 			up = max(up, em.upTo)
 		} else {
 			keep = append(keep, em)

@@ -76,6 +76,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -150,6 +151,11 @@ type Engine struct {
 	parts    map[int32]*partition
 	storages map[int32]storage.Storage
 	tickKeys []string // per partition, once SetPartitions is called
+	// resumes are the offsets the group resumes its source partitions from (Resumed), per
+	// partition, until the partition takes them in; resumeGen counts them, so that a running
+	// partition sees a new one without taking the lock at every record.
+	resumes   map[int32]map[originKey]int64
+	resumeGen atomic.Uint64
 }
 
 // New prepares an engine for the plan.
@@ -203,7 +209,7 @@ func New(p *plan.Plan, cfg Config) (*Engine, error) {
 		span = max(span, s.Window.Size()+s.Grace)
 	}
 	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span, cacheLimit: cfg.CacheEntities, rollups: p.HasRollups(),
-		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}}, nil
+		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}, resumes: map[int32]map[originKey]int64{}}, nil
 }
 
 // SetPartitions tells the engine how many partitions the group has, so that a partition can send
@@ -226,6 +232,51 @@ func (e *Engine) SetStorage(part int32, st storage.Storage) {
 		pt.tbl = st
 	}
 	e.mu.Unlock()
+}
+
+// Resumed tells the engine the offset the group resumes a source topic's partition from: its
+// committed offset, below which every record was processed and everything written for it
+// acknowledged (package processors commits in order). The partition's done offset of that input
+// starts below it, so that an entity left with nothing leaves the table after a restart even if
+// no record of its partition comes any more. It may be called before the partition's first
+// callback of a session or while it runs; an offset below zero (nothing committed) or of a topic
+// that is not a source is ignored.
+func (e *Engine) Resumed(topic string, partition int32, offset int64) {
+	if offset <= 0 {
+		return
+	}
+	for i, s := range e.plan.Sources {
+		if s.Topic != topic || s.Repartition {
+			continue
+		}
+		e.mu.Lock()
+		if e.resumes[partition] == nil {
+			e.resumes[partition] = map[originKey]int64{}
+		}
+		k := originKey{e.topicIDs[i], partition}
+		e.resumes[partition][k] = max(e.resumes[partition][k], offset)
+		e.mu.Unlock()
+		e.resumeGen.Add(1)
+	}
+}
+
+// takeResumes moves the offsets Resumed gave for the partition into its origins' done offsets.
+func (pt *partition) takeResumes() {
+	gen := pt.e.resumeGen.Load()
+	if gen == pt.resumeGen {
+		return
+	}
+	pt.resumeGen = gen
+	pt.e.mu.Lock()
+	rs := pt.e.resumes[pt.id]
+	delete(pt.e.resumes, pt.id)
+	pt.e.mu.Unlock()
+	for k, next := range rs {
+		if og := pt.originOf(k); og.done < next-1 {
+			og.done = next - 1
+			pt.metaDirty = true // the record should say so: entities it covers may leave
+		}
+	}
 }
 
 // Rebalanced keeps the in-memory view of the partitions this instance keeps and forgets the
@@ -331,6 +382,7 @@ func (e *Engine) onSource(idx int) goka.ProcessCallback {
 			e.fail(ctx, err)
 			return
 		}
+		pt.takeResumes()
 		pt.catchUp(ctx)
 		pt.nudge(ctx)
 		pt.eventsIn[idx].Inc()
@@ -382,6 +434,7 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 		e.fail(ctx, err)
 		return
 	}
+	pt.takeResumes()
 	pt.catchUp(ctx)
 	raw, _ := msg.([]byte)
 	m, err := decodeLoop(raw)
@@ -410,14 +463,19 @@ func (e *Engine) onLoop(ctx goka.Context, msg any) {
 		pt.onPartial(ctx, m.partial)
 	case loopProgress:
 		if IsTickKey(ctx.Key()) {
-			pt.onProgress(ctx, m.partition, m.offset)
+			pt.onProgress(ctx, m)
 		}
 	case loopEvent:
-		if m.source < 0 || m.source >= len(e.plan.Sources) {
-			e.fail(ctx, fmt.Errorf("loop event names source %d of %d", m.source, len(e.plan.Sources)))
+		// The event's source is found by its topic: the source's position (which the message
+		// carries too) may differ in another version of the topology.
+		src := e.plan.SourceByTopic(m.topic)
+		if src == nil || !src.Repartition {
+			// Re-keyed by a version of the topology that had this source, and the current one has
+			// it no more (or reads it without re-keying): nothing here can apply it.
+			e.m.loopUnknown.WithLabelValues("event of topic " + m.topic).Inc()
+			e.log.Warn("re-keyed event of a source this topology does not re-key: ignored", "topic", m.topic, "partition", m.partition, "offset", m.offset)
 			return
 		}
-		src := e.plan.Sources[m.source]
 		k := originKey{state.TopicID(m.topic), m.partition}
 		if pt.replayed(k, m.offset) {
 			return

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math"
+	"slices"
 
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
@@ -25,6 +26,7 @@ var noFloor = floor{through: math.MinInt64, at: math.MinInt64}
 // stream time the partition had then, which is the stream time it was rebuilt to (see
 // state.SetGrace). The record written next holds the floors.
 func (pt *partition) keepFinals(graces []state.SetGrace) {
+	pt.learnLiveFrom(graces)
 	for _, g := range graces {
 		set := pt.e.plan.SetByName(g.Set)
 		if set == nil {
@@ -61,4 +63,54 @@ func (pt *partition) closed(set *plan.Set, w windows.Window, st int64) bool {
 // windowClosesAt is the stream time at which window w of the state closes.
 func (pt *partition) windowClosesAt(w *state.Window) int64 {
 	return pt.closesAt(pt.e.plan.Sets[w.Set], w.Span())
+}
+
+// learnLiveFrom sets from when the partition runs each set: from the record, or, for a set the
+// record does not know while it knows others (a set added to a running topology), from the
+// stream time the partition has now. A window that started before missed the events before: it
+// gets no total (its aggregations are all absent), which `abacus backfill` can compute from the
+// facts. A partition with no record yet (a new group) runs every set from its start, and so does
+// one whose record predates the graces.
+func (pt *partition) learnLiveFrom(graces []state.SetGrace) {
+	for i := range pt.liveFrom {
+		pt.liveFrom[i] = minTime
+	}
+	if len(graces) == 0 {
+		return
+	}
+	for _, g := range graces {
+		if pt.e.plan.SetByName(g.Set) == nil {
+			// A set removed: the record must say so soon, or a version that adds it back before
+			// it is written would take the set for one that ran all along, its windows open
+			// across the removal for whole.
+			pt.recordWanted = true
+		}
+	}
+	for _, set := range pt.e.plan.Sets {
+		i := slices.IndexFunc(graces, func(g state.SetGrace) bool { return g.Set == set.Name })
+		switch {
+		case i >= 0:
+			pt.liveFrom[set.Index] = graces[i].LiveFrom
+		case pt.st != minTime:
+			pt.liveFrom[set.Index] = pt.st
+			pt.metaDirty, pt.recordWanted = true, true
+			pt.e.log.Info("aggregate set added to a running topology: windows that started before have no total", "partition", pt.id,
+				"set", set.Name, "live_from", pt.st)
+		}
+	}
+}
+
+// beforeLive reports whether window w of set started before the partition ran the set: it has
+// missed events, and gets no total.
+func (pt *partition) beforeLive(set *plan.Set, w windows.Window) bool {
+	return w.Start < pt.liveFrom[set.Index]
+}
+
+// allAbsent marks every aggregation of set absent from a window.
+func allAbsent(set *plan.Set) []int {
+	all := make([]int, len(set.Aggs))
+	for k := range all {
+		all[k] = k
+	}
+	return all
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/state"
@@ -83,12 +84,30 @@ func (c *conversion) convert(p *plan.Plan, ent *state.Entity, current uint32) {
 		old := w.Set
 		w.Set = uint16(c.set[old])
 		aggs := make([][]byte, len(p.Sets[w.Set].Aggs))
-		for k, a := range w.Aggs {
-			if k < len(c.aggs[old]) && c.aggs[old][k] >= 0 {
-				aggs[c.aggs[old][k]] = a
+		had := make([]bool, len(aggs))
+		var absent []int
+		for k, j := range c.aggs[old] {
+			if j < 0 {
+				continue
+			}
+			had[j] = true
+			if k < len(w.Aggs) {
+				aggs[j] = w.Aggs[k]
+			}
+			if w.IsAbsent(k) {
+				absent = append(absent, j)
 			}
 		}
-		w.Aggs = aggs
+		for j := range aggs {
+			if !had[j] {
+				// Added to the set since the window opened: it has not seen the window's earlier
+				// events, so the window's totals leave it out (its windows opened from now on
+				// have it).
+				absent = append(absent, j)
+			}
+		}
+		slices.Sort(absent)
+		w.Aggs, w.Absent = aggs, absent
 		kept = append(kept, w)
 	}
 	ent.Windows = kept

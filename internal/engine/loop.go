@@ -32,7 +32,23 @@ const (
 	// loopProgress tells a partition, under its tick key, that every final partial the sender
 	// has for windows closing at or before a stream time is sent and acknowledged.
 	loopProgress loopKind = 7
+	// loopPartialNamed is a partial total naming its set and aggregations (partialMsg); it
+	// replaces loopPartial, which named them by position and is still read.
+	loopPartialNamed loopKind = 8
+	// loopProgressEnds is a progress that says, per rollup set by name, up to which end the
+	// sender has sent every window's final partial; it replaces loopProgress, still read, whose
+	// stream time the owner had to turn into windows by its own graces.
+	loopProgressEnds loopKind = 9
 )
+
+// setEnd is, in a progress message, the end up to which the sender has sent the final partial of
+// every window of the named set, and from when it runs the set (a window that started before has
+// missed events there: the owner gives it no total).
+type setEnd struct {
+	set  string
+	end  int64
+	live int64
+}
 
 // loopMsg is the decoded loop message. Encoding: byte kind, then
 // close and tick: nothing (messages written by earlier versions carry a time, which is ignored:
@@ -40,7 +56,7 @@ const (
 // event: uvarint source index, uvarint len + topic, varint partition, varint offset, varint
 // record timestamp (ms; not in kind 3), remaining bytes = record value;
 // partial: see partialMsg; progress: varint source partition (partition), varint stream time
-// (offset).
+// (offset), then (loopProgressEnds) uvarint #sets, each: string set, varint end, varint live-from.
 type loopMsg struct {
 	kind      loopKind
 	source    int
@@ -50,6 +66,8 @@ type loopMsg struct {
 	timestamp int64 // of the source record, ms; 0 when unknown
 	value     []byte
 	partial   *partialMsg
+	ends      []setEnd // progress: per rollup set
+	byEnd     bool     // progress: ends were sent (loopProgressEnds), not only a stream time
 }
 
 func (m *loopMsg) encode() []byte {
@@ -57,7 +75,11 @@ func (m *loopMsg) encode() []byte {
 		return m.partial.encode()
 	}
 	b := make([]byte, 0, 32+len(m.topic)+len(m.value))
-	b = append(b, byte(m.kind))
+	kind := m.kind
+	if kind == loopProgress {
+		kind = loopProgressEnds
+	}
+	b = append(b, byte(kind))
 	switch m.kind {
 	case loopEvent:
 		b = binary.AppendUvarint(b, uint64(m.source))
@@ -69,6 +91,12 @@ func (m *loopMsg) encode() []byte {
 	case loopProgress:
 		b = binary.AppendVarint(b, int64(m.partition))
 		b = binary.AppendVarint(b, m.offset)
+		b = binary.AppendUvarint(b, uint64(len(m.ends)))
+		for _, se := range m.ends {
+			b = wire.AppendString(b, se.set)
+			b = binary.AppendVarint(b, se.end)
+			b = binary.AppendVarint(b, se.live)
+		}
 	}
 	return b
 }
@@ -84,15 +112,22 @@ func decodeLoop(b []byte) (*loopMsg, error) {
 	d := wire.NewReader(b[1:], errCorruptLoop)
 	switch m.kind {
 	case loopClose, loopTick, loopNudge:
-	case loopPartial:
-		p, err := decodePartial(d)
+	case loopPartial, loopPartialNamed:
+		p, err := decodePartial(m.kind, d)
 		if err != nil {
 			return nil, err
 		}
-		m.partial = p
-	case loopProgress:
+		m.kind, m.partial = loopPartial, p
+	case loopProgress, loopProgressEnds:
 		m.partition = int32(d.Varint())
 		m.offset = d.Varint()
+		if m.kind == loopProgressEnds {
+			n := d.Count()
+			for i := 0; i < n && d.Err() == nil; i++ {
+				m.ends = append(m.ends, setEnd{set: d.String(), end: d.Varint(), live: d.Varint()})
+			}
+			m.kind, m.byEnd = loopProgress, true
+		}
 	case loopEvent, loopEventV1:
 		m.source = int(d.Uvarint())
 		m.topic = d.String()

@@ -27,6 +27,12 @@ type metrics struct {
 	// received again after its window's total was final.
 	rollupPartials *prometheus.CounterVec // set, final
 	rollupIgnored  *prometheus.CounterVec // set
+	// rollupUnknown counts partial totals of a set this topology does not have as a rollup,
+	// sent by another version of it; loopUnknown loop messages of a source it no longer has.
+	rollupUnknown *prometheus.CounterVec // set
+	loopUnknown   *prometheus.CounterVec // what
+	// beforeLive counts windows that closed without a total: they started before their set ran.
+	beforeLive *prometheus.CounterVec // set
 }
 
 func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
@@ -101,7 +107,19 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 		Namespace: "abacus", Subsystem: "processor", Name: "rollup_partials_repeated_total", ConstLabels: cl,
 		Help: "Partial totals an owner received again after it had their final (replays, restarts), ignored.",
 	}, []string{"set"})
-	for _, c := range []prometheus.Collector{m.rollupPartials, m.rollupIgnored, m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
+	m.rollupUnknown = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "rollup_partials_unknown_total", ConstLabels: cl,
+		Help: "Partial totals of a set this version of the topology does not have as a rollup (sent by another version, or before the set was removed), ignored.",
+	}, []string{"set"})
+	m.loopUnknown = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "loop_messages_unknown_total", ConstLabels: cl,
+		Help: "Messages of the loop topic for something this version of the topology does not have (a re-keyed event of a source removed), ignored.",
+	}, []string{"what"})
+	m.beforeLive = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "abacus", Subsystem: "processor", Name: "windows_before_set_total", ConstLabels: cl,
+		Help: "Windows that closed without a final total because they started before their set was added to the running topology (abacus backfill computes them from the facts).",
+	}, []string{"set"})
+	for _, c := range []prometheus.Collector{m.beforeLive, m.rollupUnknown, m.loopUnknown, m.rollupPartials, m.rollupIgnored, m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
 		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout,
 		m.ticks, m.waiting} {
 		if err := reg.Register(c); err != nil {

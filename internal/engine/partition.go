@@ -78,6 +78,7 @@ type partition struct {
 	metaIdleST   int64                  // idle stream time in the last acknowledged record
 	candidates   int                    // origins with a done candidate
 	floors       []floor                // per set of the plan
+	liveFrom     []int64                // per set of the plan: see learnLiveFrom
 	// layoutHeld says the acknowledged record describes the current layout. Until it does, one
 	// entity, the describer, carries the layout's description at each of its writes, so that
 	// whatever part of the partition's writes Kafka holds after a crash, a restart under another
@@ -85,6 +86,8 @@ type partition struct {
 	// this layout, and a partition's writes land in order.
 	layoutHeld bool
 	describer  string
+
+	resumeGen uint64 // Engine.resumeGen when the partition last took its resume offsets
 
 	due  closeHeap // one entry per entity with a window whose final is not emitted yet
 	held int       // windows in the table
@@ -131,13 +134,13 @@ type partition struct {
 }
 
 type metaWrite struct {
-	bound  uint64
-	st     int64
-	wm     map[originKey]int64
-	done   map[originKey]int64
-	layout bool  // the record describes the current layout
-	rollST int64 // the owner's smallest source-partition progress it holds
-	idle   int64 // the idle stream time it holds
+	bound    uint64
+	st       int64
+	wm       map[originKey]int64
+	done     map[originKey]int64
+	layout   bool             // the record describes the current layout
+	rollDone map[uint16]int64 // the owner's ends up to which it has every partial, per rollup set
+	idle     int64            // the idle stream time it holds
 }
 
 // partition returns the partition's view, rebuilding it from its local table the first time
@@ -155,9 +158,9 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	}
 	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64, metaIdleST: math.MinInt64,
 		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{}, metaDone: map[originKey]int64{},
-		lates: map[string][]state.Pending{}, floors: slices.Repeat([]floor{noFloor}, len(e.plan.Sets)),
+		lates: map[string][]state.Pending{}, floors: slices.Repeat([]floor{noFloor}, len(e.plan.Sets)), liveFrom: slices.Repeat([]int64{minTime}, len(e.plan.Sets)),
 		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap(),
-		cache: map[string]*state.Entity{}, ru: newRollupView(len(e.tickKeys))}
+		cache: map[string]*state.Entity{}, ru: newRollupView(e.plan, len(e.tickKeys))}
 	for _, src := range e.plan.Sources {
 		pt.eventsIn = append(pt.eventsIn, e.m.eventsIn.WithLabelValues(src.Topic, pt.label))
 	}
@@ -259,6 +262,12 @@ func (pt *partition) rebuild() error {
 			return fmt.Errorf("partition %d: %w", pt.id, err)
 		}
 		pt.schedule(s.key, s.ent)
+		if len(s.ent.Windows) == 0 {
+			// Nothing open, nothing retained: only its fences kept it, until the record covers
+			// them. The run that left it so knew it as empty; this one learns it here, or it would
+			// stay for good (a close message asks again until the record covers it).
+			pt.empties = append(pt.empties, s.key)
+		}
 	}
 	pt.entities.Set(float64(len(ents)))
 	pt.windowsDelta(0, 0)
@@ -291,17 +300,8 @@ func (pt *partition) restoreRecord(key string, v []byte) ([]state.SetGrace, erro
 		pt.metaWM[k] = max(pt.metaWM[k], o.Watermark)
 		pt.metaDone[k] = max(pt.metaDone[k], o.Done)
 	}
-	if len(rec.Progress) > 0 {
-		if len(rec.Progress) != len(pt.ru.progress) {
-			return nil, fmt.Errorf("partition %d: its record holds the rollup progress of %d partitions, the group has %d: a topology with rollups cannot change its partition count while it has windows open; start a new processor group",
-				pt.id, len(rec.Progress), len(pt.ru.progress))
-		}
-		st := int64(math.MaxInt64)
-		for i, t := range rec.Progress {
-			pt.ru.progress[i] = max(pt.ru.progress[i], t)
-			st = min(st, pt.ru.progress[i])
-		}
-		pt.ru.st, pt.ru.metaST = max(pt.ru.st, st), max(pt.ru.metaST, st)
+	if err := pt.restoreRollupEnds(rec); err != nil {
+		return nil, err
 	}
 	for _, l := range rec.Layouts {
 		if err := pt.knowLayout(l); err != nil {
@@ -312,6 +312,72 @@ func (pt *partition) restoreRecord(key string, v []byte) ([]state.SetGrace, erro
 		}
 	}
 	return rec.Graces, nil
+}
+
+// restoreRollupEnds takes in what the record holds of the source partitions' final partials, as
+// the owner of rollup keys: per set, the ends up to which each sent every window's. A record of
+// an earlier version holds each partition's progress as a stream time: the windows it closed are
+// those its grace of the time closed (the record's, or the set's now when it holds none).
+func (pt *partition) restoreRollupEnds(rec *state.Partition) error {
+	check := func(n int) error {
+		if n != len(pt.ru.progress) {
+			return fmt.Errorf("partition %d: its record holds the rollup progress of %d partitions, the group has %d: a topology with rollups cannot change its partition count while it has windows open; start a new processor group",
+				pt.id, n, len(pt.ru.progress))
+		}
+		return nil
+	}
+	take := func(set *plan.Set, ends func(p int) int64) {
+		es := pt.ru.ends[set.Index]
+		for p := range es {
+			es[p] = max(es[p], ends(p))
+		}
+		d := slices.Min(es)
+		pt.ru.done[set.Index] = max(pt.ru.done[set.Index], d)
+		pt.ru.metaDone[set.Index] = max(pt.ru.metaDone[set.Index], d)
+	}
+	for _, se := range rec.RollupEnds {
+		set := pt.e.plan.SetByName(se.Set)
+		if set == nil || set.Rollup == nil {
+			continue
+		}
+		if err := check(len(se.Ends)); err != nil {
+			return err
+		}
+		take(set, func(p int) int64 { return se.Ends[p] })
+		for p, l := range se.Live {
+			if p < len(pt.ru.live[set.Index]) {
+				pt.ru.live[set.Index][p] = max(pt.ru.live[set.Index][p], l)
+			}
+		}
+	}
+	if len(rec.Progress) == 0 {
+		return nil
+	}
+	if err := check(len(rec.Progress)); err != nil {
+		return err
+	}
+	for p, t := range rec.Progress {
+		pt.ru.progress[p] = max(pt.ru.progress[p], t)
+	}
+	if len(rec.RollupEnds) > 0 {
+		return nil
+	}
+	for _, set := range pt.e.plan.Sets {
+		if set.Rollup == nil {
+			continue
+		}
+		grace := set.Grace
+		if g := rec.Grace(set.Name); g != nil {
+			grace = g.Grace
+		}
+		take(set, func(p int) int64 {
+			if t := rec.Progress[p]; t != minTime {
+				return t - grace
+			}
+			return minTime
+		})
+	}
+	return nil
 }
 
 // learnDescribedLayouts learns the layouts the record does not describe: one entity each (the
@@ -487,7 +553,9 @@ func (pt *partition) catchUp(ctx goka.Context) {
 		}
 		pt.metaST = max(pt.metaST, pt.metaFlight[0].st)
 		pt.metaIdleST = max(pt.metaIdleST, pt.metaFlight[0].idle)
-		pt.ru.metaST = max(pt.ru.metaST, pt.metaFlight[0].rollST)
+		for set, d := range pt.metaFlight[0].rollDone {
+			pt.ru.metaDone[set] = max(pt.ru.metaDone[set], d)
+		}
 		if !pt.layoutHeld && pt.metaFlight[0].layout {
 			pt.layoutHeld = true
 			pt.e.log.Debug("partition record describing the topology layout acknowledged", "partition", pt.id)

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -48,6 +50,9 @@ type partial struct {
 	sent         bool
 	failed       bool   // a contribution could not be merged: the final partial goes as failed
 	bound        uint64 // Sent bound of the final partial, once sent
+	// absent are the aggregations that a contribution lacks (state.Window.Absent): the partial
+	// lacks them too.
+	absent []int
 	// early is the running merge of the window's events, for the early partials of an EmitEarly
 	// set (rebuilt from the contributions after a restart).
 	early    []plan.Accumulator
@@ -64,12 +69,20 @@ type rollupView struct {
 	sentT    int64         // the progress last sent to the other partitions
 	prunes   []retainedEntry
 
-	// As an owner: each source partition's progress, the smallest of them (rollupST) and the
-	// smallest in the last acknowledged record.
+	// As an owner, per rollup set (by index in the plan): ends[s][p] is the end up to which
+	// source partition p has sent the final partials of every window of set s; done[s], the
+	// smallest of them, the end up to which the owner has every partial of every window
+	// (minTime: not known yet), and metaDone[s] what the last acknowledged record holds. A merged
+	// window is final once its end is at most done: whatever grace each sender ran with, which
+	// changes with the topology, it has sent its share by then. progress[p] is source partition p's
+	// stream time as it last said, which only an idle partition follows. dues holds, per set, the
+	// owner keys with a merged window not emitted yet.
+	ends     map[uint16][]int64
+	live     map[uint16][]int64 // per set: from when each source partition runs it (setEnd.live)
+	done     map[uint16]int64
+	metaDone map[uint16]int64
 	progress []int64
-	st       int64
-	metaST   int64
-	due      closeHeap // owner keys with a merged window not emitted yet
+	dues     map[uint16]*closeHeap
 	// writes holds, per owner key, its windows' last writes not acknowledged yet: a window's
 	// final waits for the write that last changed it, not for the key's later writes.
 	writes map[string][]ownerWrite
@@ -113,20 +126,59 @@ func (v *rollupView) settleST(acked uint64) {
 	v.stFlight = v.stFlight[n:]
 }
 
-// ownerWrite is a write of an owner's window: it closes at closes, and Kafka holds it once
+// ownerWrite is a write of an owner's window of set whose end is end, and Kafka holds it once
 // Acknowledged reaches bound.
 type ownerWrite struct {
-	closes int64
-	bound  uint64
+	set   uint16
+	end   int64
+	bound uint64
 }
 
-func newRollupView(npar int) rollupView {
-	v := rollupView{partials: map[partialKey]*partial{}, closing: map[int64]int{}, sentT: minTime, st: minTime, metaST: minTime, durableST: minTime, doneClose: minTime,
-		progress: make([]int64, npar), due: newCloseHeap(), writes: map[string][]ownerWrite{}}
+func newRollupView(p *plan.Plan, npar int) rollupView {
+	v := rollupView{partials: map[partialKey]*partial{}, closing: map[int64]int{}, sentT: minTime, durableST: minTime, doneClose: minTime,
+		ends: map[uint16][]int64{}, live: map[uint16][]int64{}, done: map[uint16]int64{}, metaDone: map[uint16]int64{}, progress: make([]int64, npar),
+		dues: map[uint16]*closeHeap{}, writes: map[string][]ownerWrite{}}
 	for i := range v.progress {
 		v.progress[i] = minTime
 	}
+	for _, set := range p.Sets {
+		if set.Rollup == nil {
+			continue
+		}
+		v.ends[set.Index] = slices.Repeat([]int64{minTime}, npar)
+		v.live[set.Index] = slices.Repeat([]int64{minTime}, npar)
+		v.done[set.Index], v.metaDone[set.Index] = minTime, minTime
+		h := newCloseHeap()
+		v.dues[set.Index] = &h
+	}
 	return v
+}
+
+// ownerST is the stream time, in the owner's terms (a window's end plus its set's grace), up to
+// which the owner has every partial of set's windows: a merged window closes when its
+// ownerClosesAt reaches it. done holds ends; the grace only puts them in the terms the close heap
+// and the emissions use.
+func ownerST(set *plan.Set, done int64) int64 {
+	if done == minTime {
+		return minTime
+	}
+	return done + set.Grace
+}
+
+// ownerBeforeLive reports whether an owner's window of set started before a source partition ran
+// the set: that partition's share of it is not whole, whatever it sent.
+func (pt *partition) ownerBeforeLive(set *plan.Set, w *state.Window) bool {
+	return w.Start < slices.Max(pt.ru.live[set.Index])
+}
+
+// ownerSetOf is the set of an owner key's merged windows, or nil when it holds none.
+func (pt *partition) ownerSetOf(ent *state.Entity) *plan.Set {
+	for i := range ent.Windows {
+		if ent.Windows[i].Key == "" {
+			return pt.e.plan.Sets[ent.Windows[i].Set]
+		}
+	}
+	return nil
 }
 
 // isOwnerKey reports whether a state key is a rollup key's owner state.
@@ -206,6 +258,7 @@ func (pt *partition) registerContributions(entity string, ent *state.Entity) err
 		}
 		p := pt.partialOf(set, w.Key, w.Span())
 		p.contributors[entity] = false
+		p.absent = plan.UnionAbsent(p.absent, w.Absent)
 		if p.early != nil {
 			accs, err := accumulators(set, ent, i)
 			if err != nil {
@@ -259,6 +312,7 @@ func (pt *partition) mergeContribution(ctx goka.Context, entity string, ent *sta
 		p.failed = true
 	} else {
 		p.revision += w.Revision
+		p.absent = plan.UnionAbsent(p.absent, w.Absent)
 	}
 	p.contributors[entity] = true
 	p.merged++
@@ -271,10 +325,10 @@ func (pt *partition) mergeContribution(ctx goka.Context, entity string, ent *sta
 func (pt *partition) sendFinal(ctx goka.Context, pk partialKey, p *partial) {
 	set := pt.e.plan.Sets[pk.set]
 	if p.failed {
-		m := &partialMsg{set: pk.set, start: pk.start, end: p.end, from: pt.id, final: true, failed: true, userError: true, revision: p.revision}
+		m := &partialMsg{setName: set.Name, set: set.Index, start: pk.start, end: p.end, from: pt.id, final: true, failed: true, userError: true, revision: p.revision}
 		ctx.Loopback(plan.RollupStateKey(set.Name, pk.key), m.encode())
 	} else {
-		pt.sendPartial(ctx, set, pk, p.end, p.revision, p.accs, true)
+		pt.sendPartial(ctx, set, pk, p.end, p.revision, p.accs, p.absent, true)
 	}
 	p.sent, p.bound = true, pt.e.cfg.Durability.Sent()
 	p.early = nil
@@ -286,16 +340,13 @@ func (pt *partition) sendFinal(ctx goka.Context, pk partialKey, p *partial) {
 // sendEarly sends the running partial of an EmitEarly window to its key's owner.
 func (pt *partition) sendEarly(ctx goka.Context, pk partialKey, p *partial, now time.Time) {
 	set := pt.e.plan.Sets[pk.set]
-	pt.sendPartial(ctx, set, pk, p.end, p.earlyRev, p.early, false)
+	pt.sendPartial(ctx, set, pk, p.end, p.earlyRev, p.early, p.absent, false)
 	p.changed, p.lastSend = false, now
 	pt.e.m.rollupPartials.WithLabelValues(set.Name, "false").Inc()
 }
 
-func (pt *partition) sendPartial(ctx goka.Context, set *plan.Set, pk partialKey, end int64, revision uint64, accs []plan.Accumulator, final bool) {
-	m := &partialMsg{set: pk.set, start: pk.start, end: end, from: pt.id, final: final, revision: revision}
-	for _, a := range accs {
-		m.aggs = append(m.aggs, a.AppendBinary(nil))
-	}
+func (pt *partition) sendPartial(ctx goka.Context, set *plan.Set, pk partialKey, end int64, revision uint64, accs []plan.Accumulator, absent []int, final bool) {
+	m := newPartial(set, pk.start, end, pt.id, final, revision, accs, absent)
 	b := m.encode()
 	if n := len(b) + len(plan.RollupStateKey(set.Name, pk.key)); n > pt.e.plan.MaxMessageBytes {
 		// Kafka would refuse it, and the processor would stop on it at every restart. An early
@@ -306,7 +357,7 @@ func (pt *partition) sendPartial(ctx goka.Context, set *plan.Set, pk partialKey,
 		if !final {
 			return
 		}
-		m.aggs, m.failed = nil, true
+		m.named, m.failed = nil, true
 		b = m.encode()
 	}
 	ctx.Loopback(plan.RollupStateKey(set.Name, pk.key), b)
@@ -351,7 +402,9 @@ func (pt *partition) progressT() int64 {
 	return t
 }
 
-// sendProgress tells every partition the partition's progress when it moved.
+// sendProgress tells every partition the partition's progress when it moved: its stream time,
+// and, per rollup set, the end up to which it has sent the final partial of every window (by its
+// own grace, and the set's floor).
 func (pt *partition) sendProgress(ctx goka.Context) {
 	t := pt.progressT()
 	if t == minTime || t <= pt.ru.sentT || len(pt.e.tickKeys) == 0 {
@@ -361,7 +414,18 @@ func (pt *partition) sendProgress(ctx goka.Context) {
 		return // no rollup window closes in between: the owners would learn nothing
 	}
 	pt.ru.sentT = t
-	msg := (&loopMsg{kind: loopProgress, partition: pt.id, offset: t}).encode()
+	m := &loopMsg{kind: loopProgress, partition: pt.id, offset: t}
+	for _, set := range pt.e.plan.Sets {
+		if set.Rollup == nil {
+			continue
+		}
+		end := t - set.Grace
+		if f := pt.floors[set.Index]; t >= f.at {
+			end = max(end, f.through)
+		}
+		m.ends = append(m.ends, setEnd{set: set.Name, end: end, live: pt.liveFrom[set.Index]})
+	}
+	msg := m.encode()
 	for _, k := range pt.e.tickKeys {
 		ctx.Loopback(k, msg)
 	}
@@ -389,22 +453,44 @@ func (e *Engine) nextRollupClose(x int64) int64 {
 	return next
 }
 
-// onProgress takes a source partition's progress in, and emits the merged windows it closes.
-func (pt *partition) onProgress(ctx goka.Context, from int32, t int64) {
+// onProgress takes a source partition's progress in: its stream time t, and the ends up to which
+// it has sent every window's final partial, per set by name. A progress of an earlier version
+// carries no ends: the windows it has sent are taken to be those its stream time closes by this
+// topology's graces, as that version did. It emits the merged windows it completes.
+func (pt *partition) onProgress(ctx goka.Context, m *loopMsg) {
+	from := m.partition
 	if from < 0 || int(from) >= len(pt.ru.progress) {
 		pt.e.fail(ctx, fmt.Errorf("progress from partition %d of %d: the partition count changed under a topology with rollups", from, len(pt.ru.progress)))
 		return
 	}
-	if t <= pt.ru.progress[from] {
-		return
+	pt.ru.progress[from] = max(pt.ru.progress[from], m.offset)
+	ends := m.ends
+	if !m.byEnd {
+		for _, set := range pt.e.plan.Sets {
+			if set.Rollup != nil {
+				ends = append(ends, setEnd{set: set.Name, end: m.offset - set.Grace})
+			}
+		}
 	}
-	pt.ru.progress[from] = t
-	st := int64(math.MaxInt64)
-	for _, p := range pt.ru.progress {
-		st = min(st, p)
+	moved := false
+	for _, se := range ends {
+		set := pt.e.plan.SetByName(se.set)
+		if set == nil || set.Rollup == nil {
+			continue // a set this version has not (as a rollup): nothing of it waits here
+		}
+		if ls := pt.ru.live[set.Index]; se.live > ls[from] {
+			ls[from] = se.live
+			pt.metaDirty = true
+		}
+		if es := pt.ru.ends[set.Index]; se.end > es[from] {
+			es[from] = se.end
+			if d := slices.Min(es); d > pt.ru.done[set.Index] {
+				pt.ru.done[set.Index] = d
+				moved = true
+			}
+		}
 	}
-	if st > pt.ru.st {
-		pt.ru.st = st
+	if moved {
 		pt.metaDirty = true
 		pt.closeDue(ctx)
 	}
@@ -413,15 +499,28 @@ func (pt *partition) onProgress(ctx goka.Context, from int32, t int64) {
 // onPartial merges a source partition's partial into the owner's state of the callback's key.
 func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	e := pt.e
-	if int(m.set) >= len(e.plan.Sets) || e.plan.Sets[m.set].Rollup == nil || !isOwnerKey(ctx.Key()) {
-		e.fail(ctx, fmt.Errorf("partial total for set %d under key %q: not a rollup set of this topology", m.set, ctx.Key()))
+	set, why := m.resolve(e.plan)
+	if set != nil && !strings.HasPrefix(ctx.Key(), plan.RollupStateKey(set.Name, "")) {
+		set, why = nil, fmt.Sprintf("the key is not one of set %q", set.Name)
+	}
+	if set == nil {
+		// A partial of a set this version of the topology does not have (removed, renamed, or not
+		// a rollup any more), sent by another version: nothing here can take it. Counted and
+		// logged; never a stop (it would stop again at every restart) and never a total.
+		name := m.setName
+		if name == "" {
+			name = "#" + strconv.Itoa(int(m.set))
+		}
+		e.m.rollupUnknown.WithLabelValues(name).Inc()
+		e.log.Warn("partial total of a rollup set this topology does not have: ignored", "key", ctx.Key(), "from", m.from, "why", why)
 		return
 	}
-	set := e.plan.Sets[m.set]
-	w := windows.Window{Start: m.start, End: m.end}
-	if w.ClosesAt(set.Grace) <= pt.ru.st {
+	if m.end <= pt.ru.done[set.Index] {
+		// Every source partition sent its final partial of the window before it said so: this is
+		// one sent again (a replay, or a contribution still held at a restart), and the window's
+		// total is final, whatever the grace says now.
 		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
-		return // its window's total is final: a partial sent again
+		return
 	}
 	ent, err := pt.load(ctx)
 	if err != nil {
@@ -452,7 +551,7 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	}
 	pt.windowsDelta(opened, len(ent.Windows)-before)
 	pt.set(ctx, ent)
-	pt.ownerWrote(ctx.Key(), w.ClosesAt(set.Grace))
+	pt.ownerWrote(ctx.Key(), set.Index, m.end)
 	if isNew {
 		pt.entities.Inc()
 	}
@@ -498,7 +597,7 @@ func (pt *partition) takePartial(ctx goka.Context, ent *state.Entity, set *plan.
 		return pt.giveUp(ctx, ent, set, m, deadletter.TooLarge, fmt.Sprintf("cannot be made: the partial total of source partition %d is larger than a message (MaxMessageBytes %d)",
 			m.from, e.plan.MaxMessageBytes))
 	case !m.final:
-		ent.Windows[si].Aggs, ent.Windows[si].Revision = m.aggs, m.revision
+		ent.Windows[si].Aggs, ent.Windows[si].Revision, ent.Windows[si].Absent = m.aggs, m.revision, m.absent
 		return mi
 	}
 	accs, err := accumulators(set, ent, mi)
@@ -516,6 +615,7 @@ func (pt *partition) takePartial(ctx goka.Context, ent *state.Entity, set *plan.
 	}
 	storeAccs(&ent.Windows[mi], accs)
 	ent.Windows[mi].Revision += m.revision
+	ent.Windows[mi].Absent = plan.UnionAbsent(ent.Windows[mi].Absent, m.absent)
 	ent.Windows[si].Final, ent.Windows[si].Aggs, ent.Windows[si].Revision = true, nil, m.revision
 	return mi
 }
@@ -529,8 +629,8 @@ func (pt *partition) earlyTotal(set *plan.Set, ent *state.Entity, mi int) *updat
 		return nil
 	}
 	vs, rev, err := pt.mergedValues(set, ent, mi)
-	if err != nil {
-		return nil // the final will say why, dead-lettered
+	if err != nil || len(vs) == 0 || pt.ownerBeforeLive(set, lw) {
+		return nil // the final will say why, dead-lettered; or there is no value to show
 	}
 	lw.LastEmit = now.UnixMilli()
 	u := &update{set: set, window: *lw, values: vs}
@@ -559,8 +659,8 @@ func (pt *partition) fitOwnerState(ctx goka.Context, ent *state.Entity, set *pla
 		n2, e.plan.MaxMessageBytes))
 }
 
-// ownerWrote records the write of an owner's window that closes at closes, not acknowledged yet.
-func (pt *partition) ownerWrote(key string, closes int64) {
+// ownerWrote records the write of an owner's window of set that ends at end, not acknowledged yet.
+func (pt *partition) ownerWrote(key string, set uint16, end int64) {
 	b := pt.e.cfg.Durability.Sent()
 	if b <= pt.acked {
 		return
@@ -569,7 +669,7 @@ func (pt *partition) ownerWrote(key string, closes int64) {
 	for len(ws) > 0 && ws[0].bound <= pt.acked { // in the order sent: the acknowledged ones first
 		ws = ws[1:]
 	}
-	pt.ru.writes[key] = append(ws, ownerWrite{closes: closes, bound: b})
+	pt.ru.writes[key] = append(ws, ownerWrite{set: set, end: end, bound: b})
 }
 
 // giveUp dead-letters the final total of m's window of the owner's key, which cannot be whole,
@@ -589,8 +689,8 @@ func (pt *partition) giveUp(ctx goka.Context, ent *state.Entity, set *plan.Set, 
 	return len(ent.Windows) - 1
 }
 
-// ownerDurable reports whether the writes of an owner's windows that its rollup stream time has
-// closed are acknowledged. Later writes change only windows still open: a restart finds the
+// ownerDurable reports whether the writes of an owner's windows that its sources' progress has
+// completed are acknowledged. Later writes change only windows still open: a restart finds the
 // closed ones as they are now.
 func (pt *partition) ownerDurable(entity string) bool {
 	ws := pt.ru.writes[entity]
@@ -601,7 +701,7 @@ func (pt *partition) ownerDurable(entity string) bool {
 			continue
 		}
 		kept = append(kept, w)
-		if w.closes <= pt.ru.st {
+		if w.end <= pt.ru.done[w.set] {
 			ok = false
 		}
 	}
@@ -634,11 +734,11 @@ func (pt *partition) mergedValues(set *plan.Set, ent *state.Entity, mi int) (vs 
 			err = fmt.Errorf("panic: %v", r)
 		}
 	}()
-	accs, rev, err := set.OwnerTotal(ent, mi)
+	accs, rev, absent, err := set.OwnerTotal(ent, mi)
 	if err != nil {
 		return nil, 0, err
 	}
-	return valuesOf(set, accs), rev, nil
+	return set.Values(accs, absent), rev, nil
 }
 
 // emitMerged emits the final total of an owner's merged window mi.
@@ -653,6 +753,12 @@ func (pt *partition) emitMerged(ctx goka.Context, entity string, set *plan.Set, 
 		e.m.panics.WithLabelValues("close").Inc()
 		e.log.Error("final total of a rollup window cannot be computed: dead-lettered", "set", set.Name, "key", entity, "window_start", w.Start, "err", err)
 		e.deadLetterFinal(ctx, pt.id, entity, set, &w, err)
+		return
+	}
+	if (len(vs) == 0 && len(set.Aggs) > 0) || pt.ownerBeforeLive(set, &w) {
+		// A source partition's share started before it ran the set (its contribution says so,
+		// or its progress): the window has missed events there, and gets no total.
+		e.m.beforeLive.WithLabelValues(set.Name).Inc()
 		return
 	}
 	w.Revision = rev
@@ -715,24 +821,57 @@ func (pt *partition) contributionDone(w *state.Window) bool {
 // passes its end plus grace (no floor: a partition's floor only closes it earlier there).
 func ownerClosesAt(set *plan.Set, w *state.Window) int64 { return w.Span().ClosesAt(set.Grace) }
 
-// partialMsg is a partial total sent to a rollup key's owner. Encoding after the kind byte:
-// uvarint set, varint start, uvarint end - start, varint source partition, byte final (0 early,
-// 1 final, 2 final but failed: too large to send, 3 failed: user code could not merge), uvarint
-// revision, uvarint #aggs, each uvarint len + bytes.
+// partialMsg is a partial total sent to a rollup key's owner. It names its set and aggregations
+// (loopPartialNamed), so that an owner running another version of the topology (sets or
+// aggregations added, removed or reordered, during a rolling rollout or across a restart) finds
+// them, or knows it has them not. Encoding after the kind byte:
+//
+//	string set, varint start, uvarint end - start, varint source partition, byte final (0 early,
+//	1 final, 2 final but failed: too large to send, 3 failed: user code could not merge), uvarint
+//	revision, uvarint #aggs, each: string name, string kind, uvarint len + bytes.
+//
+// An aggregation the sender's window lacks (state.Window.Absent) is not listed. Partials of
+// earlier versions (loopPartial) named the set by its position and listed every aggregation in
+// order: uvarint set instead of the name, and each aggregation as uvarint len + bytes.
 type partialMsg struct {
-	set        uint16
+	setName    string // as sent (loopPartialNamed); empty in a partial of an earlier version
+	set        uint16 // the set's position: the sender's in a partial of an earlier version; this plan's once resolved
 	start, end int64
 	from       int32
 	final      bool
 	failed     bool // final, but failed: the owner gives the window up
 	userError  bool // failed because user code could not merge a contribution (else: too large)
 	revision   uint64
-	aggs       [][]byte
+	named      []namedAgg // as sent
+	// aggs are the accumulators by position: as sent in a partial of an earlier version, and in
+	// this plan's set once resolved (nil for an aggregation the partial does not have, listed in
+	// absent).
+	aggs   [][]byte
+	absent []int
+}
+
+// namedAgg is one aggregation's accumulator in a partial, with the name and kind it has in the
+// sender's topology.
+type namedAgg struct {
+	name, kind string
+	value      []byte
+}
+
+// newPartial is the partial of set's window (start, end) from source partition from, carrying
+// accs but for the absent aggregations.
+func newPartial(set *plan.Set, start, end int64, from int32, final bool, revision uint64, accs []plan.Accumulator, absent []int) *partialMsg {
+	m := &partialMsg{setName: set.Name, set: set.Index, start: start, end: end, from: from, final: final, revision: revision}
+	for k, a := range accs {
+		if !slices.Contains(absent, k) {
+			m.named = append(m.named, namedAgg{name: set.Aggs[k].Name, kind: set.Aggs[k].Kind, value: a.AppendBinary(nil)})
+		}
+	}
+	return m
 }
 
 func (m *partialMsg) encode() []byte {
-	b := []byte{byte(loopPartial)}
-	b = binary.AppendUvarint(b, uint64(m.set))
+	b := []byte{byte(loopPartialNamed)}
+	b = wire.AppendString(b, m.setName)
 	b = binary.AppendVarint(b, m.start)
 	b = binary.AppendUvarint(b, uint64(m.end-m.start))
 	b = binary.AppendVarint(b, int64(m.from))
@@ -747,17 +886,27 @@ func (m *partialMsg) encode() []byte {
 		b = append(b, 0)
 	}
 	b = binary.AppendUvarint(b, m.revision)
-	b = binary.AppendUvarint(b, uint64(len(m.aggs)))
-	for _, a := range m.aggs {
-		b = binary.AppendUvarint(b, uint64(len(a)))
-		b = append(b, a...)
+	b = binary.AppendUvarint(b, uint64(len(m.named)))
+	for _, a := range m.named {
+		b = wire.AppendString(b, a.name)
+		b = wire.AppendString(b, a.kind)
+		b = binary.AppendUvarint(b, uint64(len(a.value)))
+		b = append(b, a.value...)
 	}
 	return b
 }
 
-func decodePartial(d *wire.Reader) (*partialMsg, error) {
-	set := d.Uvarint()
-	m := &partialMsg{set: uint16(set), start: d.Varint()}
+// decodePartial reads a partial of either encoding (kind says which).
+func decodePartial(kind loopKind, d *wire.Reader) (*partialMsg, error) {
+	m := &partialMsg{}
+	var set uint64
+	if kind == loopPartialNamed {
+		m.setName = d.String()
+	} else {
+		set = d.Uvarint()
+		m.set = uint16(set)
+	}
+	m.start = d.Varint()
 	m.end = m.start + int64(d.Uvarint())
 	m.from = int32(d.Varint())
 	switch f := d.Byte(); f {
@@ -779,7 +928,43 @@ func decodePartial(d *wire.Reader) (*partialMsg, error) {
 	m.revision = d.Uvarint()
 	n := d.Count()
 	for i := 0; i < n && d.Err() == nil; i++ {
-		m.aggs = append(m.aggs, append([]byte(nil), d.Bytes()...))
+		if kind == loopPartialNamed {
+			m.named = append(m.named, namedAgg{name: d.String(), kind: d.String(), value: append([]byte(nil), d.Bytes()...)})
+		} else {
+			m.aggs = append(m.aggs, append([]byte(nil), d.Bytes()...))
+		}
 	}
 	return m, d.Err()
+}
+
+// resolve finds m's set in the plan, and lays its aggregations out as the set has them: by name
+// (an aggregation the partial lacks, or has under another kind, is absent from it), or, in a
+// partial of an earlier version, by position. It says why when the plan has no such rollup set.
+func (m *partialMsg) resolve(p *plan.Plan) (*plan.Set, string) {
+	if m.setName == "" {
+		if int(m.set) >= len(p.Sets) || p.Sets[m.set].Rollup == nil {
+			return nil, fmt.Sprintf("set %d (by position, from an earlier version) is not a rollup set of this topology", m.set)
+		}
+		set := p.Sets[m.set]
+		if len(m.aggs) != len(set.Aggs) {
+			return nil, fmt.Sprintf("set %d (by position, from an earlier version) has %d aggregations, the partial %d", m.set, len(set.Aggs), len(m.aggs))
+		}
+		return set, ""
+	}
+	set := p.SetByName(m.setName)
+	if set == nil || set.Rollup == nil {
+		return nil, fmt.Sprintf("set %q is not a rollup set of this topology", m.setName)
+	}
+	m.set = set.Index
+	m.aggs = make([][]byte, len(set.Aggs))
+	m.absent = nil
+	for k, a := range set.Aggs {
+		i := slices.IndexFunc(m.named, func(n namedAgg) bool { return n.name == a.Name })
+		if i < 0 || m.named[i].kind != a.Kind {
+			m.absent = append(m.absent, k)
+			continue
+		}
+		m.aggs[k] = m.named[i].value
+	}
+	return set, ""
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -167,7 +168,7 @@ func (pt *partition) writeRecord(ctx goka.Context) {
 	rec, wms, done := pt.record()
 	ctx.SetValue(rec)
 	bound := pt.e.cfg.Durability.Sent()
-	pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, done: done, layout: true, rollST: pt.ru.st, idle: rec.IdleStreamTime})
+	pt.metaFlight = append(pt.metaFlight, metaWrite{bound: bound, st: rec.StreamTime, wm: wms, done: done, layout: true, rollDone: maps.Clone(pt.ru.done), idle: rec.IdleStreamTime})
 	pt.recordWanted = false
 	if pt.pendingIdle.set {
 		pt.pendingIdle.bound = bound
@@ -179,6 +180,11 @@ func (pt *partition) writeRecord(ctx goka.Context) {
 // done offsets it holds.
 func (pt *partition) record() (*state.Partition, map[originKey]int64, map[originKey]int64) {
 	rec := &state.Partition{StreamTime: pt.st, IdleStreamTime: pt.idleST, Layouts: slices.Clone(pt.recordLayout)}
+	for _, set := range pt.e.plan.Sets {
+		if es := pt.ru.ends[set.Index]; es != nil {
+			rec.RollupEnds = append(rec.RollupEnds, state.SetEnds{Set: set.Name, Ends: slices.Clone(es), Live: slices.Clone(pt.ru.live[set.Index])})
+		}
+	}
 	if pt.e.rollups {
 		rec.Progress = slices.Clone(pt.ru.progress)
 	}
@@ -187,7 +193,7 @@ func (pt *partition) record() (*state.Partition, map[originKey]int64, map[origin
 	}
 	for i, set := range pt.e.plan.Sets {
 		f := pt.floors[i]
-		rec.Graces = append(rec.Graces, state.SetGrace{Set: set.Name, Grace: set.Grace, FinalThrough: f.through, FinalAt: f.at})
+		rec.Graces = append(rec.Graces, state.SetGrace{Set: set.Name, Grace: set.Grace, FinalThrough: f.through, FinalAt: f.at, LiveFrom: pt.liveFrom[i]})
 	}
 	wms := make(map[originKey]int64, len(pt.origins))
 	done := make(map[originKey]int64, len(pt.origins))

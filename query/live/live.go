@@ -141,22 +141,20 @@ func openWindows(def *plan.Set, entity string, e *state.Entity) ([]query.Window,
 		if w.Set != def.Index || w.Key != "" || w.Final || e.Closed(w, def.Grace) {
 			continue
 		}
-		accs, err := def.DecodeAccs(w.Aggs)
-		rev := w.Revision
+		accs, err := def.WindowAccs(&w)
+		rev, absent := w.Revision, w.Absent
 		if err == nil && def.Rollup != nil {
 			// The owner's running total: the final partials merged, and the early partials of the
 			// partitions not final yet.
-			accs, rev, err = def.OwnerTotal(e, i)
+			accs, rev, absent, err = def.OwnerTotal(e, i)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("live: %s window %d of %s: %w", set, w.Start, entity, err)
 		}
 		qw := query.Window{Entity: entity, Set: set, Start: time.UnixMilli(w.Start), End: time.UnixMilli(w.End),
 			Revision: rev, Live: true, Values: map[string]totals.Value{}}
-		for k, ad := range def.Aggs {
-			val := accs[k].Value()
-			val.Name = ad.Name
-			qw.Values[ad.Name] = val
+		for _, val := range def.Values(accs, absent) {
+			qw.Values[val.Name] = val
 		}
 		out = append(out, qw)
 	}
