@@ -117,7 +117,7 @@ func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 		if err := p.cfg.applyMembership(sc); err != nil {
 			return nil, err
 		}
-		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released, p.commits)
+		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released, p.eng.Resumed, p.commits)
 	}
 }
 
@@ -139,6 +139,9 @@ func (p *Processor) storageBuilder() storage.Builder {
 			return nil, err
 		}
 		if topic == p.table {
+			if lt, ok := st.(*localtable.Table); ok {
+				p.tables.Store(part, lt)
+			}
 			p.eng.SetStorage(part, st)
 			return p.moves.storage(part, st), nil
 		}

@@ -48,7 +48,10 @@ type consumerGroup struct {
 	instanceID string // empty: a dynamic member
 	log        *slog.Logger
 	released   func(parts []int32, generation int32, took time.Duration)
-	commits    *commitOrder // nil: goka's marks go to sarama as they come
+	// resumed is told the offset each claim starts from (its committed offset), before goka
+	// reads the claim: the engine's done offsets start there (engine.Engine.Resumed).
+	resumed func(topic string, partition int32, offset int64)
+	commits *commitOrder // nil: goka's marks go to sarama as they come
 	// memberID is the member id of the last session, for the leave: the coordinator removes a
 	// static member only when both its instance id and its member id match, so a process that was
 	// fenced cannot remove the one that took its place.
@@ -57,7 +60,7 @@ type consumerGroup struct {
 
 // newConsumerGroup builds a consumer group on a client of its own.
 func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *slog.Logger,
-	released func([]int32, int32, time.Duration), commits *commitOrder) (*consumerGroup, error) {
+	released func([]int32, int32, time.Duration), resumed func(string, int32, int64), commits *commitOrder) (*consumerGroup, error) {
 	cl, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
@@ -68,7 +71,7 @@ func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *s
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
 	}
 	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, instanceID: cfg.Consumer.Group.InstanceId,
-		log: log, released: released, commits: commits}, nil
+		log: log, released: released, resumed: resumed, commits: commits}, nil
 }
 
 // Consume implements sarama.ConsumerGroup: it runs sessions, like sarama's, until ctx is done or
@@ -149,6 +152,9 @@ func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
 
 // ConsumeClaim implements sarama.ConsumerGroupHandler.
 func (s *sessionHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	if s.g.resumed != nil {
+		s.g.resumed(claim.Topic(), claim.Partition(), claim.InitialOffset())
+	}
 	return s.ConsumerGroupHandler.ConsumeClaim(s.session(sess), claim)
 }
 

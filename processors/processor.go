@@ -55,6 +55,9 @@ type Processor struct {
 	// commits makes goka commit each partition's offsets in order (see commitOrder).
 	commits *commitOrder
 
+	// tables are the partitions' local tables, by partition, for their size (statsCollector).
+	tables sync.Map // int32 -> *localtable.Table
+
 	// gp is goka's processor while Run runs; joined and partitions follow its assignments (Status).
 	gp         atomic.Pointer[goka.Processor]
 	joined     atomic.Bool

@@ -281,3 +281,39 @@ func timestamps(recs []*kgo.Record) []time.Time {
 	}
 	return out
 }
+
+// TestStateLeavesAfterRestart (invariant 11): a restart right after the events, before the
+// partition's record says they are done, keeping the local table or losing it, and then no
+// record ever again: once every window closed and retention passed, every entity leaves the
+// table. The restarted processor learns from the group's committed offsets (engine.Resumed) that
+// the records its entities' fences name are done; before, the entities stayed for good.
+func TestStateLeavesAfterRestart(t *testing.T) {
+	for _, lose := range []bool{false, true} {
+		t.Run(map[bool]string{false: "keep", true: "lose"}[lose], func(t *testing.T) {
+			eachRunner(t, func(t *testing.T) (*topology.Topology, runnerOptions) {
+				name := uniqueTopology(t, "leave")
+				b := topology.New(name)
+				source(b, name+"-in").Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+				return build(t, b), runnerOptions{partitions: 2, start: start, idleTimeout: 4 * time.Second}
+			}, func(t *testing.T, r runner, topo *topology.Topology) {
+				in := topo.SourceTopics()[0]
+				for _, e := range []string{"a", "b", "c", "d", "e", "f"} {
+					send(r, in, ev{Entity: e, TS: ms(10 * time.Second)})
+				}
+				if _, onKafka := r.(*kafkaRunner); onKafka && r.gauge("abacus_processor_state_bytes") <= 0 {
+					t.Fatal("abacus_processor_state_bytes is 0 with six entities in the tables")
+				}
+				r.restart(lose)
+				for range 4 { // idle: the windows close, their finals go out, retention passes
+					r.advance(time.Minute)
+				}
+				if got := oneFinal(t, r, "m", "a", base).Float("n"); got != 1 {
+					t.Fatalf("final of a counts %v, want 1", got)
+				}
+				if n := r.gauge("abacus_processor_entities"); n != 0 {
+					t.Fatalf("%v entities in the table after every window closed and retention passed, want 0", n)
+				}
+			})
+		})
+	}
+}

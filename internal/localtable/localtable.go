@@ -12,6 +12,7 @@
 package localtable
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -218,6 +219,25 @@ func (t *Table) flushLocked() error {
 	clear(t.pending)
 	t.bytes, t.dirtyOf = 0, false
 	return nil
+}
+
+// allKeys ends a range of every key: SizeOf takes a missing limit as the empty key, not as the end.
+var allKeys = bytes.Repeat([]byte{0xff}, 64)
+
+// Bytes is about how many bytes the table takes: LevelDB's estimate of its table files (deleted
+// keys count until a compaction drops them; its memtable, up to twice flushBytes, does not), plus
+// the writes held in memory. It reads no data.
+func (t *Table) Bytes() (int64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return 0, ErrClosed
+	}
+	sizes, err := t.db.SizeOf([]util.Range{{Limit: allKeys}})
+	if err != nil {
+		return 0, fmt.Errorf("local table %s: size: %w", t.path, err)
+	}
+	return sizes.Sum() + int64(t.bytes), nil
 }
 
 // Iterator implements storage.Storage: every key and value but the offset, in key order, as of

@@ -1,6 +1,7 @@
 package localtable
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/lovoo/goka/storage"
 	"github.com/syndtr/goleveldb/leveldb"
+	"github.com/syndtr/goleveldb/leveldb/util"
 )
 
 var _ storage.Storage = (*Table)(nil)
@@ -200,5 +202,48 @@ func TestRangeIteration(t *testing.T) {
 	}
 	if got := fmt.Sprint(collect(tb.IteratorWithRange([]byte("_"), nil))); got != "[]" {
 		t.Fatalf("prefix _ (the offset key's): %s", got)
+	}
+}
+
+// TestBytesFollowsTheData: the size estimate counts held writes, then LevelDB's files once they
+// are flushed (and compacted out of the log), and a closed table says so.
+func TestBytesFollowsTheData(t *testing.T) {
+	tb := open(t, filepath.Join(t.TempDir(), "t"), 16<<20)
+	empty, err := tb.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2000 {
+		value := make([]byte, 1000)
+		rand.Read(value) // LevelDB compresses: random bytes stay their size
+		if err := tb.Set(fmt.Sprintf("k%05d", i), value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := tb.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if held < empty+2_000_000 {
+		t.Fatalf("%d bytes after 2 MB of writes (empty: %d)", held, empty)
+	}
+	if err := tb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.db.CompactRange(util.Range{}); err != nil {
+		t.Fatal(err)
+	}
+	onDisk, err := tb.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onDisk < 1<<20 {
+		t.Fatalf("%d bytes on disk after 2 MB of writes were flushed and compacted", onDisk)
+	}
+	if err := tb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Bytes(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Bytes of a closed table: %v, want ErrClosed", err)
 	}
 }
