@@ -44,19 +44,21 @@ func TestGoldenLoopMessages(t *testing.T) {
 // TestLoopMessagesOfEarlierVersions reads a partial and a progress as the code before names and
 // ends wrote them.
 func TestLoopMessagesOfEarlierVersions(t *testing.T) {
-	m, err := decodeLoop(golden.Read(t, "partial-v1"))
+	b := golden.Read(t, "partial-v1")
+	m, err := decodeLoop(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &partialMsg{set: 2, start: 1_767_225_600_000, end: 1_767_225_660_000, from: 3, final: true, revision: 17, aggs: [][]byte{{0x22}, {1, 2, 3}}}
-	if m.kind != loopPartial || !reflect.DeepEqual(m.partial, want) {
-		t.Fatalf("partial of version 1: %+v, want %+v", m.partial, want)
+	if m.kind != loopPartial || !reflect.DeepEqual(m.partial, want) || !bytes.Equal(m.encode(), b) {
+		t.Fatalf("partial of version 1: %+v, want %+v, encoding back to the same bytes", m.partial, want)
 	}
-	m, err = decodeLoop(golden.Read(t, "progress-v1"))
+	b = golden.Read(t, "progress-v1")
+	m, err = decodeLoop(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.kind != loopProgress || m.partition != 3 || m.offset != 1_767_225_700_000 || m.byEnd || m.ends != nil {
+	if m.kind != loopProgress || m.partition != 3 || m.offset != 1_767_225_700_000 || m.byEnd || m.ends != nil || !bytes.Equal(m.encode(), b) {
 		t.Fatalf("progress of version 1: %+v", m)
 	}
 }

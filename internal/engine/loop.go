@@ -76,7 +76,7 @@ func (m *loopMsg) encode() []byte {
 	}
 	b := make([]byte, 0, 32+len(m.topic)+len(m.value))
 	kind := m.kind
-	if kind == loopProgress {
+	if kind == loopProgress && m.byEnd {
 		kind = loopProgressEnds
 	}
 	b = append(b, byte(kind))
@@ -91,6 +91,9 @@ func (m *loopMsg) encode() []byte {
 	case loopProgress:
 		b = binary.AppendVarint(b, int64(m.partition))
 		b = binary.AppendVarint(b, m.offset)
+		if !m.byEnd {
+			break // a progress of an earlier version: a stream time only
+		}
 		b = binary.AppendUvarint(b, uint64(len(m.ends)))
 		for _, se := range m.ends {
 			b = wire.AppendString(b, se.set)

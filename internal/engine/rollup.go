@@ -414,7 +414,7 @@ func (pt *partition) sendProgress(ctx goka.Context) {
 		return // no rollup window closes in between: the owners would learn nothing
 	}
 	pt.ru.sentT = t
-	m := &loopMsg{kind: loopProgress, partition: pt.id, offset: t}
+	m := &loopMsg{kind: loopProgress, partition: pt.id, offset: t, byEnd: true}
 	for _, set := range pt.e.plan.Sets {
 		if set.Rollup == nil {
 			continue
@@ -869,9 +869,17 @@ func newPartial(set *plan.Set, start, end int64, from int32, final bool, revisio
 	return m
 }
 
+// encode writes m as sent: by names, or, for a partial of an earlier version read back (no set
+// name), as that version did, by position.
 func (m *partialMsg) encode() []byte {
-	b := []byte{byte(loopPartialNamed)}
-	b = wire.AppendString(b, m.setName)
+	var b []byte
+	if m.setName == "" {
+		b = append(b, byte(loopPartial))
+		b = binary.AppendUvarint(b, uint64(m.set))
+	} else {
+		b = append(b, byte(loopPartialNamed))
+		b = wire.AppendString(b, m.setName)
+	}
 	b = binary.AppendVarint(b, m.start)
 	b = binary.AppendUvarint(b, uint64(m.end-m.start))
 	b = binary.AppendVarint(b, int64(m.from))
@@ -886,6 +894,14 @@ func (m *partialMsg) encode() []byte {
 		b = append(b, 0)
 	}
 	b = binary.AppendUvarint(b, m.revision)
+	if m.setName == "" {
+		b = binary.AppendUvarint(b, uint64(len(m.aggs)))
+		for _, a := range m.aggs {
+			b = binary.AppendUvarint(b, uint64(len(a)))
+			b = append(b, a...)
+		}
+		return b
+	}
 	b = binary.AppendUvarint(b, uint64(len(m.named)))
 	for _, a := range m.named {
 		b = wire.AppendString(b, a.name)
