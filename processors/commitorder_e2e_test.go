@@ -129,6 +129,12 @@ func failedWriteHoldsCommit(t *testing.T, brokers []string) {
 	r.waitRunning()
 	for {
 		lag, err := kafkaread.GroupLag(ctx, adm, r.group, in)
+		if ctx.Err() != nil {
+			// Seen under load (2026-12-06, three times in five full runs), not reproduced alone:
+			// the restarted processor logged its assignment and then took no record for minutes.
+			// Its goroutines say where it waits.
+			t.Fatalf("the restarted processor did not commit the partition's end: lag %d (%v); goroutines:\n%s", lag, err, allStacks())
+		}
 		if err != nil && !errors.Is(err, kerr.CoordinatorLoadInProgress) {
 			t.Fatal(err)
 		}
@@ -139,10 +145,7 @@ func failedWriteHoldsCommit(t *testing.T, brokers []string) {
 		case err := <-r.done:
 			t.Fatalf("the restarted processor stopped: %v", err)
 		case <-ctx.Done():
-			// Seen twice under load (2026-12-06), not reproduced alone: the restarted processor
-			// logged its assignment and then took no record for minutes. Its goroutines say where
-			// it waits.
-			t.Fatalf("the restarted processor did not commit the partition's end: lag %d; goroutines:\n%s", lag, allStacks())
+			continue // reported above
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
