@@ -3,8 +3,10 @@
 // both sinks write them through this package, so one consumer reads both topics the same way.
 //
 // A set-aside record is keyed by the coordinates of the record it stands for (topic/partition@
-// offset) and carries only values fixed by that record and by the reason, never a clock reading or
-// a process name: a repeat after a crash is an identical record, which a compacted topic or a
+// offset) and carries only values fixed by that record, by the reason and by who set it aside
+// (the group and the record it was processing), never a clock reading or a process name. The
+// processor writes each once, even across crashes (it finds what it wrote before, by those
+// fields); a sink's repeat after a crash is an identical record, which a compacted topic or a
 // consumer drops. The original key, value, timestamp and headers are kept.
 //
 // It is a leaf: it imports nothing from abacus and knows no Kafka client.
@@ -30,10 +32,18 @@ const (
 	// HeaderValueBytes is the original value's length, on a record whose value was cut to fit a
 	// Kafka message (Record.Fit); absent when the value is whole.
 	HeaderValueBytes = "abacus.value-bytes"
+	// HeaderGroup and HeaderBy say who set the record aside: the processor group, and the record
+	// whose callback wrote it (topic/partition@offset; a loop record's for a re-keyed event, not
+	// the source's). After a crash the processor reads them back to find what it already wrote
+	// for the records it processes again. Absent on a sink's records.
+	HeaderGroup = "abacus.group"
+	HeaderBy    = "abacus.by"
 )
 
 // Format is the version of the set-aside record format that RecordHeaders writes (in
 // HeaderFormat). Records written before it was there have no such header and are read as version 1.
+// HeaderGroup and HeaderBy came later without a version change: they are optional, and a reader
+// that does not know them takes them for original headers.
 const Format = "1"
 
 // Reason says why a record was set aside.
@@ -101,6 +111,18 @@ type Record struct {
 	Headers   []Header
 	// ValueBytes is the original value's length when Value was cut (Fit), else 0.
 	ValueBytes int
+
+	// Group and By say which processor group set the record aside, processing which record
+	// (HeaderGroup, HeaderBy); empty on a sink's.
+	Group string
+	By    Source
+}
+
+// Identity is what makes two set-aside records the same one: the topic they go to, their key (the
+// source), reason and set. A processor that finds a record of this identity in topic does not
+// write it again.
+func (r *Record) Identity(topic string) string {
+	return topic + "\x00" + r.Source.String() + "\x00" + string(r.Reason) + "\x00" + r.Set
 }
 
 // DefaultMaxBytes is the size a set-aside record is cut to (Fit) unless its writer is told
@@ -160,7 +182,7 @@ func (r *Record) RecordKey() []byte { return []byte(r.Source.String()) }
 
 // RecordHeaders are the headers to produce the record with: abacus's, then the original ones.
 func (r *Record) RecordHeaders() []Header {
-	h := make([]Header, 0, 7+len(r.Headers))
+	h := make([]Header, 0, 9+len(r.Headers))
 	h = append(h,
 		Header{HeaderFormat, []byte(Format)},
 		Header{HeaderReason, []byte(r.Reason)},
@@ -174,6 +196,9 @@ func (r *Record) RecordHeaders() []Header {
 	}
 	if r.ValueBytes > 0 {
 		h = append(h, Header{HeaderValueBytes, strconv.AppendInt(nil, int64(r.ValueBytes), 10)})
+	}
+	if r.Group != "" {
+		h = append(h, Header{HeaderGroup, []byte(r.Group)}, Header{HeaderBy, []byte(r.By.String())})
 	}
 	return append(h, r.Headers...)
 }
@@ -210,6 +235,14 @@ func Parse(value []byte, headers []Header) (Record, error) {
 				return r, fmt.Errorf("deadletter: header %s %q is not a length", HeaderValueBytes, h.Value)
 			}
 			r.ValueBytes = n
+		case HeaderGroup:
+			r.Group = string(h.Value)
+		case HeaderBy:
+			by, err := ParseSource(string(h.Value))
+			if err != nil {
+				return r, fmt.Errorf("deadletter: header %s: %w", HeaderBy, err)
+			}
+			r.By = by
 		default:
 			r.Headers = append(r.Headers, h)
 		}

@@ -71,3 +71,30 @@ func TestFit(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentity: two set-aside records are the same one when topic, source, reason and set are;
+// who wrote them, when, and what they carry besides do not count.
+func TestIdentity(t *testing.T) {
+	a := Record{Source: Source{Topic: "in", Partition: 1, Offset: 7}, Reason: Late, Set: "minute", Detail: "x",
+		Group: "g", By: Source{Topic: "in", Partition: 1, Offset: 7}}
+	b := a
+	b.Detail, b.By, b.Timestamp = "y", Source{Topic: "g-loop", Partition: 1, Offset: 3}, time.UnixMilli(5)
+	if a.Identity("late") != b.Identity("late") {
+		t.Fatal("the same late record, written twice, has two identities")
+	}
+	for _, c := range []func(*Record){
+		func(r *Record) { r.Set = "hour" },
+		func(r *Record) { r.Reason = Undecodable },
+		func(r *Record) { r.Source.Offset = 8 },
+		func(r *Record) { r.Source.Topic = "in/1@7\x00late" },
+	} {
+		d := a
+		c(&d)
+		if d.Identity("late") == a.Identity("late") {
+			t.Fatalf("%+v and %+v have one identity", d, a)
+		}
+	}
+	if a.Identity("late") == a.Identity("dead") {
+		t.Fatal("records of two topics have one identity")
+	}
+}

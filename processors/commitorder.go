@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/lovoo/goka"
@@ -46,8 +47,15 @@ func (c *commitOrder) track(cb goka.ProcessCallback) goka.ProcessCallback {
 }
 
 // begin wraps a new session (at its Setup) and makes it the one callbacks note their offsets in.
-func (c *commitOrder) begin(sess sarama.ConsumerGroupSession) *orderedSession {
+// scan, if not nil, is what the session found set aside before it (asideLedger.scan): the times
+// its commits carry start from there.
+func (c *commitOrder) begin(sess sarama.ConsumerGroupSession, scan *asideScan) *orderedSession {
 	s := newOrderedSession(sess)
+	if scan != nil {
+		for tp, m := range s.claims {
+			m.inherit(scan.inherited[tp])
+		}
+	}
 	c.cur.Store(s)
 	return s
 }
@@ -96,10 +104,10 @@ func (s *orderedSession) MarkOffset(topic string, partition int32, offset int64,
 		s.ConsumerGroupSession.MarkOffset(topic, partition, offset, metadata)
 		return
 	}
-	if next, moved := m.done(offset - 1); moved {
+	if next, from, moved := m.done(offset - 1); moved {
 		// Outside the lock: two marks may reach sarama in either order, and sarama keeps the
-		// higher.
-		s.ConsumerGroupSession.MarkOffset(topic, partition, next, metadata)
+		// higher with its metadata.
+		s.ConsumerGroupSession.MarkOffset(topic, partition, next, asideMetadata(from))
 	}
 }
 
@@ -118,11 +126,48 @@ type partitionMarks struct {
 	pending []pendingRecord
 	head    int
 	next    int64 // the offset last handed to sarama (next to consume); 0: none
+	// before are the records a run before this session set something aside for, ascending, with
+	// the time of the earliest such write at or after each (asideMetadata); before[0:] is
+	// dropped as commits pass it.
+	before []inherited
 }
 
 type pendingRecord struct {
 	offset int64
+	at     int64 // when its callback started, unix ms; 0 for a record never noted
 	done   bool
+}
+
+// now is the clock of the commits' metadata (a variable for tests).
+var now = func() int64 { return time.Now().UnixMilli() }
+
+// inherit takes what runs before this session set aside (ascending by offset) and keeps, at each,
+// the earliest time of it and everything after.
+func (m *partitionMarks) inherit(in []inherited) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.before = slices.Clone(in)
+	for i := len(m.before) - 2; i >= 0; i-- {
+		m.before[i].at = min(m.before[i].at, m.before[i+1].at)
+	}
+}
+
+// from is the commit metadata's time for a commit of m.next (asideMetadata): nothing was set
+// aside for a record at or after it before that time. Called with mu held.
+func (m *partitionMarks) from() int64 {
+	t := now()
+	if m.head < len(m.pending) && m.pending[m.head].at > 0 {
+		t = min(t, m.pending[m.head].at)
+	}
+	i := 0
+	for i < len(m.before) && m.before[i].offset < m.next {
+		i++
+	}
+	m.before = m.before[i:]
+	if len(m.before) > 0 {
+		t = min(t, m.before[0].at)
+	}
+	return t
 }
 
 // started notes a record whose callback started. Offsets come ascending (see commitOrder); one
@@ -130,7 +175,7 @@ type pendingRecord struct {
 func (m *partitionMarks) started(offset int64) {
 	m.mu.Lock()
 	if n := len(m.pending); offset >= m.next && (n == m.head || offset > m.pending[n-1].offset) {
-		m.push(pendingRecord{offset: offset})
+		m.push(pendingRecord{offset: offset, at: now()})
 	}
 	m.mu.Unlock()
 }
@@ -146,12 +191,12 @@ func (m *partitionMarks) push(r pendingRecord) {
 }
 
 // done notes that the record at offset is done and returns the offset to commit (the one after
-// the done prefix) and whether it moved.
-func (m *partitionMarks) done(offset int64) (next int64, moved bool) {
+// the done prefix), the time its commit carries (from) and whether it moved.
+func (m *partitionMarks) done(offset int64) (next, asideFrom int64, moved bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if offset < m.next {
-		return m.next, false // committed already
+		return m.next, 0, false // committed already
 	}
 	live := m.pending[m.head:]
 	switch n := len(live); {
@@ -161,7 +206,7 @@ func (m *partitionMarks) done(offset int64) (next int64, moved bool) {
 	case offset < live[0].offset:
 		// Never noted, before everything pending: nothing before it is in flight.
 		m.next = offset + 1
-		return m.next, true
+		return m.next, m.from(), true
 	default:
 		i := find(live, offset)
 		if live[i].offset == offset {
@@ -178,14 +223,14 @@ func (m *partitionMarks) done(offset int64) (next int64, moved bool) {
 		i++
 	}
 	if i == m.head {
-		return m.next, false
+		return m.next, 0, false
 	}
 	m.next = m.pending[i-1].offset + 1
 	m.head = i
 	if m.head == len(m.pending) {
 		m.pending, m.head = m.pending[:0], 0
 	}
-	return m.next, true
+	return m.next, m.from(), true
 }
 
 // find returns the index of offset in live, or where it would go; offset is within live's range.

@@ -3,6 +3,7 @@ package processors
 import (
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -16,18 +17,22 @@ type fakeSession struct {
 	claims                      map[string][]int32
 	mu                          sync.Mutex
 	marked                      map[topicPartition][]int64
+	meta                        map[topicPartition]string // of the highest mark, as sarama keeps it
 }
 
 func newFakeSession(claims map[string][]int32) *fakeSession {
-	return &fakeSession{claims: claims, marked: map[topicPartition][]int64{}}
+	return &fakeSession{claims: claims, marked: map[topicPartition][]int64{}, meta: map[topicPartition]string{}}
 }
 
 func (f *fakeSession) Claims() map[string][]int32 { return f.claims }
 func (f *fakeSession) Context() context.Context   { return context.Background() }
-func (f *fakeSession) MarkOffset(topic string, partition int32, offset int64, _ string) {
+func (f *fakeSession) MarkOffset(topic string, partition int32, offset int64, metadata string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	tp := topicPartition{topic, partition}
+	if prev := f.marked[tp]; len(prev) == 0 || offset > slices.Max(prev) {
+		f.meta[tp] = metadata
+	}
 	f.marked[tp] = append(f.marked[tp], offset)
 }
 
@@ -191,7 +196,7 @@ func TestCommitOrderSessions(t *testing.T) {
 	cb := c.track(noop)
 	cb(fakeContext{topic: "in", partition: 0, offset: 0}, nil) // no session yet: not noted
 	s1 := newFakeSession(map[string][]int32{"in": {0, 1}, "loop": {0, 1}})
-	os1 := c.begin(s1)
+	os1 := c.begin(s1, nil)
 	for _, o := range []int64{3, 4} {
 		cb(fakeContext{topic: "in", partition: 0, offset: o}, nil)
 		cb(fakeContext{topic: "loop", partition: 0, offset: o}, nil)
@@ -211,7 +216,7 @@ func TestCommitOrderSessions(t *testing.T) {
 	c.end(os1)
 	// The next generation resumes from the last commit; 3 and 4 are delivered again.
 	s2 := newFakeSession(map[string][]int32{"in": {0}})
-	os2 := c.begin(s2)
+	os2 := c.begin(s2, nil)
 	cb(fakeContext{topic: "in", partition: 0, offset: 3}, nil)
 	os2.MarkMessage(&sarama.ConsumerMessage{Topic: "in", Partition: 0, Offset: 3}, "")
 	if got := s2.committed("in", 0); got != 4 {
@@ -230,7 +235,7 @@ func BenchmarkCommitOrder(b *testing.B) {
 	const lag = 64
 	b.Run("one-goroutine", func(b *testing.B) {
 		var c commitOrder
-		os := c.begin(nopSession{})
+		os := c.begin(nopSession{}, nil)
 		cb := c.track(func(goka.Context, any) {})
 		b.ReportAllocs()
 		for i := range int64(b.N) {
@@ -242,7 +247,7 @@ func BenchmarkCommitOrder(b *testing.B) {
 	})
 	b.Run("contended", func(b *testing.B) {
 		var c commitOrder
-		os := c.begin(nopSession{})
+		os := c.begin(nopSession{}, nil)
 		cb := c.track(func(goka.Context, any) {})
 		started := make(chan int64, 1024)
 		done := make(chan struct{})
@@ -289,5 +294,49 @@ func BenchmarkClaimHop(b *testing.B) {
 			for range out {
 			}
 		})
+	}
+}
+
+// TestCommitMetadataAsideFrom checks the time each commit carries (asideMetadata): nothing was set
+// aside for a record at or after the committed offset before it. That is the start of the first
+// record in flight, or the time of the commit when none is; and, while the session processes
+// again records a run before it set something aside for, the earliest such write not yet passed.
+func TestCommitMetadataAsideFrom(t *testing.T) {
+	clock := int64(1000)
+	defer func(f func() int64) { now = f }(now)
+	now = func() int64 { return clock }
+	fs := newFakeSession(map[string][]int32{"in": {0}})
+	var c commitOrder
+	// A run before this session wrote for records 4 (at 700) and 6 (at 500).
+	scan := &asideScan{inherited: map[topicPartition][]inherited{{"in", 0}: {{offset: 4, at: 700}, {offset: 6, at: 500}}}}
+	os := c.begin(fs, scan)
+	want := func(offset, from int64) {
+		t.Helper()
+		got, ok := parseAsideMetadata(fs.meta[topicPartition{"in", 0}])
+		if c := fs.committed("in", 0); c != offset || !ok || got != from {
+			t.Fatalf("committed %d with time %d (%v), want %d with %d", c, got, ok, offset, from)
+		}
+	}
+	for o := int64(3); o <= 8; o++ {
+		os.started("in", 0, o)
+		clock += 100 // record o started at 1000 + 100*(o-3)
+	}
+	os.MarkOffset("in", 0, 4, "")
+	want(4, 500) // records 4 and 6 were written for at 700 and 500
+	os.MarkOffset("in", 0, 5, "")
+	want(5, 500)
+	os.MarkOffset("in", 0, 6, "")
+	want(6, 500)
+	os.MarkOffset("in", 0, 7, "")
+	want(7, 1400) // past what the run before wrote: record 7's start
+	os.MarkOffset("in", 0, 9, "")
+	want(7, 1400) // 7 is in flight
+	os.MarkOffset("in", 0, 8, "")
+	want(9, clock) // nothing in flight: now
+	// Metadata other than ours is not read as a time.
+	for _, m := range []string{"", "abacus.aside-from=x", "other=5"} {
+		if _, ok := parseAsideMetadata(m); ok {
+			t.Fatalf("metadata %q read as a time", m)
+		}
 	}
 }

@@ -171,8 +171,30 @@ func runCrash(t *testing.T, brokers []string) {
 	end := endOffsets(ctx, t, brokers, topic)
 	l := readTotals(ctx, t, brokers, topic, func(l *totalsLog) bool { return int64(l.count) >= end })
 	o.check(t, l)
+	setAsideOnce(ctx, t, brokers, o, name+"-dead-letter", name+"-late")
 	t.Logf("%d records, %d applied, %d final windows, %d totals records after %d kills",
 		len(ins), o.applied, len(o.final), l.count, len(killAt))
+}
+
+// setAsideOnce checks that the dead-letter and late topics hold each record the oracle expects
+// exactly once: the processor runs killed mid-stream wrote theirs for records processed again,
+// which the next run must find and not write again (processors/aside.go).
+func setAsideOnce(ctx context.Context, t *testing.T, brokers []string, o *oracle, deadTopic, lateTopic string) {
+	t.Helper()
+	dead := distinctRecords(ctx, t, brokers, deadTopic)
+	if want := o.future + o.bad; dead.total != want || dead.distinct != want {
+		t.Errorf("dead-letter topic holds %d records (%d distinct), want %d once each", dead.total, dead.distinct, want)
+	}
+	lateWant := 0
+	for _, n := range o.late {
+		lateWant += n
+	}
+	late := distinctRecords(ctx, t, brokers, lateTopic)
+	if late.total != lateWant || late.distinct != lateWant {
+		n, some := late.missing(o.lateRecords)
+		t.Errorf("late topic holds %d records (%d distinct), want %d once each; %d missing: %v", late.total, late.distinct, lateWant, n, some)
+	}
+	t.Logf("%d dead letters and %d late records, each once", dead.total, late.total)
 }
 
 // TestCrashKfake runs the crash test with kfake in the test process as the broker.

@@ -74,7 +74,7 @@ func (d *durability) SendDurable(topic, key string, value []byte, headers goka.H
 		return errors.New("no durable producer: the processor is not running")
 	}
 	msg := &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(value),
-		Headers: recordHeaders(headers), Timestamp: asideTimestamp(headers)}
+		Headers: recordHeaders(headers)} // stamped with the time of the write, as in producer
 	_, _, err := (*sp).SendMessage(msg)
 	return err
 }
@@ -117,7 +117,7 @@ func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 		if err := p.cfg.applyMembership(sc); err != nil {
 			return nil, err
 		}
-		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released, p.eng.Resumed, p.commits)
+		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released, p.eng.Resumed, p.commits, p.aside)
 	}
 }
 

@@ -52,6 +52,9 @@ type consumerGroup struct {
 	// reads the claim: the engine's done offsets start there (engine.Engine.Resumed).
 	resumed func(topic string, partition int32, offset int64)
 	commits *commitOrder // nil: goka's marks go to sarama as they come
+	// aside, with commits, reads back at each session's Setup what runs before it set aside for
+	// the records it will process again (see aside.go); nil: nothing is read back.
+	aside *asideLedger
 	// memberID is the member id of the last session, for the leave: the coordinator removes a
 	// static member only when both its instance id and its member id match, so a process that was
 	// fenced cannot remove the one that took its place.
@@ -60,7 +63,7 @@ type consumerGroup struct {
 
 // newConsumerGroup builds a consumer group on a client of its own.
 func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *slog.Logger,
-	released func([]int32, int32, time.Duration), resumed func(string, int32, int64), commits *commitOrder) (*consumerGroup, error) {
+	released func([]int32, int32, time.Duration), resumed func(string, int32, int64), commits *commitOrder, aside *asideLedger) (*consumerGroup, error) {
 	cl, err := sarama.NewClient(brokers, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
@@ -71,7 +74,7 @@ func newConsumerGroup(brokers []string, group string, cfg *sarama.Config, log *s
 		return nil, fmt.Errorf("consumer group %s: %w", group, err)
 	}
 	return &consumerGroup{ConsumerGroup: cg, client: cl, group: group, instanceID: cfg.Consumer.Group.InstanceId,
-		log: log, released: released, resumed: resumed, commits: commits}, nil
+		log: log, released: released, resumed: resumed, commits: commits, aside: aside}, nil
 }
 
 // Consume implements sarama.ConsumerGroup: it runs sessions, like sarama's, until ctx is done or
@@ -128,6 +131,7 @@ type sessionHandler struct {
 	g       *consumerGroup
 	started bool
 	ordered *orderedSession // from Setup to Cleanup; nil without commits
+	scan    *asideScan      // what Setup read back (aside.go); nil when nothing was
 }
 
 // session is the session goka is handed.
@@ -143,9 +147,18 @@ func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
 	s.started = true
 	id := sess.MemberID()
 	s.g.memberID.Store(&id)
-	// Before goka's Setup, which starts the partition processors whose callbacks note offsets.
+	// Before goka's Setup, which starts the partition processors whose callbacks note offsets
+	// and set records aside.
 	if s.g.commits != nil {
-		s.ordered = s.g.commits.begin(sess)
+		if s.g.aside != nil {
+			t0 := time.Now()
+			s.scan = s.g.aside.scanWithRetries(sess.Context(), s.g.client, sess.Claims())
+			if s.scan != nil && s.scan.records > 0 {
+				s.g.log.Info("read back the dead letters and late records written for the records this session processes again",
+					"read", s.scan.records, "found", s.g.aside.count(), "took", time.Since(t0))
+			}
+		}
+		s.ordered = s.g.commits.begin(sess, s.scan)
 	}
 	return s.ConsumerGroupHandler.Setup(s.session(sess))
 }
@@ -154,6 +167,25 @@ func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
 func (s *sessionHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	if s.g.resumed != nil {
 		s.g.resumed(claim.Topic(), claim.Partition(), claim.InitialOffset())
+	}
+	if s.scan != nil {
+		// A claim whose commit carries no time (none yet, or one of an earlier version) gets one
+		// before any of its records is processed: nothing of this session is set aside before
+		// now. Committed at once, so that a crash before the first commit still finds it.
+		if st := s.scan.starts[topicPartition{claim.Topic(), claim.Partition()}]; !st.known {
+			meta, off := asideMetadata(now()), claim.InitialOffset()
+			var err error
+			if off < 0 { // nothing committed: where the claim starts (OffsetOldest or OffsetNewest)
+				off, err = s.g.client.GetOffset(claim.Topic(), claim.Partition(), off)
+			}
+			if err == nil {
+				sess.MarkOffset(claim.Topic(), claim.Partition(), off, meta)
+				sess.ResetOffset(claim.Topic(), claim.Partition(), off, meta)
+				sess.Commit()
+			} else {
+				s.g.log.Warn("could not commit where a claim starts", "topic", claim.Topic(), "partition", claim.Partition(), "err", err)
+			}
+		}
 	}
 	return s.ConsumerGroupHandler.ConsumeClaim(s.session(sess), claim)
 }

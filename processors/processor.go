@@ -54,6 +54,8 @@ type Processor struct {
 	moves *handover
 	// commits makes goka commit each partition's offsets in order (see commitOrder).
 	commits *commitOrder
+	// aside is what each session read back of the records set aside before it (aside.go).
+	aside *asideLedger
 
 	// tables are the partitions' local tables, by partition, for their size (statsCollector).
 	tables sync.Map // int32 -> *localtable.Table
@@ -77,8 +79,13 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 	p := plan.Of(topo)
 	log := cfg.Logger.With("topology", p.Name, "group", cfg.Group)
 	d := &durability{}
+	asideTopics := []string{p.DeadLetter}
+	if p.LateTopic != "" {
+		asideTopics = append(asideTopics, p.LateTopic)
+	}
+	aside := newAsideLedger(cfg.Group, asideTopics, log)
 	eng, err := engine.New(p, engine.Config{IdleTimeout: cfg.IdleTimeout, FinalRetention: cfg.FinalRetention,
-		Registerer: cfg.Registerer, Logger: log, Now: cfg.Now, Durability: d})
+		Registerer: cfg.Registerer, Logger: log, Now: cfg.Now, Durability: d, Group: cfg.Group, Written: aside.written})
 	if err != nil {
 		return nil, fmt.Errorf("processors.New: %w", err)
 	}
@@ -98,6 +105,7 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 		durability: d,
 		moves:      moves,
 		commits:    &commitOrder{},
+		aside:      aside,
 	}
 	if proc.m, err = newProcessorMetrics(proc, cfg.Registerer, p.Name); err != nil {
 		return nil, fmt.Errorf("processors.New: metrics: %w", err)

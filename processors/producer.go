@@ -3,7 +3,6 @@ package processors
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,8 +10,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/lovoo/goka"
-
-	"github.com/abacus-stream/abacus/deadletter"
 )
 
 // producer is goka's Producer on an idempotent sarama AsyncProducer, built here instead of with
@@ -140,27 +137,13 @@ func (p *producer) EmitWithHeaders(topic, key string, value []byte, headers goka
 	if value == nil {
 		msg.Value = nil // a tombstone (goka's Delete)
 	}
+	// No timestamp: sarama stamps the write's time. A dead letter's or late record's time of write
+	// is how a restarted processor finds it (aside.go); the original's is in its headers.
 	msg.Headers = recordHeaders(headers)
-	msg.Timestamp = asideTimestamp(headers)
 	// The number orders settlement; within one partition's callbacks it follows the calls.
 	msg.Metadata = &msgMeta{seq: p.sent.Add(1), finish: finish}
 	p.p.Input() <- msg
 	return promise
-}
-
-// asideTimestamp is the Kafka timestamp of a dead-letter or late record: its original record's
-// (the header deadletter.HeaderTimestamp), so that a repeat after a crash is the same record in
-// every field; zero (sarama's produce time) for any other message.
-func asideTimestamp(headers goka.Headers) time.Time {
-	v, ok := headers[deadletter.HeaderTimestamp]
-	if !ok {
-		return time.Time{}
-	}
-	ms, err := strconv.ParseInt(string(v), 10, 64)
-	if err != nil || ms <= 0 {
-		return time.Time{}
-	}
-	return time.UnixMilli(ms)
 }
 
 // recordHeaders are goka's headers as sarama's, sorted by key so that a repeat of a record is

@@ -384,10 +384,11 @@ type lateCheck struct {
 	Missing      int // pairs with no late record
 	Unexpected   int // late records for an event and set the oracle does not judge late
 	WrongContent int // late records of expected pairs that do not carry their source record
-	// TimestampDiffers counts the repeated pairs whose records have different Kafka timestamps;
-	// SourceTimestamp counts the late records whose Kafka timestamp is their source record's. The
-	// run fails unless every record has its source record's (the summary's check): the processor
-	// produces set-aside records with it, so that a repeat is the same record in every field.
+	// TimestampDiffers counts the repeated pairs whose records name different timestamps;
+	// SourceTimestamp counts the late records that name their source record's (header
+	// abacus.timestamp). The run fails unless every record names its source record's (the
+	// summary's check). Their Kafka timestamp is the time of the write, by which a restarted
+	// processor finds what it wrote.
 	TimestampDiffers int
 	SourceTimestamp  int
 	Examples         []string
@@ -429,7 +430,7 @@ func checkLateRecords(l *lateRecords, late map[deadletter.Source]stream.LateSour
 			continue
 		}
 		for _, r := range recs {
-			if r.Timestamp.UnixMilli() == ls.Timestamp {
+			if string(header(r, deadletter.HeaderTimestamp)) == strconv.FormatInt(ls.Timestamp, 10) {
 				c.SourceTimestamp++
 			}
 			if why := lateContent(r, k, ls); why != "" {
@@ -455,7 +456,7 @@ func checkLateRecords(l *lateRecords, late map[deadletter.Source]stream.LateSour
 			same, sameTime := true, true
 			for _, r := range recs[1:] {
 				same = same && sameRecord(recs[0], r)
-				sameTime = sameTime && r.Timestamp.Equal(recs[0].Timestamp)
+				sameTime = sameTime && bytes.Equal(header(r, deadletter.HeaderTimestamp), header(recs[0], deadletter.HeaderTimestamp))
 			}
 			if same {
 				c.Identical++
@@ -497,6 +498,8 @@ func lateContent(r *kgo.Record, k lateKey, ls stream.LateSource) string {
 		deadletter.HeaderTimestamp: strconv.FormatInt(ls.Timestamp, 10),
 		deadletter.HeaderSet:       k.set,
 		deadletter.HeaderDetail:    "",
+		deadletter.HeaderGroup:     "", // who wrote it, processing which record: checked below
+		deadletter.HeaderBy:        "",
 	}
 	seen := map[string]bool{}
 	for _, h := range r.Headers {
@@ -509,6 +512,14 @@ func lateContent(r *kgo.Record, k lateKey, ls stream.LateSource) string {
 		case h.Key == deadletter.HeaderDetail:
 			if len(h.Value) == 0 {
 				wrong = append(wrong, "empty "+h.Key)
+			}
+		case h.Key == deadletter.HeaderGroup:
+			if len(h.Value) == 0 {
+				wrong = append(wrong, "empty "+h.Key)
+			}
+		case h.Key == deadletter.HeaderBy:
+			if _, err := deadletter.ParseSource(string(h.Value)); err != nil {
+				wrong = append(wrong, err.Error())
 			}
 		case string(h.Value) != w:
 			wrong = append(wrong, fmt.Sprintf("%s=%q, want %q", h.Key, h.Value, w))

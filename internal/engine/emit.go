@@ -49,16 +49,49 @@ func (e *Engine) late(ctx goka.Context, raw []byte, set *plan.Set, src recordAt,
 	}
 	r := deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: deadletter.Late,
 		Detail: "the event came after its window of " + set.Name + " closed", Set: set.Name, Value: raw}
-	if ds, ok := e.cfg.Durability.(DurableSender); ok && durable {
-		key, value, headers := e.asideRecord(ctx, r)
-		if err := ds.SendDurable(e.plan.LateTopic, key, value, headers); err != nil {
-			return fmt.Errorf("late record of set %s: %w", set.Name, err)
-		}
-	} else {
-		e.setAside(ctx, e.plan.LateTopic, r)
+	written, err := e.aside(ctx, e.plan.LateTopic, r, durable)
+	if err != nil {
+		return fmt.Errorf("late record of set %s: %w", set.Name, err)
 	}
-	e.m.lateRouted.WithLabelValues(set.Name).Inc()
+	if written {
+		e.m.lateRouted.WithLabelValues(set.Name).Inc()
+	}
 	return nil
+}
+
+// aside writes a dead-letter or late record to topic, unless a run before this one wrote it
+// already for the record processed again (Config.Written), and reports whether it wrote it.
+// With durable and a DurableSender, the record is in Kafka when aside returns, or aside fails.
+// A record that stands for the callback's own record gets that record's key, timestamp and headers
+// as the original's (not one re-keyed through the loop topic, whose original key and headers
+// stayed at the source).
+func (e *Engine) aside(ctx goka.Context, topic string, r deadletter.Record, durable bool) (bool, error) {
+	if string(ctx.Topic()) == r.Source.Topic && ctx.Partition() == r.Source.Partition && ctx.Offset() == r.Source.Offset {
+		r.Key = []byte(ctx.Key())
+		r.Timestamp = ctx.Timestamp()
+		for k, v := range ctx.Headers() {
+			r.Headers = append(r.Headers, deadletter.Header{Key: k, Value: v})
+		}
+		slices.SortFunc(r.Headers, func(a, b deadletter.Header) int { return strings.Compare(a.Key, b.Key) })
+	}
+	if e.cfg.Group != "" {
+		r.Group = e.cfg.Group
+		r.By = deadletter.Source{Topic: string(ctx.Topic()), Partition: ctx.Partition(), Offset: ctx.Offset()}
+	}
+	if e.cfg.Written != nil && e.cfg.Written(r.Identity(topic)) {
+		e.m.asideWritten.WithLabelValues(topic).Inc()
+		return false, nil
+	}
+	r.Fit(e.plan.MaxMessageBytes)
+	key, value, headers := string(r.RecordKey()), r.Value, headerMap(r.RecordHeaders())
+	if ds, ok := e.cfg.Durability.(DurableSender); ok && durable {
+		if err := ds.SendDurable(topic, key, value, headers); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	e.cfg.Output(ctx, topic, key, value, headers)
+	return true, nil
 }
 
 // deadLetterFinal sets aside the final total of a window that user code (an aggregation's Decode
@@ -75,15 +108,17 @@ func (e *Engine) deadLetterWindow(ctx goka.Context, partition int32, entity stri
 	src := deadletter.Source{Topic: e.plan.TotalsTopic + "/" + set.Name + "/" + entity, Partition: partition, Offset: w.End}
 	r := deadletter.Record{Source: src, Reason: reason, Set: set.Name, Key: []byte(entity), Timestamp: time.UnixMilli(w.End),
 		Detail: fmt.Sprintf("the final total of window [%d, %d) of set %s, entity %q, %s", w.Start, w.End, set.Name, entity, why)}
-	r.Fit(e.plan.MaxMessageBytes)
-	e.cfg.Output(ctx, e.plan.DeadLetter, string(r.RecordKey()), r.Value, goka.Headers(headerMap(r.RecordHeaders())))
-	e.m.deadLettered.WithLabelValues(string(r.Reason)).Inc()
+	if written, _ := e.aside(ctx, e.plan.DeadLetter, r, false); written {
+		e.m.deadLettered.WithLabelValues(string(r.Reason)).Inc()
+	}
 }
 
 // deadLetter sends a record the engine cannot process to the dead-letter topic with its reason.
 func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src recordAt) {
-	e.setAside(ctx, e.plan.DeadLetter, deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: reason, Detail: detail, Value: raw})
-	e.m.deadLettered.WithLabelValues(string(reason)).Inc()
+	r := deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: reason, Detail: detail, Value: raw}
+	if written, _ := e.aside(ctx, e.plan.DeadLetter, r, false); written {
+		e.m.deadLettered.WithLabelValues(string(reason)).Inc()
+	}
 }
 
 // deadLetterFenced dead-letters a record that its entity's next write will fence: a replay skips
@@ -92,39 +127,15 @@ func (e *Engine) deadLetter(ctx goka.Context, raw []byte, reason deadletter.Reas
 // aggregation's error or panic, a state grown too large). Without a DurableSender it goes out
 // with the others.
 func (e *Engine) deadLetterFenced(ctx goka.Context, raw []byte, reason deadletter.Reason, detail string, src recordAt) {
-	ds, ok := e.cfg.Durability.(DurableSender)
-	if !ok {
-		e.deadLetter(ctx, raw, reason, detail, src)
-		return
-	}
-	key, value, headers := e.asideRecord(ctx, deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: reason, Detail: detail, Value: raw})
-	if err := ds.SendDurable(e.plan.DeadLetter, key, value, headers); err != nil {
+	r := deadletter.Record{Source: src.Source, Timestamp: src.Time, Reason: reason, Detail: detail, Value: raw}
+	written, err := e.aside(ctx, e.plan.DeadLetter, r, true)
+	if err != nil {
 		e.fail(ctx, fmt.Errorf("dead letter of %s: %w", src, err))
 		return
 	}
-	e.m.deadLettered.WithLabelValues(string(reason)).Inc()
-}
-
-// setAside emits a dead-letter or late record, keyed by its source, with the callback's record's
-// key, timestamp and headers as the original's when the record is the callback's own (not one
-// re-keyed through the loop topic, whose original key and headers stayed at the source).
-func (e *Engine) setAside(ctx goka.Context, topic string, r deadletter.Record) {
-	key, value, headers := e.asideRecord(ctx, r)
-	e.cfg.Output(ctx, topic, key, value, headers)
-}
-
-// asideRecord is the message of a dead-letter or late record (see setAside).
-func (e *Engine) asideRecord(ctx goka.Context, r deadletter.Record) (string, []byte, goka.Headers) {
-	if string(ctx.Topic()) == r.Source.Topic && ctx.Partition() == r.Source.Partition && ctx.Offset() == r.Source.Offset {
-		r.Key = []byte(ctx.Key())
-		r.Timestamp = ctx.Timestamp()
-		for k, v := range ctx.Headers() {
-			r.Headers = append(r.Headers, deadletter.Header{Key: k, Value: v})
-		}
-		slices.SortFunc(r.Headers, func(a, b deadletter.Header) int { return strings.Compare(a.Key, b.Key) })
+	if written {
+		e.m.deadLettered.WithLabelValues(string(reason)).Inc()
 	}
-	r.Fit(e.plan.MaxMessageBytes)
-	return string(r.RecordKey()), r.Value, headerMap(r.RecordHeaders())
 }
 
 // headerMap is headers as goka takes them.

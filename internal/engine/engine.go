@@ -129,6 +129,15 @@ type Config struct {
 	// ctx.Emit: goka's context options are opaque, and the in-memory test driver must read the
 	// headers of dead letters.
 	Output func(ctx goka.Context, topic, key string, value []byte, headers goka.Headers)
+	// Group, if set, names the processor group on every dead letter and late record, with the
+	// record whose callback wrote it (deadletter.HeaderGroup, HeaderBy): what a restarted
+	// processor reads back to find what it wrote before (Written).
+	Group string
+	// Written, if set, says whether a dead letter or late record of this identity
+	// (deadletter.Record.Identity) is in Kafka already, written by a run that crashed before
+	// committing the record now processed again: the engine does not write it a second time.
+	// It is called from callbacks, concurrently.
+	Written func(identity string) bool
 }
 
 // Engine runs one topology's windows over the partitions of one goka group.

@@ -13,6 +13,7 @@ type metrics struct {
 	lateDropped   *prometheus.CounterVec // set
 	lateRouted    *prometheus.CounterVec // set
 	deadLettered  *prometheus.CounterVec // reason
+	asideWritten  *prometheus.CounterVec // topic
 	windowsOpen   *prometheus.GaugeVec   // partition
 	windowsHeld   *prometheus.GaugeVec   // partition
 	emitted       *prometheus.CounterVec // set, final
@@ -58,6 +59,10 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 			Namespace: "abacus", Subsystem: "processor", Name: "dead_lettered_total", ConstLabels: cl,
 			Help: "Records sent to the dead-letter topic, by reason.",
 		}, []string{"reason"}),
+		asideWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "abacus", Subsystem: "processor", Name: "set_aside_already_written_total", ConstLabels: cl,
+			Help: "Dead letters and late records not written again after a restart: a run before this one wrote them for the record processed again.",
+		}, []string{"topic"}),
 		windowsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "abacus", Subsystem: "processor", Name: "windows_open", ConstLabels: cl,
 			Help: "Windows whose final total has not been emitted yet, per partition.",
@@ -120,7 +125,7 @@ func newMetrics(reg prometheus.Registerer, topology string) (*metrics, error) {
 		Help: "Windows that closed without a final total because they started before their set was added to the running topology (abacus backfill computes them from the facts).",
 	}, []string{"set"})
 	for _, c := range []prometheus.Collector{m.beforeLive, m.rollupUnknown, m.loopUnknown, m.rollupPartials, m.rollupIgnored, m.eventsIn, m.duplicates, m.lateDropped, m.lateRouted,
-		m.deadLettered, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout,
+		m.deadLettered, m.asideWritten, m.windowsOpen, m.windowsHeld, m.emitted, m.streamTimeLag, m.entities, m.scheduled, m.panics, m.unknownLayout,
 		m.ticks, m.waiting} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
