@@ -270,6 +270,12 @@ func (l *asideLedger) scanWithRetries(ctx context.Context, cl sarama.Client, cla
 			return s
 		}
 		if ctx.Err() != nil || !transient(err) || time.Now().After(deadline) {
+			if ctx.Err() != nil {
+				// The session ended (a rebalance) before it started: the next one reads again.
+				empty := map[string]struct{}{}
+				l.found.Store(&empty)
+				return nil
+			}
 			l.log.Warn("could not read back the dead letters and late records written before this session: records processed again may set theirs aside a second time",
 				"err", err)
 			empty := map[string]struct{}{}
