@@ -7,7 +7,9 @@
 // (the group and the record it was processing), never a clock reading or a process name. The
 // processor writes each once, even across crashes (it finds what it wrote before, by those
 // fields); a sink's repeat after a crash is an identical record, which a compacted topic or a
-// consumer drops. The original key, value, timestamp and headers are kept.
+// consumer drops. The original key, value, timestamp and headers are kept; the Kafka timestamp a
+// writer gives it is the time of the write (retention counts from there), the original's is
+// HeaderTimestamp.
 //
 // It is a leaf: it imports nothing from abacus and knows no Kafka client.
 package deadletter

@@ -16,7 +16,10 @@ type deadLetter struct {
 }
 
 // record is the dead letter in package deadletter's format, for topic. Everything in it comes
-// from the source record, so a repeat after a crash is an identical record.
+// from the source record, so a repeat after a crash is an identical record, but for its Kafka
+// timestamp: the time of the write, as the processor's, so that the topic's retention counts from
+// when it was set aside (a dead letter of a month-old event is not deleted at once); the original
+// record's timestamp is in its header abacus.timestamp.
 func (d deadLetter) record(topic string) *kgo.Record {
 	r := deadletter.Record{Source: deadletter.Source{Topic: d.rec.Topic, Partition: d.rec.Partition, Offset: d.rec.Offset},
 		Reason: d.reason, Detail: d.detail, Key: d.rec.Key, Value: d.rec.Value, Timestamp: d.rec.Timestamp}
@@ -29,7 +32,7 @@ func (d deadLetter) record(topic string) *kgo.Record {
 	for _, h := range r.RecordHeaders() {
 		hs = append(hs, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 	}
-	return &kgo.Record{Topic: topic, Key: r.RecordKey(), Value: r.Value, Headers: hs, Timestamp: d.rec.Timestamp}
+	return &kgo.Record{Topic: topic, Key: r.RecordKey(), Value: r.Value, Headers: hs} // franz-go stamps the write's time
 }
 
 // produceDead sends dead letters before anything that depends on them is committed, retrying

@@ -68,8 +68,10 @@ func TestWriteResendsAndSetsAsideTheRightCells(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.cl.Close()
+	began := time.Now().Truncate(time.Millisecond)
 	for i := range 10 {
-		s.add(&kgo.Record{Topic: "in", Partition: 0, Offset: int64(i), Key: fmt.Appendf(nil, "r%d", i), Value: fmt.Appendf(nil, "q%d", i)})
+		s.add(&kgo.Record{Topic: "in", Partition: 0, Offset: int64(i), Key: fmt.Appendf(nil, "r%d", i), Value: fmt.Appendf(nil, "q%d", i),
+			Timestamp: time.UnixMilli(int64(1000 + i))})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -103,6 +105,12 @@ func TestWriteResendsAndSetsAsideTheRightCells(t *testing.T) {
 			}
 			if d.Reason != deadletter.Rejected || string(d.Value) != fmt.Sprintf("q%d", d.Source.Offset) {
 				t.Errorf("dead letter %+v", d)
+			}
+			// It names its record's timestamp, and is stamped with the time it was written (the
+			// topic's retention counts from there).
+			if !d.Timestamp.Equal(time.UnixMilli(1000+d.Source.Offset)) || r.Timestamp.Before(began) {
+				t.Errorf("dead letter of offset %d names time %v and was written at %v, want %v and after %v",
+					d.Source.Offset, d.Timestamp, r.Timestamp, time.UnixMilli(1000+d.Source.Offset), began)
 			}
 			offsets = append(offsets, d.Source.Offset)
 		})
