@@ -425,33 +425,16 @@ func checkReplicated(ctx context.Context, t *testing.T, c *testenv.Cluster, spec
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := c.Admin().DescribeTopicConfigs(ctx, names...)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, s := range specs {
 		for _, p := range md.Topics[s.Name].Partitions {
 			if len(p.Replicas) != 3 {
 				t.Errorf("%s topic %s/%d has replicas %v, want 3", s.Role, s.Name, p.Partition, p.Replicas)
 			}
 		}
-		v, err := rc.On(s.Name, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := configValue(v.Configs, "min.insync.replicas"); got != "2" {
+		if got := testenv.TopicConfig(ctx, t, c.Admin(), s.Name, "min.insync.replicas"); got != "2" {
 			t.Errorf("%s topic %s: min.insync.replicas %q, want 2", s.Role, s.Name, got)
 		}
 	}
-}
-
-func configValue(cs []kadm.Config, name string) string {
-	for _, c := range cs {
-		if c.Key == name && c.Value != nil {
-			return *c.Value
-		}
-	}
-	return ""
 }
 
 type recordCount struct {

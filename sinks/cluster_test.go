@@ -34,15 +34,9 @@ func TestClusterSinksBrokerKills(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	rc, err := c.Admin().DescribeTopicConfigs(ctx, e.Events, e.Totals, e.DeadLetter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rc {
-		for _, cf := range r.Configs {
-			if cf.Key == "min.insync.replicas" && (cf.Value == nil || *cf.Value != "2") {
-				t.Fatalf("%s: min.insync.replicas %v, want 2", r.Name, cf.MaybeValue())
-			}
+	for _, topic := range []string{e.Events, e.Totals, e.DeadLetter} {
+		if got := testenv.TopicConfig(ctx, t, c.Admin(), topic, "min.insync.replicas"); got != "2" {
+			t.Fatalf("%s: min.insync.replicas %q, want 2", topic, got)
 		}
 	}
 

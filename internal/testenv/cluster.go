@@ -360,3 +360,32 @@ func runLogged(t testing.TB, cmd *exec.Cmd) error {
 	t.Logf("testenv/services.sh %s (%v): %s", what, time.Since(start).Round(time.Millisecond), strings.TrimSpace(string(out)))
 	return nil
 }
+
+// TopicConfig returns a topic's setting as the brokers report it, waiting up to 30 s for it to be
+// reported: under KRaft, CreateTopics returns once the controller has the topic, and the broker
+// that answers DescribeConfigs may not have the topic's settings in its metadata yet (it then
+// answers with none, and no error). A busy machine makes that window long enough to see.
+func TopicConfig(ctx context.Context, t testing.TB, adm *kadm.Client, topic, key string) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for {
+		rcs, err := adm.DescribeTopicConfigs(ctx, topic)
+		if err == nil {
+			var rc kadm.ResourceConfig
+			if rc, err = rcs.On(topic, nil); err == nil {
+				for _, c := range rc.Configs {
+					if c.Key == key && c.Value != nil {
+						return *c.Value
+					}
+				}
+				err = fmt.Errorf("no %s reported", key)
+			}
+		}
+		last = err
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("topic %s: setting %s not reported within 30 s: %v", topic, key, last)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -60,12 +60,8 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 		c.WaitPartition(t, topic, p, "a leader and 3 in-sync replicas", 30*time.Second,
 			func(leader int32, isr []int32) bool { return leader > 0 && len(isr) == 3 })
 	}
-	rc, err := c.Admin().DescribeTopicConfigs(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, err := rc.On(topic, nil); err != nil || configValue(v.Configs, "min.insync.replicas") != "2" {
-		t.Fatalf("min.insync.replicas of %s = %q (%v), want 2", topic, configValue(v.Configs, "min.insync.replicas"), err)
+	if got := testenv.TopicConfig(ctx, t, c.Admin(), topic, "min.insync.replicas"); got != "2" {
+		t.Fatalf("min.insync.replicas of %s = %q, want 2", topic, got)
 	}
 
 	prod, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.DefaultProduceTopic(topic),
@@ -236,13 +232,4 @@ func TestClusterLeaderKilledMidStream(t *testing.T) {
 	if dups > 0 {
 		t.Fatalf("%d records are in the log twice (the producer is idempotent)", dups)
 	}
-}
-
-func configValue(cs []kadm.Config, name string) string {
-	for _, c := range cs {
-		if c.Key == name && c.Value != nil {
-			return *c.Value
-		}
-	}
-	return ""
 }

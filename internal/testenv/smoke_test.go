@@ -86,25 +86,8 @@ func TestKafkaCompactedTopicConfig(t *testing.T) {
 	if _, err := adm.CreateTopic(ctx, 3, 1, map[string]*string{"cleanup.policy": &compact}, topic); err != nil {
 		t.Fatalf("create topic %s: %v", topic, err)
 	}
-	rcs, err := adm.DescribeTopicConfigs(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc, err := rcs.On(topic, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, c := range rc.Configs {
-		if c.Key == "cleanup.policy" {
-			found = true
-			if c.MaybeValue() != "compact" {
-				t.Fatalf("cleanup.policy = %q, want compact", c.MaybeValue())
-			}
-		}
-	}
-	if !found {
-		t.Fatal("broker did not report cleanup.policy")
+	if got := testenv.TopicConfig(ctx, t, adm, topic, "cleanup.policy"); got != "compact" {
+		t.Fatalf("cleanup.policy = %q, want compact", got)
 	}
 	tds, err := adm.ListTopics(ctx, topic)
 	if err != nil {
