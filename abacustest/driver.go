@@ -18,6 +18,10 @@
 // as it does on Kafka, for every partition to close the window: Advance past the idle timeout
 // closes those that have no more events.
 //
+// RestartWith runs a new version of the topology, as a deployment does; RollOut restarts some
+// partitions only with it, so that two versions run side by side and exchange partials, as in a
+// rolling rollout.
+//
 // Kafka's part is simulated plainly: every message is acknowledged at once, records are processed
 // in the order they are sent (re-keyed events and ticks after the record that caused them), and
 // every processed record counts as committed, so Redeliver is how a test replays records.
@@ -72,7 +76,11 @@ type Driver struct {
 	plan *plan.Plan
 	opts Options
 
-	eng      *engine.Engine
+	// engs and plans are, per partition, the engine (a processor instance) running it and the
+	// version of the topology it runs: one engine for all after New and RestartWith, two or
+	// more during a rolling rollout (RollOut).
+	engs     []*engine.Engine
+	plans    []*plan.Plan
 	reg      *prometheus.Registry
 	now      time.Time
 	nextTick time.Time
@@ -189,31 +197,46 @@ func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 		d.tables = append(d.tables, newMemStorage())
 		d.changelog = append(d.changelog, nil)
 	}
-	d.start()
+	d.start(d.allPartitions())
 	return d
+}
+
+// allPartitions lists the driver's partitions.
+func (d *Driver) allPartitions() []int32 {
+	ps := make([]int32, d.opts.Partitions)
+	for i := range ps {
+		ps[i] = int32(i)
+	}
+	return ps
 }
 
 func (d *Driver) loopTopic() string { return d.plan.Name + loopSuffix }
 
-// start builds a fresh engine over the driver's tables, as a processor starting does.
-func (d *Driver) start() {
+// start builds a fresh engine over the tables of partitions, as a processor instance starting
+// does, and gives it those partitions.
+func (d *Driver) start(partitions []int32) {
 	d.reg = prometheus.NewRegistry()
 	eng, err := engine.New(d.plan, engine.Config{IdleTimeout: d.opts.IdleTimeout, FinalRetention: d.opts.FinalRetention,
 		Registerer: d.reg, Logger: d.opts.Logger, Now: func() time.Time { return d.now }, Output: d.output, Durability: kafka{d}})
 	if err != nil {
 		d.t.Fatalf("abacustest: %v", err)
 	}
-	d.eng = eng
+	if d.engs == nil {
+		d.engs = make([]*engine.Engine, d.opts.Partitions)
+		d.plans = make([]*plan.Plan, d.opts.Partitions)
+	}
 	eng.SetPartitions(d.opts.Partitions)
-	for p, st := range d.tables {
-		eng.SetStorage(int32(p), st)
+	for _, p := range partitions {
+		eng.SetStorage(p, d.tables[p])
+		d.engs[p], d.plans[p] = eng, d.plan
 	}
 }
 
 // Now is the driver's wall clock.
 func (d *Driver) Now() time.Time { return d.now }
 
-// Registry holds the processor's metrics (a fresh one after Restart).
+// Registry holds the processor's metrics (a fresh one after Restart; after RollOut, those of the
+// instance it started).
 func (d *Driver) Registry() *prometheus.Registry { return d.reg }
 
 // RecordOption sets a property of a record sent.
@@ -323,6 +346,27 @@ func (d *Driver) Restart(loseStorage bool) { d.RestartWith(d.topo, loseStorage) 
 // and aggregations added, removed or reordered keep the state of those that stay.
 func (d *Driver) RestartWith(topo *topology.Topology, loseStorage bool) {
 	d.t.Helper()
+	d.restart(topo, loseStorage, d.allPartitions())
+}
+
+// RollOut restarts the processor instance of the given partitions only, running topo, while the
+// other partitions keep running the version they run: a rolling rollout, where old and new
+// versions run side by side and send each other rollup partials. Each call is one instance
+// (partitions moved back to an earlier version are a RollOut of that version). With loseStorage
+// the partitions' tables are rebuilt from the changelog.
+func (d *Driver) RollOut(topo *topology.Topology, loseStorage bool, partitions ...int32) {
+	d.t.Helper()
+	for _, p := range partitions {
+		if p < 0 || int(p) >= d.opts.Partitions {
+			d.t.Fatalf("abacustest: RollOut of partition %d: the driver has %d", p, d.opts.Partitions)
+		}
+	}
+	d.restart(topo, loseStorage, partitions)
+}
+
+// restart starts an engine running topo for partitions, as RestartWith and RollOut do.
+func (d *Driver) restart(topo *topology.Topology, loseStorage bool, partitions []int32) {
+	d.t.Helper()
 	p := plan.Of(topo)
 	if p.Name != d.plan.Name {
 		d.t.Fatalf("abacustest: topology %s is not %s: a processor group runs one topology", p.Name, d.plan.Name)
@@ -334,30 +378,38 @@ func (d *Driver) RestartWith(topo *topology.Topology, loseStorage bool) {
 		}
 	}
 	if loseStorage {
-		for p, changes := range d.changelog {
+		for _, part := range partitions {
 			st := newMemStorage()
-			for _, c := range changes {
+			for _, c := range d.changelog[part] {
 				if c.value == nil {
 					_ = st.Delete(c.key)
 				} else {
 					_ = st.Set(c.key, c.value)
 				}
 			}
-			d.tables[p] = st
+			d.tables[part] = st
 		}
 	}
-	d.start()
+	d.start(partitions)
 	// The group resumes each source partition after its committed records (engine.Resumed): a
 	// processor stopped for a deployment waits for Kafka's acknowledgements and commits what it
 	// processed.
+	eng := d.engs[partitions[0]]
 	for _, s := range p.Sources {
-		for part := range d.logs[s.Topic] {
-			d.eng.Resumed(s.Topic, int32(part), d.committed(s.Topic, int32(part)))
+		for _, part := range partitions {
+			from := d.committed(s.Topic, part)
+			eng.Resumed(s.Topic, part, from)
+			// Records not processed yet (of a source the earlier version did not have) come now.
+			for o := from; o < int64(len(d.logs[s.Topic][part])); o++ {
+				if !d.isDone(s.Topic, part, o) {
+					d.queue = append(d.queue, delivery{s.Topic, part, o})
+				}
+			}
 		}
 	}
 	d.drain() // a fresh processor rebuilds its partitions at their first record; make that now
-	for p := range d.tables {
-		d.queue = append(d.queue, d.rebuildProbe(int32(p)))
+	for _, part := range partitions {
+		d.queue = append(d.queue, d.rebuildProbe(part))
 	}
 	d.drain()
 }
@@ -396,12 +448,19 @@ func (d *Driver) drain() {
 func (d *Driver) deliver(dl delivery) {
 	r := d.logs[dl.topic][dl.partition][dl.offset]
 	ctx := &fakeContext{d: d, topic: dl.topic, partition: dl.partition, offset: dl.offset, rec: r}
-	cb := d.eng.LoopCallback()
+	eng, pl := d.engs[dl.partition], d.plans[dl.partition]
+	cb := eng.LoopCallback()
 	if dl.topic != d.loopTopic() {
-		for i, s := range d.plan.Sources {
+		cb = nil
+		for i, s := range pl.Sources {
 			if s.Topic == dl.topic {
-				cb = d.eng.SourceCallback(i)
+				cb = eng.SourceCallback(i)
 			}
+		}
+		if cb == nil {
+			// A source this partition's version does not have (a rolling rollout adding one):
+			// its records wait, uncommitted, for the version that reads them.
+			return
 		}
 	}
 	defer func() {
@@ -433,6 +492,12 @@ func (d *Driver) processed(dl delivery) {
 	}
 	ds[dl.offset] = true
 	parts[dl.partition] = ds
+}
+
+// isDone reports whether a source record was processed.
+func (d *Driver) isDone(topic string, partition int32, offset int64) bool {
+	parts := d.done[topic]
+	return parts != nil && offset < int64(len(parts[partition])) && parts[partition][offset]
 }
 
 // committed is the offset the processor group resumes a source partition from after a stop:

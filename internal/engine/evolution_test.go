@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/abacustest"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
@@ -309,5 +310,57 @@ func TestSetAddedWhileWindowsOpen(t *testing.T) {
 				t.Error("no window counted as started before its set")
 			}
 		})
+	}
+}
+
+// TestRollingRolloutAddsRollup adds a rollup set in a rolling rollout: for a while one partition
+// runs the version with the set and the other the version without, each as source and as the
+// owner of the set's key. A final partial sent to an owner that does not know the set yet cannot
+// be kept there: the window it belongs to gets no total (it is counted as started before the
+// set), never a total short of that share; the windows after the rollout are whole, whichever
+// partition upgrades first.
+func TestRollingRolloutAddsRollup(t *testing.T) {
+	owner := partitioner.Partition([]byte(plan.RollupStateKey("all", topology.GlobalKey)), 2)
+	for _, first := range []string{"sender", "owner"} {
+		for _, lose := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s-first/lose=%v", first, lose), func(t *testing.T) {
+				v1 := evo{order: []string{"minute"}}.topology(t)
+				v2 := evo{order: []string{"minute", "all"}}.topology(t)
+				d := abacustest.New(t, v1, abacustest.Options{Start: at(t0), Partitions: 2, IdleTimeout: time.Hour,
+					TickInterval: 5 * time.Second, OnFail: noStop(t)})
+				up, later := 1-owner, owner
+				if first == "owner" {
+					up, later = owner, 1-owner
+				}
+				sendAll(d, -1, 1000, 4)
+				d.RollOut(v2, lose, up)
+				// The upgraded partition runs the set from stream time t0+1s: its second window
+				// [t0+60s, t0+120s) is whole there, closes, and its final partial goes out.
+				sendAll(d, up, 61_000, 4)
+				sendAll(d, up, 200_000, 4)
+				d.Advance(20 * time.Second)
+				d.RollOut(v2, lose, later)
+				// The other partition runs it from the same stream time, and has the window too.
+				sendAll(d, later, 61_000, 4)
+				sendAll(d, later, 200_000, 4)
+				// A window after the rollout, on both (the wall clock moves on, so that these events
+				// are not from the future).
+				d.Advance(5 * time.Minute)
+				sendAll(d, -1, 250_000, 4)
+				sendAll(d, -1, 400_000, 4)
+				d.Advance(time.Minute)
+				checkOneFinal(t, d)
+				all := d.FinalsOf("all", topology.GlobalKey)
+				for _, f := range all {
+					if f.Start.Equal(at(t0+60_000)) && f.Float("count") != float64(len(allDevices)) {
+						t.Errorf("the window the rollout crossed has a total short of a partition's share: %v", f)
+					}
+				}
+				d.Final("all", topology.GlobalKey, at(t0+240_000)).Expect(t, map[string]float64{"count": 8, "sum": 32})
+				if first == "sender" && len(all) > 0 && all[0].Start.Equal(at(t0+60_000)) {
+					t.Errorf("a window whose partial reached an owner without the set has a total: %v", all[0])
+				}
+			})
+		}
 	}
 }

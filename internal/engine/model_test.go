@@ -2,9 +2,11 @@ package engine_test
 
 import (
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,8 +27,9 @@ var modelVersions = []evo{
 
 // TestModelTopologyChanges runs seeded random sequences of events (out of order, some late),
 // restarts keeping or losing the local tables, redeliveries and changes of the topology among
-// modelVersions, and checks what comes out against the rules, computed by brute force from what
-// went in:
+// modelVersions (of every partition at once, or of one, so that two versions run side by side as
+// in a rolling rollout), and checks what comes out against the rules, computed by brute force
+// from what went in:
 //
 //   - the processor never stops;
 //   - a window has one final total, ever (the same one again after a restart is the same);
@@ -37,7 +40,7 @@ var modelVersions = []evo{
 //     count, and "region" what those of its region count.
 //
 // ABACUS_MODEL_SEEDS sets how many seeds run (default 100, a second or two; the long form:
-// ABACUS_MODEL_SEEDS=20000); ABACUS_MODEL_TRACE=1 logs what a seed does, to read one that fails.
+// ABACUS_MODEL_SEEDS=20000); ABACUS_MODEL_TRACE=1 logs what a seed does, and the engine's log, to read one that fails.
 func TestModelTopologyChanges(t *testing.T) {
 	seeds := 100
 	if v := os.Getenv("ABACUS_MODEL_SEEDS"); v != "" {
@@ -70,8 +73,9 @@ func modelRun(t *testing.T, seed uint64) {
 		topos[i] = v.topology(t)
 	}
 	version := rng.IntN(len(topos))
+	trace(t, "start with version %d", version)
 	d := abacustest.New(t, topos[version], abacustest.Options{Start: at(t0), Partitions: 2, IdleTimeout: 30 * time.Second,
-		TickInterval: 5 * time.Second, FinalRetention: 20 * time.Second, AckLag: int(seed % 3), OnFail: noStop(t)})
+		TickInterval: 5 * time.Second, FinalRetention: 20 * time.Second, AckLag: int(seed % 3), OnFail: noStop(t), Logger: modelLogger(t)})
 	var sent []modelEvent
 	offsets := map[int32]int64{}
 	clock := t0
@@ -100,7 +104,13 @@ func modelRun(t *testing.T, seed uint64) {
 			lose := rng.IntN(2) == 0
 			trace(t, "step %d clock +%ds: restart (lose %v)", i, (clock-t0)/1000, lose)
 			d.Restart(lose)
-		case r < 5:
+		case r < 6:
+			// A rolling rollout: one partition's instance restarts with a version (perhaps
+			// another than the other partition's), and the two run side by side.
+			v, p, lose := rng.IntN(len(topos)), int32(rng.IntN(2)), rng.IntN(2) == 0
+			trace(t, "step %d clock +%ds: partition %d alone restarts with version %d (lose %v)", i, (clock-t0)/1000, p, v, lose)
+			d.RollOut(topos[v], lose, p)
+		case r < 7:
 			p := int32(rng.IntN(2))
 			trace(t, "step %d clock +%ds: redeliver partition %d", i, (clock-t0)/1000, p)
 			d.Redeliver("readings", p, 0)
@@ -188,4 +198,19 @@ func modelCheck(t *testing.T, d *abacustest.Driver, sent []modelEvent) {
 			t.Errorf("%s %s window %d counts %d, its entities' finals %v", f.Set, f.Entity, f.Start.UnixMilli(), c.Int, w)
 		}
 	}
+}
+
+// modelLogger is the engine's log on the test's, with ABACUS_MODEL_TRACE=1.
+func modelLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("ABACUS_MODEL_TRACE") != "1" {
+		return nil
+	}
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(b)))
+	return len(b), nil
 }

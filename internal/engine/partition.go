@@ -336,12 +336,15 @@ func (pt *partition) restoreRollupEnds(rec *state.Partition) error {
 		pt.ru.metaDone[set.Index] = max(pt.ru.metaDone[set.Index], d)
 	}
 	for _, se := range rec.RollupEnds {
-		set := pt.e.plan.SetByName(se.Set)
-		if set == nil || set.Rollup == nil {
-			continue
-		}
 		if err := check(len(se.Ends)); err != nil {
 			return err
+		}
+		set := pt.e.plan.SetByName(se.Set)
+		if set == nil || set.Rollup == nil {
+			for p, live := range se.Live {
+				pt.ru.keepForeign(se.Set, int32(p), live)
+			}
+			continue
 		}
 		take(set, func(p int) int64 { return se.Ends[p] })
 		for p, l := range se.Live {

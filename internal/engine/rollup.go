@@ -77,8 +77,16 @@ type rollupView struct {
 	// changes with the topology, it has sent its share by then. progress[p] is source partition p's
 	// stream time as it last said, which only an idle partition follows. dues holds, per set, the
 	// owner keys with a merged window not emitted yet.
-	ends     map[uint16][]int64
-	live     map[uint16][]int64 // per set: from when each source partition runs it (setEnd.live)
+	ends map[uint16][]int64
+	live map[uint16][]int64 // per set: from when each source partition runs it (setEnd.live)
+	// foreign holds, by set name, the live-froms of rollup sets this version does not have
+	// (another version's, in a rolling rollout), kept in the record for the version that has
+	// them: the senders' own, raised to the end of every final partial this owner had to ignore,
+	// so that the version with the set gives those windows no total instead of a total short of
+	// a share. Their ends are not kept: this version did not keep the set's partials either, so
+	// the version with the set learns the ends again from the senders' progress, which carries
+	// their live-froms too.
+	foreign  map[string][]int64
 	done     map[uint16]int64
 	metaDone map[uint16]int64
 	progress []int64
@@ -137,7 +145,7 @@ type ownerWrite struct {
 func newRollupView(p *plan.Plan, npar int) rollupView {
 	v := rollupView{partials: map[partialKey]*partial{}, closing: map[int64]int{}, sentT: minTime, durableST: minTime, doneClose: minTime,
 		ends: map[uint16][]int64{}, live: map[uint16][]int64{}, done: map[uint16]int64{}, metaDone: map[uint16]int64{}, progress: make([]int64, npar),
-		dues: map[uint16]*closeHeap{}, writes: map[string][]ownerWrite{}}
+		dues: map[uint16]*closeHeap{}, writes: map[string][]ownerWrite{}, foreign: map[string][]int64{}}
 	for i := range v.progress {
 		v.progress[i] = minTime
 	}
@@ -476,7 +484,12 @@ func (pt *partition) onProgress(ctx goka.Context, m *loopMsg) {
 	for _, se := range ends {
 		set := pt.e.plan.SetByName(se.set)
 		if set == nil || set.Rollup == nil {
-			continue // a set this version has not (as a rollup): nothing of it waits here
+			// A set this version has not (as a rollup): nothing of it waits here, but what its
+			// senders say is kept for the version that has it.
+			if pt.ru.keepForeign(se.set, from, se.live) {
+				pt.metaDirty = true
+			}
+			continue
 		}
 		if ls := pt.ru.live[set.Index]; se.live > ls[from] {
 			ls[from] = se.live
@@ -513,6 +526,9 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		}
 		e.m.rollupUnknown.WithLabelValues(name).Inc()
 		e.log.Warn("partial total of a rollup set this topology does not have: ignored", "key", ctx.Key(), "from", m.from, "why", why)
+		if m.setName != "" && m.final {
+			pt.floorForeign(ctx, m)
+		}
 		return
 	}
 	if m.end <= pt.ru.done[set.Index] {
@@ -559,6 +575,36 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		e.emit(ctx, rollupValue(ctx.Key(), set), set, &early.window, early.values, false)
 	}
 	pt.schedule(ctx.Key(), ent)
+}
+
+// floorForeign makes sure that the window of a partial this owner ignored (its set is another
+// version's, in a rolling rollout) gets no total from the version that has the set: a total
+// would lack the share. It sends itself, through its own tick key, the sender's progress with a
+// live-from at the window's end and no end: Kafka holds it before the partial is committed,
+// whatever crashes, and its callback writes the partition's record (onProgress, keepForeign).
+// Once this partition runs the set, the same message raises the sender's live-from there.
+func (pt *partition) floorForeign(ctx goka.Context, m *partialMsg) {
+	if int(pt.id) >= len(pt.e.tickKeys) {
+		return
+	}
+	msg := &loopMsg{kind: loopProgress, partition: m.from, offset: minTime, byEnd: true,
+		ends: []setEnd{{set: m.setName, end: minTime, live: m.end}}}
+	ctx.Loopback(pt.e.tickKeys[pt.id], msg.encode())
+}
+
+// keepForeign takes in a source partition's live-from of a rollup set this version has not, and
+// reports whether it changed what the record should hold.
+func (v *rollupView) keepForeign(set string, from int32, live int64) bool {
+	f := v.foreign[set]
+	if f == nil {
+		f = slices.Repeat([]int64{minTime}, len(v.progress))
+		v.foreign[set] = f
+	}
+	if from < 0 || int(from) >= len(f) || live <= f[from] {
+		return false
+	}
+	f[from] = live
+	return true
 }
 
 // slotsOf finds, or makes, the merged window of m's window in an owner's state and m's source

@@ -185,6 +185,10 @@ func (pt *partition) record() (*state.Partition, map[originKey]int64, map[origin
 			rec.RollupEnds = append(rec.RollupEnds, state.SetEnds{Set: set.Name, Ends: slices.Clone(es), Live: slices.Clone(pt.ru.live[set.Index])})
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(pt.ru.foreign)) {
+		live := pt.ru.foreign[name]
+		rec.RollupEnds = append(rec.RollupEnds, state.SetEnds{Set: name, Ends: slices.Repeat([]int64{minTime}, len(live)), Live: slices.Clone(live)})
+	}
 	if pt.e.rollups {
 		rec.Progress = slices.Clone(pt.ru.progress)
 	}
