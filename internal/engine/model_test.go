@@ -40,7 +40,8 @@ var modelVersions = []evo{
 //     count, and "region" what those of its region count.
 //
 // ABACUS_MODEL_SEEDS sets how many seeds run (default 100, a second or two; the long form:
-// ABACUS_MODEL_SEEDS=20000); ABACUS_MODEL_TRACE=1 logs what a seed does, and the engine's log, to read one that fails.
+// ABACUS_MODEL_SEEDS=20000); ABACUS_MODEL_TRACE=1 logs what a seed does, and the engine's log,
+// to read one that fails.
 func TestModelTopologyChanges(t *testing.T) {
 	seeds := 100
 	if v := os.Getenv("ABACUS_MODEL_SEEDS"); v != "" {
