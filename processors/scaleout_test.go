@@ -37,9 +37,13 @@ type scaleChild struct {
 	Name     string
 	Input    string
 	Storage  string
-	Topology string // "scenario" (scenarioTopology) or "count" (countTopology)
+	Topology string // "scenario" (scenarioTopology), "scenario-v2" (scenarioV2Topology) or "count" (countTopology)
 	// Replication of the topics the processor creates (0: the default, 1).
 	Replication int
+	// InstanceID, if set, makes the instance a static member of its group (as abacus run does),
+	// with a session of 20 s: started again within it, it takes its partitions back with no
+	// rebalance.
+	InstanceID string
 }
 
 // countTopology counts events per entity in one-hour windows: the least state per entity, for
@@ -70,8 +74,11 @@ func TestScaleChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	topo := scenarioTopology(t, c.Name, c.Input, false)
-	if c.Topology == "count" {
+	switch c.Topology {
+	case "count":
 		topo = countTopology(t, c.Name, c.Input)
+	case "scenario-v2":
+		topo = scenarioV2Topology(t, c.Name, c.Input)
 	}
 	p, err := processors.New(topo, processors.Config{Brokers: c.Brokers, StoragePath: c.Storage, Replication: c.Replication,
 		// No idle advance: a partition waiting to be moved must not be judged idle (the oracle
@@ -82,8 +89,11 @@ func TestScaleChild(t *testing.T) {
 		// (the broker's minimum is 6 s).
 		Sarama: func(sc *sarama.Config) {
 			sc.Consumer.Group.Session.Timeout = 6 * time.Second
+			if c.InstanceID != "" {
+				sc.Consumer.Group.Session.Timeout = 20 * time.Second
+			}
 			sc.Consumer.Group.Heartbeat.Interval = time.Second
-		}})
+		}, InstanceID: c.InstanceID})
 	if err != nil {
 		t.Fatal(err)
 	}
