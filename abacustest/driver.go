@@ -159,8 +159,6 @@ type delivery struct {
 	offset    int64
 }
 
-const loopSuffix = "-loop"
-
 // New starts a driver for topo; a bad option fails the test.
 func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 	t.Helper()
@@ -210,7 +208,7 @@ func (d *Driver) allPartitions() []int32 {
 	return ps
 }
 
-func (d *Driver) loopTopic() string { return d.plan.Name + loopSuffix }
+func (d *Driver) loopTopic() string { return plan.LoopTopic(d.plan.Name) }
 
 // start builds a fresh engine over the tables of partitions, as a processor instance starting
 // does, and gives it those partitions.

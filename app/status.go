@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -100,7 +101,7 @@ func (p Program) status(ctx context.Context, args []string, stdout, stderr io.Wr
 		topics      []string
 		adm         sinks.OffsetsAdmin
 	}
-	specs := []spec{{RoleProcessor, cfg.Processor.Group, append(topo.SourceTopics(), cfg.Processor.Group+"-loop"),
+	specs := []spec{{RoleProcessor, cfg.Processor.Group, append(topo.SourceTopics(), plan.LoopTopic(cfg.Processor.Group)),
 		sinks.OffsetsAdmin{Kafka: adm}}} // goka commits to Kafka
 	if !cfg.Sinks.Aggregates.Disabled {
 		specs = append(specs, spec{RoleAggregates, cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic()}, sinkAdm})

@@ -114,7 +114,7 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 }
 
 // LoopTopic is the name of the group's loop topic (goka names it <group>-loop).
-func (p *Processor) LoopTopic() string { return p.cfg.Group + "-loop" }
+func (p *Processor) LoopTopic() string { return plan.LoopTopic(p.cfg.Group) }
 
 // Restarts of the group in process after a broker outage stopped it: the first comes at once
 // (the brokers usually answer by the time goka has shut down), later ones are spaced.

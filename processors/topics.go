@@ -64,7 +64,7 @@ func TopicSpecs(topo *topology.Topology, cfg Config, partitions int32) []TopicSp
 	group := goka.Group(cfg.Group)
 	out = append(out,
 		// goka names the loop topic <group>-loop and exports no function for it.
-		spec(cfg.Group+"-loop", RoleLoop, map[string]string{
+		spec(plan.LoopTopic(cfg.Group), RoleLoop, map[string]string{
 			"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(cfg.LoopRetention.Milliseconds(), 10)}),
 		spec(string(goka.GroupTable(group)), RoleTable, map[string]string{"cleanup.policy": "compact"}))
 	return out

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/totals"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -59,8 +60,8 @@ type ServedSet struct {
 const EntityDimension = "entity"
 
 // GlobalKey is the one key of a global rollup (topology.GlobalKey): the entity its rows are
-// stored under. A test holds it equal to the topology's.
-const GlobalKey = "all"
+// stored under.
+const GlobalKey = plan.GlobalKey
 
 // Global reports whether the set is a global rollup: one key, GlobalKey, and no dimension.
 func (s ServedSet) Global() bool { return s.Rollup && s.Dimension == "" }

@@ -9,14 +9,14 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// EmitMode says when an aggregate set emits totals.
-type EmitMode uint8
+// EmitMode says when an aggregate set emits totals: EmitFinal, EmitEveryUpdate or EmitEarly.
+type EmitMode = plan.EmitMode
 
 // The emission modes.
 const (
-	EmitFinal       EmitMode = iota + 1 // once, when the window closes
-	EmitEveryUpdate                     // after every applied event, and the final
-	EmitEarly                           // at most every Emission.Every of wall-clock time, and the final
+	EmitFinal       = plan.EmitFinal       // once, when the window closes
+	EmitEveryUpdate = plan.EmitEveryUpdate // after every applied event, and the final
+	EmitEarly       = plan.EmitEarly       // at most every Emission.Every of wall-clock time, and the final
 )
 
 // Emission is an aggregate set's emission policy; build one with FinalOnly, EveryUpdate or
@@ -320,7 +320,7 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 		errs = append(errs, fmt.Errorf("%s: no aggregation declared", where))
 	}
 	def := &plan.Set{Name: a.setName, Source: source, Window: a.spec, Grace: a.grace.Milliseconds(),
-		Emit: plan.EmitMode(a.emit.Mode), EmitEvery: a.emit.Every}
+		Emit: a.emit.Mode, EmitEvery: a.emit.Every}
 	if a.where != nil {
 		f := a.where
 		def.Where = func(e event) bool { return f(e.(E)) }

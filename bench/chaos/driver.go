@@ -15,6 +15,7 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/chaos/stream"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -35,7 +36,7 @@ type runCfg struct {
 
 // loopTopic is the processor group's loop topic (goka's naming): ticks, close messages and the
 // rollups' partial totals and progress.
-func (rc *runCfg) loopTopic() string { return rc.procGroup + "-loop" }
+func (rc *runCfg) loopTopic() string { return plan.LoopTopic(rc.procGroup) }
 
 // driver holds what a run shares.
 type driver struct {

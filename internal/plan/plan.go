@@ -56,7 +56,7 @@ type Agg struct {
 	MaxBytes int
 }
 
-// EmitMode says when an aggregate set emits totals (topology.EmitMode has the same values).
+// EmitMode says when an aggregate set emits totals (topology.EmitMode is this type).
 type EmitMode uint8
 
 // The emission modes.
@@ -182,6 +182,13 @@ func (p *Plan) HasRollups() bool {
 	}
 	return false
 }
+
+// LoopSuffix ends the name of a processor group's loop topic (LoopTopic).
+const LoopSuffix = "-loop"
+
+// LoopTopic is the loop topic of a processor group: re-keyed events, rollup partials, progress and
+// ticks go through it. Its name is part of a deployment's state: it must never change.
+func LoopTopic(group string) string { return group + LoopSuffix }
 
 // TickKeyPrefix starts the keys of the ticks each partition is sent, under which it also keeps
 // its own record in the table.
