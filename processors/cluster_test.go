@@ -13,7 +13,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
@@ -460,33 +459,12 @@ func (c recordCount) missing(want map[string]bool) (int, []string) {
 // by source record (and set, for late records).
 func distinctRecords(ctx context.Context, t *testing.T, brokers []string, topic string) recordCount {
 	t.Helper()
-	want := endOffsets(ctx, t, brokers, topic)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	recs := readSetAside(ctx, t, brokers, topic)
 	seen := map[string]bool{}
-	n := 0
-	for int64(n) < want {
-		fs := cl.PollFetches(ctx)
-		if ctx.Err() != nil {
-			t.Fatalf("read %s: %v", topic, ctx.Err())
-		}
-		fs.EachRecord(func(rec *kgo.Record) {
-			n++
-			var hs []deadletter.Header
-			for _, h := range rec.Headers {
-				hs = append(hs, deadletter.Header{Key: h.Key, Value: h.Value})
-			}
-			r, err := deadletter.Parse(rec.Value, hs)
-			if err != nil {
-				t.Fatalf("%s: %v", topic, err)
-			}
-			seen[fmt.Sprintf("%d@%d %s", r.Source.Partition, r.Source.Offset, r.Set)] = true
-		})
+	for _, r := range recs {
+		seen[fmt.Sprintf("%d@%d %s", r.Source.Partition, r.Source.Offset, r.Set)] = true
 	}
-	return recordCount{total: n, distinct: len(seen), seen: seen}
+	return recordCount{total: len(recs), distinct: len(seen), seen: seen}
 }
 
 // TestClusterTwoBrokersDown runs the oracle scenario on the three-broker cluster while two of the

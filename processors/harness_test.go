@@ -462,11 +462,10 @@ func (o *oracle) hasAllFinals(l *totalsLog) bool {
 	return true
 }
 
-// check compares the totals with the oracle, exactly.
-func (o *oracle) check(t testing.TB, l *totalsLog) {
-	t.Helper()
-	keys := make([]winKey, 0, len(o.final))
-	for k := range o.final {
+// sortedKeys are the window keys of m, by set, entity and start.
+func sortedKeys[V any](m map[winKey]V) []winKey {
+	keys := make([]winKey, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Slice(keys, func(i, j int) bool {
@@ -479,6 +478,13 @@ func (o *oracle) check(t testing.TB, l *totalsLog) {
 		}
 		return a.start < b.start
 	})
+	return keys
+}
+
+// check compares the totals with the oracle, exactly.
+func (o *oracle) check(t testing.TB, l *totalsLog) {
+	t.Helper()
+	keys := sortedKeys(o.final)
 	bad := 0
 	for _, k := range keys {
 		finals := l.finals[k]

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -387,20 +386,7 @@ func (c *rolloutCheck) problems(ctx context.Context, t *testing.T, brokers []str
 		}
 		return v.Float, ok
 	}
-	keys := make([]winKey, 0, len(c.events))
-	for k := range c.events {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if a.set != b.set {
-			return a.set < b.set
-		}
-		if a.entity != b.entity {
-			return a.entity < b.entity
-		}
-		return a.start < b.start
-	})
+	keys := sortedKeys(c.events)
 	whole, none := 0, 0
 	for _, k := range keys {
 		all, lt := c.events[k], late[k]
