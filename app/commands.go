@@ -99,7 +99,8 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 			failed = append(failed, err)
 		}
 	}
-	for _, t := range []SinkTable{cfg.Sinks.Aggregates, cfg.Sinks.Facts} {
+	for _, r := range sinkRoles() {
+		t := *r.table(cfg)
 		if t.Disabled {
 			continue
 		}
@@ -113,7 +114,7 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		if err != nil {
 			failed = append(failed, err)
 		}
-		if t == cfg.Sinks.Aggregates {
+		if r.holdsAggregates {
 			l := schema.KeyIndexLayout(d.layout(t))
 			var state string
 			err := step(fmt.Sprintf("key index %s", l.Name), func() error {
@@ -133,7 +134,7 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 				fmt.Fprintf(stdout, "  key index: %s\n", state)
 			}
 		}
-		if verb == "verify" && t == cfg.Sinks.Aggregates {
+		if verb == "verify" && r.holdsAggregates {
 			// What the aggregate table's rows are keyed by, set by set: a rollup's rows hold its
 			// keys where an entity set's hold entities, and nothing in the table tells them apart.
 			for _, s := range d.topo.Sets() {
@@ -389,35 +390,58 @@ func sortedKeys[V any](m map[string]V) []string {
 }
 
 // offsets shows a sink group's offsets and lag, follows the lag of a replay, or rewinds the group.
-const offsetsUsage = `Usage:
-  abacus offsets show   -config FILE -sink aggregates|facts    committed offset and lag per partition
-  abacus offsets lag    -config FILE -sink aggregates|facts [-follow]   total lag (of a replay)
-  abacus offsets rewind -config FILE -sink aggregates|facts -to-offset N | -to-time T
+func offsetsUsage() string {
+	s := strings.Join(sinkNames(), "|")
+	return `Usage:
+  abacus offsets show   -config FILE -sink ` + s + `    committed offset and lag per partition
+  abacus offsets lag    -config FILE -sink ` + s + ` [-follow]   total lag (of a replay)
+  abacus offsets rewind -config FILE -sink ` + s + ` -to-offset N | -to-time T
 
 Offsets are read from where the sinks keep them (sinks.offsets: kafka or hbase). Stop the sink's
 members before a rewind; on their next start they rewrite from there (identical cells).
 `
+}
+
+// sinkNames is the sinks' names (-sink), in the roles table's order.
+func sinkNames() []string {
+	var out []string
+	for _, r := range sinkRoles() {
+		out = append(out, r.sink)
+	}
+	return out
+}
+
+// sinkNamed is the role of the sink called name (-sink), or nil.
+func sinkNamed(name string) *role {
+	for _, r := range sinkRoles() {
+		if r.sink == name {
+			return r
+		}
+	}
+	return nil
+}
 
 func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || isHelp(args[0]) {
-		return groupHelp(args, stdout, offsetsUsage)
+		return groupHelp(args, stdout, offsetsUsage())
 	}
 	if !contains([]string{"show", "lag", "rewind"}, args[0]) {
-		return usagef("unknown subcommand %q\n%s", args[0], offsetsUsage)
+		return usagef("unknown subcommand %q\n%s", args[0], offsetsUsage())
 	}
 	verb := args[0]
 	fs := flag.NewFlagSet("offsets "+verb, flag.ContinueOnError)
 	var c common
 	c.register(fs)
-	sink := fs.String("sink", "", "aggregates or facts (required)")
+	sink := fs.String("sink", "", strings.Join(sinkNames(), " or ")+" (required)")
 	follow := fs.Bool("follow", false, "lag: print the lag every second until it reaches zero (progress of a replay)")
 	toOffset := fs.Int64("to-offset", -1, "rewind: offset to rewind every partition to")
 	toTime := fs.String("to-time", "", "rewind: time to rewind to (RFC 3339, ms, or relative like -2h)")
 	if err := parse(fs, args[1:], stderr); err != nil {
 		return err
 	}
-	if *sink != "aggregates" && *sink != "facts" {
-		return usagef("-sink must be aggregates or facts, got %q", *sink)
+	sr := sinkNamed(*sink)
+	if sr == nil {
+		return usagef("-sink must be %s, got %q", strings.Join(sinkNames(), " or "), *sink)
 	}
 	if verb == "rewind" && (*toOffset < 0) == (*toTime == "") {
 		return usagef("rewind needs exactly one of -to-offset and -to-time")
@@ -439,11 +463,8 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	defer d.shutdown()
 	cfg, topo := d.cfg, d.topo
-	group, topics := cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic()}
-	if *sink == "facts" {
-		group, topics = cfg.Sinks.Facts.Group, topo.SourceTopics()
-	}
-	adm := d.sinkOffsetsAdmin(kadm.NewClient(d.kafka))
+	group, topics := sr.groupIn(cfg), sr.inputs(cfg, topo)
+	adm := sr.offsets(d, kadm.NewClient(d.kafka))
 	switch verb {
 	case "rewind":
 		if *toTime != "" {

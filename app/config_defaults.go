@@ -21,7 +21,7 @@ func (c *Config) EnsureDefaults() {
 	if c.Processor.Replication == 0 {
 		c.Processor.Replication = processors.DefaultReplication
 	}
-	fill := func(t *SinkTable, kind string) {
+	fill := func(t *SinkTable, kind, role string) {
 		if t.Table == "" {
 			t.Table = strings.ReplaceAll(name, "-", "_") + "_" + kind
 		}
@@ -35,11 +35,12 @@ func (c *Config) EnsureDefaults() {
 			t.Versions = 1
 		}
 		if t.Group == "" {
-			t.Group = group + "-" + kind + "-sink"
+			t.Group = group + "-" + role
 		}
 	}
-	fill(&c.Sinks.Aggregates, "aggregates")
-	fill(&c.Sinks.Facts, "facts")
+	for _, r := range sinkRoles() {
+		fill(r.table(c), r.sink, r.name)
+	}
 	if c.Sinks.Offsets == "" {
 		c.Sinks.Offsets = "kafka"
 	}

@@ -113,11 +113,15 @@ func (c *Config) validateProcessor(errs *fieldErrors) {
 
 // validateSinks checks both sink tables, where offsets are kept, and how cells are written.
 func (c *Config) validateSinks(errs *fieldErrors) {
-	for kind, t := range map[string]SinkTable{"aggregates": c.Sinks.Aggregates, "facts": c.Sinks.Facts} {
-		t.validate(errs, "sinks."+kind+".")
-	}
-	if c.Sinks.Aggregates.Table == c.Sinks.Facts.Table && !c.Sinks.Aggregates.Disabled && !c.Sinks.Facts.Disabled {
-		errs.bad("sinks.facts.table", "is the same table as sinks.aggregates.table (%s)", c.Sinks.Facts.Table)
+	sr := sinkRoles()
+	for i, r := range sr {
+		t := *r.table(c)
+		t.validate(errs, "sinks."+r.sink+".")
+		for _, o := range sr[:i] {
+			if ot := *o.table(c); ot.Table == t.Table && !ot.Disabled && !t.Disabled {
+				errs.bad("sinks."+r.sink+".table", "is the same table as sinks.%s.table (%s)", o.sink, t.Table)
+			}
+		}
 	}
 	switch c.Sinks.Offsets {
 	case "kafka", "hbase":
@@ -171,9 +175,15 @@ func (c *Config) validateMembership(errs *fieldErrors) {
 		case m.InstanceID == "":
 			errs.bad("membership.instance_id", "required (or set ABACUS_INSTANCE_ID)")
 		default:
-			// The member id of the longest role must still be an id Kafka takes.
-			if err := membership.ValidID(membership.MemberID(m.InstanceID, RoleAggregates)); err != nil {
-				errs.bad("membership.instance_id", "%q does not make a valid group.instance.id: %v", m.InstanceID, err)
+			// The member id of every role that joins a group must be an id Kafka takes.
+			for _, r := range roles {
+				if r.group == nil {
+					continue
+				}
+				if err := membership.ValidID(membership.MemberID(m.InstanceID, r.name)); err != nil {
+					errs.bad("membership.instance_id", "%q does not make a valid group.instance.id: %v", m.InstanceID, err)
+					break
+				}
 			}
 		}
 	}

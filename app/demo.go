@@ -26,7 +26,7 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err != nil {
 		return err
 	}
-	if parsedOnly(ctx, fs, nil, AllRoles) {
+	if parsedOnly(ctx, fs, nil, RoleNames()) {
 		return nil
 	}
 	log, err := logger(f.logLevel, stderr)
@@ -143,10 +143,13 @@ func (f demoFlags) config(name string, brokers []string, dir string) *Config {
 	cfg.Membership.Mode = "dynamic"
 	if f.realKafka() {
 		// Against real servers, keep the demo's groups apart from earlier runs'.
+		cfg.EnsureDefaults()
 		suffix := fmt.Sprintf("-demo-%d", time.Now().Unix())
-		cfg.Processor.Group = name + suffix
-		cfg.Sinks.Aggregates.Group = name + "-aggregates" + suffix
-		cfg.Sinks.Facts.Group = name + "-facts" + suffix
+		for _, r := range roles {
+			if r.group != nil {
+				*r.group(cfg) += suffix
+			}
+		}
 	}
 	cfg.EnsureDefaults()
 	return cfg
@@ -170,7 +173,7 @@ func (p Program) prepareDemo(ctx context.Context, d *deployment, realKafka bool)
 		return err
 	}
 	if realKafka {
-		return startAtEnd(ctx, d.kafka, d.cfg, d.topo.SourceTopics(), d.topo.TotalsTopic())
+		return startAtEnd(ctx, d.kafka, d.cfg, d.topo)
 	}
 	return nil
 }
@@ -179,9 +182,9 @@ func (p Program) prepareDemo(ctx context.Context, d *deployment, realKafka bool)
 func (p Program) runDemo(ctx context.Context, d *deployment, stdout io.Writer) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		return d.run(gctx, AllRoles, nil, func(url string) {
+		return d.run(gctx, RoleNames(), startOptions{ready: func(url string) {
 			fmt.Fprintf(stdout, "dashboard: %s\nAPI:       %sapi/v1/topologies\nPress Ctrl-C to stop.\n", url, url)
-		})
+		}})
 	})
 	if p.DemoGenerator != nil {
 		g.Go(func() error {
@@ -221,14 +224,11 @@ func storeName(cfg *Config) string {
 // demo produces: against real servers the source topic keeps earlier runs' readings, and
 // replaying them first would move stream time past this run's history, which the processor would
 // then drop as late.
-func startAtEnd(ctx context.Context, kc *kgo.Client, cfg *Config, sources []string, totals string) error {
+func startAtEnd(ctx context.Context, kc *kgo.Client, cfg *Config, topo *topology.Topology) error {
 	adm := kadm.NewClient(kc)
-	for group, topics := range map[string][]string{
-		cfg.Processor.Group:        sources,
-		cfg.Sinks.Facts.Group:      sources,
-		cfg.Sinks.Aggregates.Group: {totals},
-	} {
-		if len(topics) == 0 || group == "" {
+	for _, r := range roles {
+		group, topics := r.groupIn(cfg), r.inputs(cfg, topo)
+		if len(topics) == 0 || group == "" || !r.enabled(cfg) {
 			continue
 		}
 		ends, err := adm.ListEndOffsets(ctx, topics...)

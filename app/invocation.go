@@ -108,7 +108,7 @@ func EnvVars() []string {
 // process and ops.listen is unset, else the default of its first role; "" for ops.listen: off.
 func (c *Config) OpsListenAddr(roles []string) string {
 	addr, separate := opsListen(c, roles)
-	if !separate && c.Ops.Listen != "off" && contains(roles, RoleQuery) {
+	if !separate && c.Ops.Listen != "off" && servesOpsIn(roles) {
 		return c.Query.Listen
 	}
 	return addr

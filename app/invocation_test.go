@@ -53,13 +53,13 @@ func TestParseCommandLine(t *testing.T) {
 		roles   []string
 	}{
 		{[]string{"run", "-config", "/no/such.yaml", "-roles", "processor,facts-sink"}, "run", []string{"processor", "facts-sink"}},
-		{[]string{"run", "-config", "/no/such.yaml"}, "run", app.AllRoles},
+		{[]string{"run", "-config", "/no/such.yaml"}, "run", app.RoleNames()},
 		{[]string{"serve", "-config", "/no/such.yaml", "-ops-listen", "0.0.0.0:9360"}, "serve", []string{app.RoleQuery}},
 		{[]string{"admin", "create", "-config", "/no/such.yaml", "-partitions", "12"}, "admin create", nil},
 		{[]string{"offsets", "show", "-config", "/no/such.yaml", "-sink", "facts"}, "offsets show", nil},
 		{[]string{"status", "-config", "/no/such.yaml"}, "status", nil},
 		{[]string{"query", "-config", "/no/such.yaml", "-set", "minute", "-entity", "d"}, "query", nil},
-		{[]string{"demo", "-for", "1s"}, "demo", app.AllRoles},
+		{[]string{"demo", "-for", "1s"}, "demo", app.RoleNames()},
 	} {
 		inv, err := program.ParseCommandLine(tc.args)
 		if err != nil {
@@ -136,7 +136,7 @@ func TestOpsListenAddr(t *testing.T) {
 		{"", []string{app.RoleQuery}, "0.0.0.0:8080"},
 		{"", []string{app.RoleProcessor}, "127.0.0.1:9361"},
 		{"", []string{app.RoleFacts}, "127.0.0.1:9363"},
-		{"", app.AllRoles, "0.0.0.0:8080"},
+		{"", app.RoleNames(), "0.0.0.0:8080"},
 		{"0.0.0.0:9360", []string{app.RoleQuery}, "0.0.0.0:9360"},
 		{"off", []string{app.RoleQuery}, ""},
 	} {

@@ -282,7 +282,7 @@ func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	var c common
 	c.register(fs)
 	c.registerProcess(fs)
-	roles := fs.String("roles", "all", "comma-separated roles to run: "+strings.Join(AllRoles, ", ")+", or all")
+	roles := fs.String("roles", "all", "comma-separated roles to run: "+strings.Join(RoleNames(), ", ")+", or all")
 	runFor := fs.Duration("for", 0, "stop cleanly after this long (default: until SIGINT or SIGTERM)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -300,11 +300,11 @@ func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	var rs []string
 	if *roles == "all" {
-		rs = AllRoles
+		rs = RoleNames()
 	} else {
 		for _, r := range splitList(*roles) {
-			if !contains(AllRoles, r) {
-				return usagef("-roles: unknown role %q: want %s or all", r, strings.Join(AllRoles, ", "))
+			if roleNamed(r) == nil {
+				return usagef("-roles: unknown role %q: want %s or all", r, strings.Join(RoleNames(), ", "))
 			}
 			rs = append(rs, r)
 		}
@@ -345,14 +345,18 @@ func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needs
 	return open(ctx, cfg, topo, log, needsOf(cfg))
 }
 
-// rolesNeed says what the roles connect to here: the sinks check their topics and tables, the
-// query server its table; the processor and the live view open their own Kafka clients, whose
-// security is checked at start all the same.
-func rolesNeed(roles []string, cfg *Config, w *waiter) needs {
-	sink := contains(roles, RoleAggregates) || contains(roles, RoleFacts)
-	live := contains(roles, RoleQuery) && !cfg.Query.NoLive
-	return needs{kafka: sink, store: sink || contains(roles, RoleQuery),
-		brokers: contains(roles, RoleProcessor) || live, wait: w}
+// rolesNeed says what the roles connect to here, each as its entry of the roles table says: the
+// sinks check their topics and tables, the query server its table; the processor and the live
+// view open their own Kafka clients, whose security is checked at start all the same.
+func rolesNeed(names []string, cfg *Config, w *waiter) needs {
+	n := needs{wait: w}
+	for _, name := range names {
+		if r := roleNamed(name); r != nil && r.enabled(cfg) {
+			rn := r.needs(cfg)
+			n.kafka, n.store, n.brokers = n.kafka || rn.kafka, n.store || rn.store, n.brokers || rn.brokers
+		}
+	}
+	return n
 }
 
 // runRoles runs roles in this process until ctx ends. Its ops endpoints answer from the start,
@@ -368,8 +372,10 @@ func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout
 	}
 	reg := newRegistry()
 	o := newOps(reg)
-	for _, r := range roles {
-		o.role(r, cfg.groupOf(r), cfg.memberID(r))
+	for _, name := range roles {
+		if r := roleNamed(name); r != nil && r.enabled(cfg) {
+			o.role(name, cfg.groupOf(name), cfg.memberID(name))
+		}
 	}
 	opsCtx, stopOps := context.WithCancel(ctx)
 	defer stopOps()
@@ -393,23 +399,24 @@ func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout
 		return err
 	}
 	w := &waiter{log: log, report: o.waiting}
-	d, err := openWith(ctx, cfg, topo, log, rolesNeed(roles, cfg, w), reg)
+	n := rolesNeed(roles, cfg, w)
+	d, err := openWith(ctx, cfg, topo, log, n, reg)
 	if err != nil {
 		return startErr(err)
 	}
 	defer d.shutdown()
-	d.ops, d.opsOnQuery = o, !separate && addr == "" && cfg.Ops.Listen != "off" && contains(roles, RoleQuery)
-	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) || contains(roles, RoleQuery) {
+	d.ops, d.opsOnQuery = o, !separate && addr == "" && cfg.Ops.Listen != "off" && servesOpsIn(roles)
+	if n.store {
 		if err := w.do(ctx, "HBase to check the tables", d.ensureTables); err != nil {
 			return startErr(err)
 		}
 	}
-	if contains(roles, RoleAggregates) || contains(roles, RoleFacts) {
+	if n.kafka {
 		if err := w.do(ctx, "Kafka "+strings.Join(cfg.Kafka.Brokers, ",")+" to check the topics", d.sinkTopics); err != nil {
 			return startErr(err)
 		}
 	}
-	err = d.run(ctx, roles, nil, func(url string) { fmt.Fprintf(stdout, "query API and dashboard: %s\n", url) })
+	err = d.run(ctx, roles, startOptions{ready: func(url string) { fmt.Fprintf(stdout, "query API and dashboard: %s\n", url) }})
 	if ctx.Err() != nil {
 		return nil // stopped by a signal: a clean stop
 	}

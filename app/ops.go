@@ -15,14 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Default ops listeners of processes without the query role: one port per role, so that one
-// process per role on a host needs no configuration (two of one role do: ops.listen).
-var defaultOpsListen = map[string]string{
-	RoleProcessor:  "127.0.0.1:9361",
-	RoleAggregates: "127.0.0.1:9362",
-	RoleFacts:      "127.0.0.1:9363",
-}
-
 // opsListen is where a process running roles serves its ops endpoints: ops.listen, else the query
 // server's listener when the query role runs here (""), else the default of its first role.
 // separate reports whether that is a listener of its own.
@@ -32,13 +24,13 @@ func opsListen(cfg *Config, roles []string) (addr string, separate bool) {
 		return "", false
 	case l != "":
 		return l, true
-	case contains(roles, RoleQuery):
+	case servesOpsIn(roles):
 		return "", false
 	}
-	for _, r := range AllRoles {
-		if contains(roles, r) {
-			return defaultOpsListen[r], true
-		}
+	// The first role's default: one port per role, so that one process per role on a host
+	// needs no configuration (two of one role do: ops.listen).
+	if rs, err := rolesOf(roles); err == nil && len(rs) > 0 {
+		return rs[0].opsListen, true
 	}
 	return "", false
 }

@@ -18,7 +18,8 @@ func (d *deployment) layout(t SinkTable) schema.TableLayout {
 
 // ensureTables creates the sink tables (and offsets table) or checks that they match the config.
 func (d *deployment) ensureTables(ctx context.Context) error {
-	for _, t := range []SinkTable{d.cfg.Sinks.Aggregates, d.cfg.Sinks.Facts} {
+	for _, r := range sinkRoles() {
+		t := *r.table(d.cfg)
 		if t.Disabled {
 			continue
 		}
@@ -26,7 +27,7 @@ func (d *deployment) ensureTables(ctx context.Context) error {
 		if err := d.st.EnsureTable(ctx, d.layout(t)); err != nil {
 			return err
 		}
-		if t == d.cfg.Sinks.Aggregates {
+		if r.holdsAggregates {
 			state, err := d.ensureKeyIndex(ctx, t)
 			if err != nil {
 				return err
@@ -84,43 +85,39 @@ func (d *deployment) processor(clientOpts func(*processors.Config)) (*processors
 	return processors.New(d.topo, d.processorConfig(clientOpts))
 }
 
-// sinkConfig is the configuration of the sink called name, reading topics into table t.
-func (d *deployment) sinkConfig(t SinkTable, topics []string, name string) (sinks.Config, error) {
+// sinkConfig is the configuration of the sink role r, reading its inputs into its table t.
+func (d *deployment) sinkConfig(r *role, t SinkTable) sinks.Config {
 	cfg := sinks.Config{
 		Brokers:         d.cfg.Kafka.Brokers,
 		Group:           t.Group,
-		Topics:          topics,
+		Topics:          r.inputs(d.cfg, d.topo),
 		DeadLetterTopic: d.topo.DeadLetterTopic(),
 		MaxBatchRecords: d.cfg.Sinks.BatchRecords,
 		MaxBatchBytes:   d.cfg.Sinks.BatchBytes,
 		FlushInterval:   time.Duration(d.cfg.Sinks.FlushInterval),
-		Logger:          d.log.With("part", name),
-		Metrics:         sinks.NewMetrics(d.reg, name),
+		Logger:          d.log.With("part", r.sink),
+		Metrics:         sinks.NewMetrics(d.reg, r.sink),
 		TTL:             time.Duration(t.TTL),
 		ClientOptions:   d.sec.KgoOpts(),
 
-		InstanceID:        d.memberID(roleOfSink[name]),
+		InstanceID:        d.memberID(r.name),
 		SessionTimeout:    time.Duration(d.cfg.Membership.SessionTimeout),
 		HeartbeatInterval: heartbeatInterval,
 	}
 	if d.cfg.Sinks.Offsets == "hbase" {
 		cfg.Offsets = sinks.NewHBaseOffsets(d.hb, d.cfg.Sinks.OffsetsTable)
 	}
-	return cfg, nil
+	return cfg
 }
 
-// aggregatesSink writes the totals topic's window totals into the aggregate table.
-func (d *deployment) aggregatesSink() (*sinks.FlushThenCommit, error) {
-	t := d.cfg.Sinks.Aggregates
-	cfg, err := d.sinkConfig(t, []string{d.topo.TotalsTopic()}, "aggregates")
-	if err != nil {
-		return nil, err
-	}
+// aggregatesEncoder writes the totals topic's window totals into the aggregate table t, and
+// the key index beside it when that exists.
+func (d *deployment) aggregatesEncoder(t SinkTable) (sinks.Encoder, error) {
 	enc := &sinks.AggregatesEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets}
 	if keys, ok := d.keyIndexOn(t); ok {
 		enc.KeyIndex, enc.KeyIndexTTL = keys, time.Duration(t.TTL)
 	}
-	return sinks.NewFlushThenCommit(cfg, enc, d.st)
+	return enc, nil
 }
 
 // keyIndexOn reports whether the aggregates sink writes the key index, and its table: it does when
@@ -139,30 +136,31 @@ func (d *deployment) keyIndexOn(t SinkTable) (string, bool) {
 	return l.Name, true
 }
 
-// factsSink writes one cell per source event into the facts table.
-func (d *deployment) factsSink() (*sinks.FlushThenCommit, error) {
-	t := d.cfg.Sinks.Facts
-	cfg, err := d.sinkConfig(t, d.topo.SourceTopics(), "facts")
+// factsEncoder writes one cell per source event into the facts table t.
+func (d *deployment) factsEncoder(t SinkTable) (sinks.Encoder, error) {
+	// The processor dead-letters the source records both refuse: one dead letter per bad record.
+	return &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew(),
+		Extract: sinks.FactsOf(d.topo), LeaveRejectsToProcessor: true}, nil
+}
+
+// sink is the sink of role r, not yet running.
+func (d *deployment) sink(r *role, encoder func(SinkTable) (sinks.Encoder, error)) (*sinks.FlushThenCommit, error) {
+	t := *r.table(d.cfg)
+	enc, err := encoder(t)
 	if err != nil {
 		return nil, err
 	}
-	// The processor dead-letters the source records both refuse: one dead letter per bad record.
-	enc := &sinks.FactsEncoder{Table: t.Table, Family: t.Family, SaltBuckets: t.SaltBuckets, MaxFutureSkew: d.topo.MaxFutureSkew(),
-		Extract: sinks.FactsOf(d.topo), LeaveRejectsToProcessor: true}
-	return sinks.NewFlushThenCommit(cfg, enc, d.st)
+	return sinks.NewFlushThenCommit(d.sinkConfig(r, t), enc, d.st)
 }
 
-// roleOfSink names the role of each sink.
-var roleOfSink = map[string]string{"aggregates": RoleAggregates, "facts": RoleFacts}
-
 // startProcessor starts the processor group; it is ready once its partitions are restored.
-func (rg *roleGroup) startProcessor(procOpts func(*processors.Config)) error {
+func (rg *roleGroup) startProcessor(r *role, o startOptions) error {
 	d := rg.d
-	p, err := d.processor(procOpts)
+	p, err := d.processor(o.processor)
 	if err != nil {
 		return err
 	}
-	rs, err := rg.claim(RoleProcessor, d.cfg.Processor.Group)
+	rs, err := rg.claim(r.name, r.groupIn(d.cfg))
 	if err != nil {
 		return err
 	}
@@ -176,22 +174,15 @@ func (rg *roleGroup) startProcessor(procOpts func(*processors.Config)) error {
 	return nil
 }
 
-// startSink starts one sink (RoleAggregates or RoleFacts), unless its table is disabled; it is
-// ready while its consumer runs and its table answers.
-func (rg *roleGroup) startSink(role string) error {
+// startSink starts the sink of role r; it is ready while its consumer runs and its table answers.
+func (rg *roleGroup) startSink(r *role, encoder func(SinkTable) (sinks.Encoder, error)) error {
 	d := rg.d
-	t, mk := d.cfg.Sinks.Aggregates, d.aggregatesSink
-	if role == RoleFacts {
-		t, mk = d.cfg.Sinks.Facts, d.factsSink
-	}
-	if t.Disabled {
-		return nil
-	}
-	s, err := mk()
+	s, err := d.sink(r, encoder)
 	if err != nil {
 		return err
 	}
-	rs, err := rg.claim(role, t.Group)
+	t := *r.table(d.cfg)
+	rs, err := rg.claim(r.name, t.Group)
 	if err != nil {
 		return err
 	}

@@ -207,14 +207,15 @@ func (d *deployment) followLive(ctx context.Context, lazy *lazyLive) {
 }
 
 // startQuery starts the query server; it is ready while the aggregate table answers.
-func (rg *roleGroup) startQuery(ready func(url string)) {
+func (rg *roleGroup) startQuery(r *role, o startOptions) error {
 	d := rg.d
-	rs := d.roleState(RoleQuery, "", "")
+	rs := d.roleState(r.name, "", "")
 	rs.running(func(ctx context.Context) (string, error) {
 		if err := d.tableReachable(ctx, d.cfg.Sinks.Aggregates.Table); err != nil {
 			return "", err
 		}
 		return "table " + d.cfg.Sinks.Aggregates.Table + " reachable", nil
 	})
-	rg.goRole(rs, func(ctx context.Context) error { return d.serve(ctx, ready) })
+	rg.goRole(rs, func(ctx context.Context) error { return d.serve(ctx, o.ready) })
+	return nil
 }

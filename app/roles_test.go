@@ -70,7 +70,7 @@ func runWithRefusedRole(t *testing.T, started, refused string) {
 		t.Fatal(err)
 	}
 	defer release()
-	err = d.run(ctx, []string{started, refused}, nil, nil)
+	err = d.run(ctx, []string{started, refused}, startOptions{})
 	var clash *membership.ClashError
 	if !errors.As(err, &clash) {
 		t.Fatalf("run: %v, want the %s's member id refused", err, refused)

@@ -14,7 +14,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -46,6 +45,9 @@ type groupStatus struct {
 	ByPartition []processorPartition `json:"by_partition,omitempty"`
 	// OpenWindows is the total of the partitions an ops endpoint reported (processor only).
 	OpenWindows *int64 `json:"open_windows,omitempty"`
+
+	title        string // the role's, for the tables
+	perPartition bool   // print ByPartition (the processor's)
 }
 
 type memberStatus struct {
@@ -95,44 +97,46 @@ func (p Program) status(ctx context.Context, args []string, stdout, stderr io.Wr
 	defer d.shutdown()
 	cfg, topo := d.cfg, d.topo
 	adm := kadm.NewClient(d.kafka)
-	sinkAdm := d.sinkOffsetsAdmin(adm)
-	type spec struct {
-		role, group string
-		topics      []string
-		adm         sinks.OffsetsAdmin
-	}
-	specs := []spec{{RoleProcessor, cfg.Processor.Group, append(topo.SourceTopics(), plan.LoopTopic(cfg.Processor.Group)),
-		sinks.OffsetsAdmin{Kafka: adm}}} // goka commits to Kafka
-	if !cfg.Sinks.Aggregates.Disabled {
-		specs = append(specs, spec{RoleAggregates, cfg.Sinks.Aggregates.Group, []string{topo.TotalsTopic()}, sinkAdm})
-	}
-	if !cfg.Sinks.Facts.Disabled {
-		specs = append(specs, spec{RoleFacts, cfg.Sinks.Facts.Group, topo.SourceTopics(), sinkAdm})
-	}
 	var out []groupStatus
-	for _, s := range specs {
-		gs, err := groupStatusOf(ctx, adm, s.adm, s.role, s.group, s.topics)
+	var windowsOf *role // the role whose ops endpoints report open windows
+	for _, r := range roles {
+		if r.group == nil || !r.enabled(cfg) {
+			continue
+		}
+		gs, err := groupStatusOf(ctx, adm, r.offsets(d, adm), r.name, r.groupIn(cfg), r.inputs(cfg, topo))
 		if err != nil {
 			return err
 		}
+		gs.title = r.title
 		out = append(out, gs)
-	}
-	endpoints := splitList(*opsAddrs)
-	explicit := len(endpoints) > 0
-	if !explicit {
-		addr, _ := opsListen(cfg, []string{RoleProcessor})
-		if addr == "" {
-			addr = defaultOpsListen[RoleProcessor]
-		}
-		endpoints = []string{addr}
-	}
-	windows, reached, errs := scrapeOpenWindows(ctx, endpoints, topo.Name())
-	if explicit {
-		for _, err := range errs {
-			fmt.Fprintf(stderr, "abacus status: %v\n", err)
+		if r.openWindows && windowsOf == nil {
+			windowsOf = r
 		}
 	}
-	addWindows(&out[0], windows)
+	reached, endpoints := 0, splitList(*opsAddrs)
+	if windowsOf != nil {
+		explicit := len(endpoints) > 0
+		if !explicit {
+			addr, _ := opsListen(cfg, []string{windowsOf.name})
+			if addr == "" {
+				addr = windowsOf.opsListen
+			}
+			endpoints = []string{addr}
+		}
+		var windows map[int32]int64
+		var errs []error
+		windows, reached, errs = scrapeOpenWindows(ctx, endpoints, topo.Name())
+		if explicit {
+			for _, err := range errs {
+				fmt.Fprintf(stderr, "abacus status: %v\n", err)
+			}
+		}
+		for i := range out {
+			if out[i].Role == windowsOf.name {
+				addWindows(&out[i], windows)
+			}
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -146,7 +150,7 @@ func (p Program) status(ctx context.Context, args []string, stdout, stderr io.Wr
 			return err
 		}
 	}
-	if reached == 0 {
+	if windowsOf != nil && reached == 0 {
 		fmt.Fprintf(stdout, "\nopen windows: no processor ops endpoint answered (%s); pass -ops with each instance's ops.listen\n", strings.Join(endpoints, ", "))
 	}
 	return nil
@@ -204,6 +208,7 @@ func groupStatusOf(ctx context.Context, adm *kadm.Client, offsets sinks.OffsetsA
 // addWindows sums the processor's lag per partition over its inputs and adds the open windows the
 // ops endpoints reported.
 func addWindows(gs *groupStatus, windows map[int32]int64) {
+	gs.perPartition = true
 	byPart := map[int32]*processorPartition{}
 	var parts []int32
 	for _, p := range gs.Partitions {
@@ -297,8 +302,7 @@ func scrapeOpenWindows(ctx context.Context, endpoints []string, topology string)
 }
 
 func printGroupStatus(w io.Writer, gs groupStatus) error {
-	name := map[string]string{RoleProcessor: "processor", RoleAggregates: "aggregates sink", RoleFacts: "facts sink"}[gs.Role]
-	fmt.Fprintf(w, "%s group %s: %s, %d members, lag %d", name, gs.Group, gs.State, len(gs.Members), gs.Lag)
+	fmt.Fprintf(w, "%s group %s: %s, %d members, lag %d", gs.title, gs.Group, gs.State, len(gs.Members), gs.Lag)
 	if gs.OpenWindows != nil {
 		fmt.Fprintf(w, ", open windows %d", *gs.OpenWindows)
 	}
@@ -325,7 +329,7 @@ func printGroupStatus(w io.Writer, gs groupStatus) error {
 			return err
 		}
 	}
-	if gs.Role == RoleProcessor {
+	if gs.perPartition {
 		fmt.Fprintln(tw, "  partition\towner\tlag\topen windows\t")
 		for _, p := range gs.ByPartition {
 			win := "-"

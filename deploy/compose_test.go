@@ -186,7 +186,7 @@ func TestComposeFile(t *testing.T) {
 			t.Errorf("docker-compose.yml service %s does not wait for %s to complete (depends_on: %s: {condition: %s})", s.name, admin, admin, types.ServiceConditionCompletedSuccessfully)
 		}
 	}
-	for _, r := range app.AllRoles {
+	for _, r := range app.RoleNames() {
 		if roles[r] == "" {
 			t.Errorf("no service of docker-compose.yml runs the %s role", r)
 		}

@@ -5,7 +5,6 @@ go 1.26.0
 replace github.com/abacus-stream/abacus => ../
 
 require (
-	github.com/IBM/sarama v1.61.1
 	github.com/abacus-stream/abacus v0.0.0
 	github.com/compose-spec/compose-go/v2 v2.16.2
 	k8s.io/api v0.37.2
@@ -17,6 +16,7 @@ require (
 
 require (
 	github.com/DataDog/sketches-go v1.4.8 // indirect
+	github.com/IBM/sarama v1.61.1 // indirect
 	github.com/axiomhq/hyperloglog v0.3.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect

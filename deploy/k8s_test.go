@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/abacus-stream/abacus/app"
-	"github.com/abacus-stream/abacus/sinks"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,24 +20,6 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 	"sigs.k8s.io/yaml"
 )
-
-// cleanStop bounds how long a clean stop of each role may take, from the timeouts in the code; a
-// pod's terminationGracePeriodSeconds must be longer, or the kubelet SIGKILLs a stop that was
-// going to finish.
-func cleanStop() map[string]time.Duration {
-	var sc sinks.Config
-	sc.EnsureDefaults()
-	sink := sc.RevokeTimeout + sinks.LeaveTimeout // land and commit what is held, then leave
-	return map[string]time.Duration{
-		// The processor's last commit and its LeaveGroup are requests of its group client, whose
-		// read timeout is the rebalance timeout plus 5 s (processors/membership.go).
-		app.RoleProcessor:  sarama.NewConfig().Consumer.Group.Rebalance.Timeout + 5*time.Second,
-		app.RoleAggregates: sink,
-		app.RoleFacts:      sink,
-		// The query server's HTTP shutdown waits 5 s for requests in flight (query/limits.go).
-		app.RoleQuery: 5 * time.Second,
-	}
-}
 
 // cluster is an overlay's objects, decoded into their API types.
 type cluster struct {
@@ -150,7 +130,6 @@ func TestKubernetesOverlays(t *testing.T) {
 }
 
 func checkCluster(t *testing.T, c cluster) {
-	stops := cleanStop()
 	running := map[string]workload{} // role -> its workload
 	for _, w := range c.workloads {
 		if !matches(t, w.selector, w.pod.Labels) && w.kind != "Job" {
@@ -202,8 +181,11 @@ func checkCluster(t *testing.T, c cluster) {
 		if g := w.pod.Spec.TerminationGracePeriodSeconds; g != nil {
 			grace = time.Duration(*g) * time.Second
 		}
-		if grace <= stops[role] {
-			t.Errorf("%s: terminationGracePeriodSeconds %s, not longer than a clean stop of the %s may take (%s)", where, grace, role, stops[role])
+		// The kubelet SIGKILLs a pod whose stop outlasts its grace period, though it was going to finish.
+		if stop, ok := app.StopBound(role); !ok {
+			t.Errorf("%s runs %s, a role abacus does not know", where, role)
+		} else if grace <= stop {
+			t.Errorf("%s: terminationGracePeriodSeconds %s, not longer than a clean stop of the %s may take (%s)", where, grace, role, stop)
 		}
 		if role == app.RoleQuery {
 			if w.kind != "Deployment" {
@@ -227,7 +209,7 @@ func checkCluster(t *testing.T, c cluster) {
 			t.Errorf("%s: %d PodDisruptionBudgets select its pods, want one", w, n)
 		}
 	}
-	for _, r := range app.AllRoles {
+	for _, r := range app.RoleNames() {
 		if _, ok := running[r]; !ok {
 			t.Errorf("no workload runs the %s role", r)
 		}

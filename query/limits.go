@@ -106,7 +106,10 @@ func (s *Server) limitsHandler(next http.Handler) http.Handler {
 	})
 }
 
-// Serve answers h on ln until ctx ends, then shuts down (waiting up to 5 s for requests in
+// ShutdownGrace is how long Serve waits for the requests in flight once its context ends.
+const ShutdownGrace = 5 * time.Second
+
+// Serve answers h on ln until ctx ends, then shuts down (waiting up to ShutdownGrace for requests in
 // flight). It applies the Limits' timeouts and header size, answers a client too slow with its
 // headers 408, and serves TLS when s.TLS is set. h is usually Secure(Handler()) with the
 // dashboard mounted.
@@ -140,7 +143,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, h http.Handler) err
 		case <-done:
 			return
 		}
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
 	}()

@@ -2,11 +2,13 @@ package sinks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -87,6 +89,11 @@ func (a OffsetsAdmin) committed(ctx context.Context, group string, parts kadm.Li
 		return out, nil
 	}
 	resp, err := a.Kafka.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// A group that has never committed: some coordinators say so rather than answer with
+		// no offsets. Its lag is all of every partition.
+		return out, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("sinks: committed offsets of group %s: %w", group, err)
 	}
