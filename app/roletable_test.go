@@ -180,6 +180,57 @@ func TestRegisteredRoleInEveryCommand(t *testing.T) {
 	if got := countCells(t, cells, "devices_echo"); got != n {
 		t.Errorf("the echo sink wrote %d cells, want one per record: %d", got, n)
 	}
+
+	// A disabled sink is not started, and the process is ready without it (it used to wait,
+	// "starting", for ever).
+	tbl.Disabled = true
+	if err := os.WriteFile(conf, append(must(os.ReadFile(conf)), "sinks: {facts: {disabled: true}}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop = context.WithCancel(ctx)
+	defer stop()
+	pr, pw = io.Pipe()
+	go func() {
+		done <- p.Run(runCtx, []string{"run", "-config", conf, "-roles", "aggregates-sink,echo-sink,facts-sink"}, pw, io.Discard)
+		pw.Close()
+	}()
+	go func() {
+		re := regexp.MustCompile(`ops endpoints: (http://\S+)`)
+		for sc := bufio.NewScanner(pr); sc.Scan(); {
+			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+				opsURL <- m[1]
+			}
+		}
+	}()
+	select {
+	case base = <-opsURL:
+	case code := <-done:
+		t.Fatalf("run with the echo and facts sinks disabled exited with %d", code)
+	}
+	for {
+		ready, err := httpGet(base + "readyz")
+		if err == nil && strings.Contains(ready, `"status":"ready"`) {
+			if strings.Contains(ready, "echo-sink") || strings.Contains(ready, "facts-sink") {
+				t.Errorf("/readyz reports disabled sinks: %s", ready)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("never ready with two of its three sinks disabled: %s %v", ready, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	stop()
+	if code := <-done; code != 0 {
+		t.Fatalf("run exited with %d", code)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 // TestDemoRunsRegisteredRole: the demo runs every role of the table, a registered one too.
