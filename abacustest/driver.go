@@ -389,7 +389,7 @@ func (d *Driver) restart(topo *topology.Topology, loseStorage bool, partitions [
 		}
 	}
 	d.start(partitions)
-	// The group resumes each source partition after its committed records (engine.Resumed): a
+	// The group resumes each source partition after its committed records (engine.Engine.Resumed): a
 	// processor stopped for a deployment waits for Kafka's acknowledgements and commits what it
 	// processed.
 	eng := d.engs[partitions[0]]

@@ -13,7 +13,7 @@ import (
 	"github.com/abacus-stream/abacus/processors"
 )
 
-// topicSpecs lists the deployment's topics (processors.Topics), with the partition count of the
+// topicSpecs lists the deployment's topics (processors.TopicSpecs), with the partition count of the
 // existing sources, or newPartitions when none exists yet.
 func (d *deployment) topicSpecs(ctx context.Context, newPartitions int32) ([]processors.TopicSpec, error) {
 	adm := kadm.NewClient(d.kafka)

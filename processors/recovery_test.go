@@ -291,7 +291,7 @@ func timestamps(recs []*kgo.Record) []time.Time {
 // TestStateLeavesAfterRestart (invariant 11): a restart right after the events, before the
 // partition's record says they are done, keeping the local table or losing it, and then no
 // record ever again: once every window closed and retention passed, every entity leaves the
-// table. The restarted processor learns from the group's committed offsets (engine.Resumed) that
+// table. The restarted processor learns from the group's committed offsets (engine.Engine.Resumed) that
 // the records its entities' fences name are done; before, the entities stayed for good.
 func TestStateLeavesAfterRestart(t *testing.T) {
 	for _, lose := range []bool{false, true} {

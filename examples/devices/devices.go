@@ -112,7 +112,7 @@ const tick = 100 * time.Millisecond
 const historyBatch = 5000
 
 // Run produces until ctx ends, through cl (which must partition keys as goka does: see
-// app.GokaPartitioner), and returns how many records it produced.
+// franz.Partitioner, in partitioner/franz), and returns how many records it produced.
 func (g Generator) Run(ctx context.Context, cl *kgo.Client) (int, error) {
 	rng := rand.New(rand.NewPCG(g.Seed, g.Seed+1))
 	n := 0
