@@ -341,3 +341,52 @@ func itoa(n int) string {
 	}
 	return itoa(n/10) + digits[n%10:n%10+1]
 }
+
+// TestLayoutListsEveryPackage: the README's Layout section names every package directory of the
+// repository (as `dir` or `dir/`), so that a newcomer finds each package's one job there.
+func TestLayoutListsEveryPackage(t *testing.T) {
+	rootDir := root(t)
+	m, _, _ := load(t, rootDir)
+	b, err := os.ReadFile(filepath.Join(rootDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, layout, ok := strings.Cut(string(b), "\n## Layout\n")
+	if !ok {
+		t.Fatal("README.md has no ## Layout section")
+	}
+	if end := strings.Index(layout, "\n## "); end >= 0 {
+		layout = layout[:end]
+	}
+	named := map[string]bool{}
+	for _, sm := range codeSpan.FindAllStringSubmatch(layout, -1) {
+		named[strings.TrimSuffix(sm[1], "/")] = true
+	}
+	dirs := map[string]bool{}
+	for _, p := range m.byDir {
+		dirs[filepath.ToSlash(p.dir)] = true
+	}
+	var missing []string
+	for d := range dirs {
+		if d == "." || named[d] || underNamed(d, named) {
+			continue
+		}
+		missing = append(missing, d)
+	}
+	sort.Strings(missing)
+	for _, d := range missing {
+		t.Errorf("README.md's Layout section does not name %s/ (nor a folder above it)", d)
+	}
+}
+
+// underNamed says whether a folder above dir is named, and is one of the folders whose
+// subfolders the table describes as a whole (bench/, deploy/, testenv/, examples/ and
+// cmd/ are: each holds programs or checks rather than packages others import).
+func underNamed(dir string, named map[string]bool) bool {
+	for _, whole := range []string{"bench", "deploy", "testenv", "cmd", "internal/testenv", "internal/chaos"} {
+		if (dir == whole || strings.HasPrefix(dir, whole+"/")) && named[whole] {
+			return true
+		}
+	}
+	return false
+}
