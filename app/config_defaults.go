@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/processors"
 )
 

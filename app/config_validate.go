@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/schema"
 )

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"

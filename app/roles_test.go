@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/abacus-stream/abacus/examples/devices"
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 )
 
 // TestRunStopsStartedRolesWhenOneFailsToStart: when a role cannot start (one whose member id

@@ -16,7 +16,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 )
 
 // consumerGroup is sarama's consumer group as goka drives it, made to ride out a broker outage and

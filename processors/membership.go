@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/abacus-stream/abacus/internal/membership"
 )
 
 // leave sends LeaveGroup for this static member, so that the coordinator rebalances its partitions
@@ -84,7 +82,3 @@ func kafkaErr(k sarama.KError) error {
 	}
 	return k
 }
-
-// IsFenced reports whether err, returned by Processor.Run, says that the broker fenced this
-// instance: another process joined the group under its instance id (Config.InstanceID).
-func IsFenced(err error) bool { return membership.IsFenced(err) }

@@ -34,7 +34,7 @@ import (
 	"github.com/lovoo/goka/codec"
 
 	"github.com/abacus-stream/abacus/internal/engine"
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/topology"
 )

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 

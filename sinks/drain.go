@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 )
 
 // fail stops the sink on a failure no retry can mend: the writes still running are cancelled and

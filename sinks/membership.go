@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -121,7 +121,3 @@ func (s *FlushThenCommit) Ready() error {
 	}
 	return nil
 }
-
-// IsFenced reports whether err, returned by FlushThenCommit.Run, says that the broker fenced this
-// member: another process joined the group under its instance id (Config.InstanceID).
-func IsFenced(err error) bool { return membership.IsFenced(err) }

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/membership"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"

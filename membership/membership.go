@@ -150,7 +150,9 @@ func (e *FencedError) Error() string {
 // Unwrap gives the client's error.
 func (e *FencedError) Unwrap() error { return e.Err }
 
-// IsFenced reports whether err says that the broker fenced this member (a FencedError).
+// IsFenced reports whether err, returned by processors.Processor.Run or
+// sinks.FlushThenCommit.Run, says that the broker fenced this member (a FencedError): another
+// process joined the group under its instance id.
 func IsFenced(err error) bool {
 	var f *FencedError
 	return errors.As(err, &f)
