@@ -16,25 +16,31 @@ type EmitMode = plan.EmitMode
 const (
 	EmitFinal       = plan.EmitFinal       // once, when the window closes
 	EmitEveryUpdate = plan.EmitEveryUpdate // after every applied event, and the final
-	EmitEarly       = plan.EmitEarly       // at most every Emission.Every of wall-clock time, and the final
+	EmitEarly       = plan.EmitEarly       // at most every Emission.Every() of wall-clock time, and the final
 )
 
-// Emission is an aggregate set's emission policy; build one with FinalOnly, EveryUpdate or
-// EarlyEvery.
+// Emission is an aggregate set's emission policy. FinalOnly, EveryUpdate and EarlyEvery make
+// one; its zero value is FinalOnly.
 type Emission struct {
-	Mode  EmitMode
-	Every time.Duration // EmitEarly only
+	mode  EmitMode
+	every time.Duration // EmitEarly only
 }
 
+// Mode is when the set emits.
+func (e Emission) Mode() EmitMode { return e.mode }
+
+// Every is the least wall-clock time between two early totals of a window (EmitEarly only).
+func (e Emission) Every() time.Duration { return e.every }
+
 // FinalOnly emits one total per window, when it closes (the default).
-func FinalOnly() Emission { return Emission{Mode: EmitFinal} }
+func FinalOnly() Emission { return Emission{mode: EmitFinal} }
 
 // EveryUpdate emits a total after every event applied to a window, then the final one.
-func EveryUpdate() Emission { return Emission{Mode: EmitEveryUpdate} }
+func EveryUpdate() Emission { return Emission{mode: EmitEveryUpdate} }
 
 // EarlyEvery emits a window's running total at most every d of wall-clock time while it is open,
 // then the final one.
-func EarlyEvery(d time.Duration) Emission { return Emission{Mode: EmitEarly, Every: d} }
+func EarlyEvery(d time.Duration) Emission { return Emission{mode: EmitEarly, every: d} }
 
 // The engine's view of aggregations and sets lives in internal/plan; these short names keep the
 // declarations below readable.
@@ -259,7 +265,7 @@ func (a *AggregateSet[E]) compileRollup(where string) (*plan.Rollup, []error) {
 	switch {
 	case a.spec.Kind() == windows.KindSession:
 		errs = append(errs, fmt.Errorf("%s: a rollup set cannot have session windows (a session is one entity's activity)", where))
-	case a.emit.Mode == EmitEveryUpdate:
+	case a.emit.mode == EmitEveryUpdate:
 		errs = append(errs, fmt.Errorf("%s: a rollup set cannot emit EveryUpdate (a total per event of all its entities); use EarlyEvery", where))
 	}
 	if len(errs) > 0 {
@@ -307,20 +313,20 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	if a.emit == (Emission{}) {
 		a.emit = FinalOnly() // the zero Emission is the default, as documented
 	}
-	switch a.emit.Mode {
+	switch a.emit.mode {
 	case EmitFinal, EmitEveryUpdate:
 	case EmitEarly:
-		if a.emit.Every <= 0 {
-			errs = append(errs, fmt.Errorf("%s: Emit: EarlyEvery needs a positive interval, got %v", where, a.emit.Every))
+		if a.emit.every <= 0 {
+			errs = append(errs, fmt.Errorf("%s: Emit: EarlyEvery needs a positive interval, got %v", where, a.emit.every))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("%s: Emit: unknown mode %d", where, a.emit.Mode))
+		errs = append(errs, fmt.Errorf("%s: Emit: unknown mode %d", where, a.emit.mode))
 	}
 	if len(a.aggs) == 0 {
 		errs = append(errs, fmt.Errorf("%s: no aggregation declared", where))
 	}
 	def := &plan.Set{Name: a.setName, Source: source, Window: a.spec, Grace: a.grace.Milliseconds(),
-		Emit: a.emit.Mode, EmitEvery: a.emit.Every}
+		Emit: a.emit.mode, EmitEvery: a.emit.every}
 	if a.where != nil {
 		f := a.where
 		def.Where = func(e event) bool { return f(e.(E)) }

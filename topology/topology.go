@@ -229,7 +229,7 @@ func (t *Topology) SetNames() []string {
 
 func setInfo(p *plan.Plan, s *plan.Set) SetInfo {
 	info := SetInfo{Name: s.Name, Source: p.Sources[s.Source].Topic, Window: s.Window,
-		Grace: time.Duration(s.Grace) * time.Millisecond, Emit: Emission{Mode: s.Emit, Every: s.EmitEvery},
+		Grace: time.Duration(s.Grace) * time.Millisecond, Emit: Emission{mode: s.Emit, every: s.EmitEvery},
 		Dimension: EntityDimension}
 	if s.Rollup != nil {
 		info.Rollup, info.Dimension = true, s.Rollup.Dimension

@@ -146,7 +146,7 @@ func TestBuildValid(t *testing.T) {
 	}
 	daily, ok := topo.Set("user-daily")
 	if !ok || daily.Source != "clicks" || daily.Grace != time.Hour || len(daily.Types) != 1 || daily.Types[0] != "checkout" ||
-		len(daily.Aggregations) != 1 || daily.Aggregations[0] != "bytes" || daily.Emit.Mode != topology.EmitFinal {
+		len(daily.Aggregations) != 1 || daily.Aggregations[0] != "bytes" || daily.Emit.Mode() != topology.EmitFinal {
 		t.Errorf("set described as %+v", daily)
 	}
 	ps := p.Sources[0]
@@ -280,7 +280,7 @@ func TestZeroEmissionIsFinalOnly(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a zero Emission was refused: %v", err)
 	}
-	if got := topo.Sets()[0].Emit.Mode; got != topology.EmitFinal {
+	if got := topo.Sets()[0].Emit.Mode(); got != topology.EmitFinal {
 		t.Fatalf("zero Emission built as mode %v, want EmitFinal", got)
 	}
 }
