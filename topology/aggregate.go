@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/abacus-stream/abacus/accum"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/windows"
 )
@@ -141,53 +142,53 @@ func (a *AggregateSet[E]) Count(name string) *AggregateSet[E] {
 
 // Sum adds up the numeric field (Go field name or json tag) of E.
 func (a *AggregateSet[E]) Sum(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], sumOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], accum.Sum) })
 }
 
 // SumOf adds up f(e).
 func (a *AggregateSet[E]) SumOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, sumOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, accum.Sum), nil })
 }
 
 // Min keeps the smallest value of the numeric field.
 func (a *AggregateSet[E]) Min(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], minOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], accum.Min) })
 }
 
 // MinOf keeps the smallest f(e).
 func (a *AggregateSet[E]) MinOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, minOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, accum.Min), nil })
 }
 
 // Max keeps the largest value of the numeric field.
 func (a *AggregateSet[E]) Max(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], maxOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], accum.Max) })
 }
 
 // MaxOf keeps the largest f(e).
 func (a *AggregateSet[E]) MaxOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, maxOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, accum.Max), nil })
 }
 
 // Mean averages the numeric field.
 func (a *AggregateSet[E]) Mean(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], meanOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], accum.Mean) })
 }
 
 // MeanOf averages f(e).
 func (a *AggregateSet[E]) MeanOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, meanOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, accum.Mean), nil })
 }
 
 // Last keeps the numeric field of the event with the latest event time (on a tie, the one applied
 // last, which is the later offset of a partition).
 func (a *AggregateSet[E]) Last(name, field string) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], lastOp) })
+	return a.add(name, func() (aggDef, error) { return floatDef(name, field, numericField[E], accum.Last) })
 }
 
 // LastOf keeps f(e) of the event with the latest event time.
 func (a *AggregateSet[E]) LastOf(name string, f func(E) float64) *AggregateSet[E] {
-	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, lastOp), nil })
+	return a.add(name, func() (aggDef, error) { return floatDefOf(name, f, accum.Last), nil })
 }
 
 // Distinct estimates the number of distinct values of the field (string, integer or []byte) with a

@@ -23,6 +23,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/abacus-stream/abacus/accum"
 	"github.com/abacus-stream/abacus/deadletter"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/windows"
@@ -328,7 +329,7 @@ func fitsMessages(s *plan.Set, maxMessage int) error {
 	}
 	if n > maxMessage {
 		return fmt.Errorf("aggregate set %q: a rollup's merged state can reach %d bytes (a HyperLogLog alone takes %d), more than MaxMessageBytes %d: raise MaxMessageBytes or drop an aggregation",
-			s.Name, n, hllMaxBytes, maxMessage)
+			s.Name, n, accum.DistinctMaxBytes, maxMessage)
 	}
 	return nil
 }
