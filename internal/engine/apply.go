@@ -50,7 +50,7 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 	judge := max(og.wm, pt.st)
 	typ := src.Type(ev)
 	if ent.Applied(from.topic, from.partition, at.Offset) {
-		pt.replay(ctx, ent, src, from, at, raw, ev, t, typ, now)
+		pt.replay(ctx, ent, sourceEvent{src: src, from: from, at: at, raw: raw, ev: ev, t: t, typ: typ}, now)
 		return
 	}
 	before := len(ent.Windows)
@@ -186,31 +186,44 @@ func (pt *partition) advanceOrigin(og *origin, t int64, now time.Time) {
 	}
 }
 
+// sourceEvent is one decoded source record as replay sees it: its source, its origin (the
+// source partition, or the sender of a repartitioned record), where it is in Kafka, its bytes,
+// and the event with its time and type.
+type sourceEvent struct {
+	src  *plan.Source
+	from originKey
+	at   recordAt
+	raw  []byte
+	ev   plan.Event
+	t    int64
+	typ  string
+}
+
 // replay handles an event the entity's fences say it applied already: the local table has it,
 // but what was sent to Kafka when it was applied (the changelog write, totals, late records) may
 // have died with the process, and its offset is about to be committed. The state is written
 // again, so the changelog holds it before the commit, the current totals are re-sent (absolute,
 // so resending is safe), and, for an event that was late for every window and is pending, its
 // late records too.
-func (pt *partition) replay(ctx goka.Context, ent *state.Entity, src *plan.Source, from originKey, at recordAt, raw []byte, ev plan.Event, t int64, typ string, now time.Time) {
+func (pt *partition) replay(ctx goka.Context, ent *state.Entity, se sourceEvent, now time.Time) {
 	e := pt.e
 	pt.duplicates.Inc()
 	// A replay is the partition catching up, not a quiet input: it keeps the origin from being
 	// called idle (closing windows in the middle of a replay would change what it applies).
-	pt.originOf(from).lastAdvance = now
-	if ent.IsPending(from.topic, from.partition, at.Offset) {
+	pt.originOf(se.from).lastAdvance = now
+	if ent.IsPending(se.from.topic, se.from.partition, se.at.Offset) {
 		// It was late for every set that takes its type (it applied to none), and stays so: what
 		// judged it then only moved on since.
-		for _, si := range src.Sets {
-			if set := e.plan.Sets[si]; set.Takes(ev, typ) {
-				if err := e.late(ctx, raw, set, at, false); err != nil {
-					e.fail(ctx, fmt.Errorf("entity %q offset %d: %w", ctx.Key(), at.Offset, err))
+		for _, si := range se.src.Sets {
+			if set := e.plan.Sets[si]; set.Takes(se.ev, se.typ) {
+				if err := e.late(ctx, se.raw, set, se.at, false); err != nil {
+					e.fail(ctx, fmt.Errorf("entity %q offset %d: %w", ctx.Key(), se.at.Offset, err))
 					return
 				}
 			}
 		}
 	}
-	ups := pt.currentUpdates(ctx.Key(), ent, src, t)
+	ups := pt.currentUpdates(ctx.Key(), ent, se.src, se.t)
 	pt.set(ctx, ent)
 	for _, u := range ups {
 		e.emit(ctx, ctx.Key(), u.set, &u.window, u.values, false)
