@@ -235,6 +235,20 @@ checks() {
     log "FAIL: build outputs are tracked: git rm --cached them and ignore them in .gitignore"
     return 1
   fi
+  # Commit subjects fit `git log --oneline` (under 72 characters, the why in the body); commits up
+  # to 47da8d7 came before the rule.
+  if git cat-file -e 47da8d7^{commit} 2>/dev/null; then
+    log "commit subjects since 47da8d7: at most 72 characters"
+    local long
+    long=$(git log --format='%h %s' 47da8d7..HEAD | awk '{ s = substr($0, index($0, " ") + 1); if (length(s) > 72) print }')
+    if [ -n "$long" ]; then
+      log "FAIL: these commit subjects are longer than 72 characters (say the why in the body):"
+      echo "$long"
+      return 1
+    fi
+  else
+    log "commit subjects not checked: 47da8d7 is not in this clone's history"
+  fi
   log "gofmt -l, go vet ./... (and deploy/)"
   local unformatted
   unformatted=$(git ls-files '*.go' | xargs gofmt -l)
