@@ -17,6 +17,7 @@ import (
 // methods of each of its types.
 type pkg struct {
 	dir     string
+	doc     bool // a file of it has a package doc comment
 	names   map[string]bool
 	members map[string]map[string]bool // type -> field and method names
 }
@@ -85,6 +86,7 @@ func load(t *testing.T, rootDir string) (*module, map[string]*ast.File, *token.F
 			m.byName[name] = append(m.byName[name], p)
 		}
 		p.declare(f)
+		p.doc = p.doc || (f.Doc != nil && !strings.HasSuffix(path, "_test.go")) // what go doc shows
 		return nil
 	})
 	if err != nil {
@@ -389,4 +391,14 @@ func underNamed(dir string, named map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// TestEveryPackageHasDoc: go doc of every package says what its one job is.
+func TestEveryPackageHasDoc(t *testing.T) {
+	m, _, _ := load(t, root(t))
+	for _, p := range m.byDir {
+		if !p.doc {
+			t.Errorf("package in %s/ has no package doc comment (// Package ... before its package clause)", p.dir)
+		}
+	}
 }

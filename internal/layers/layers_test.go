@@ -1,5 +1,3 @@
-// Package layers checks that abacus's imports run one way: leaves at the bottom, the processor
-// and the sinks above them, queries above the schema and the store, the command on top.
 package layers
 
 import (
