@@ -179,20 +179,31 @@ func Rebuild(ctx context.Context, st interface {
 // ErrTooMany is returned by List with the keys found when it examined its limit of index rows.
 var ErrTooMany = errors.New("keyindex: listing examined its limit of keys")
 
-// List returns, sorted, the first limit keys of set (of any set when set is "") that start with
-// prefix and pass match (nil: all), from the index of the aggregates table agg, and whether more
-// matched. It examines at most maxExamined index rows, then returns what it found with
-// ErrTooMany. Call it only on a complete index (Complete).
+// Listing is what List lists.
+type Listing struct {
+	Table  string // the aggregates table whose index is read
+	Family string // the index's column family (the aggregates table's)
+	Set    string // the set whose keys are listed; "" for every set's
+	Prefix string // only keys that start with it
+	Limit  int    // at most this many keys
+	// MaxExamined bounds the index rows read: past it, List returns what it found with
+	// ErrTooMany.
+	MaxExamined int
+	Match       func(key string) bool // only keys it passes; nil: all
+}
+
+// List returns, sorted, the first Limit keys of the listing, and whether more matched. Call it
+// only on a complete index (Complete).
 //
-// A set's keys are one scan of the rows set | prefix..., stopped after limit+1 matches. For any
+// A set's keys are one scan of the rows set | prefix..., stopped after Limit+1 matches. For any
 // set, it finds each set present with a one-row read, lists that set the same way and merges:
-// the first limit of the union are among the first limit+1 of each set.
-func List(ctx context.Context, r store.Reader, agg, family, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
-	l := &lister{r: r, table: schema.KeyIndexTable(agg), family: family, prefix: prefix, limit: limit,
-		budget: maxExamined, match: match, seen: map[string]bool{}}
+// the first Limit of the union are among the first Limit+1 of each set.
+func List(ctx context.Context, r store.Reader, q Listing) ([]string, bool, error) {
+	l := &lister{r: r, table: schema.KeyIndexTable(q.Table), family: q.Family, prefix: q.Prefix, limit: q.Limit,
+		budget: q.MaxExamined, match: q.Match, seen: map[string]bool{}}
 	var err error
-	if set != "" {
-		err = l.listSet(ctx, set)
+	if q.Set != "" {
+		err = l.listSet(ctx, q.Set)
 	} else {
 		err = l.listAll(ctx)
 	}
@@ -202,10 +213,10 @@ func List(ctx context.Context, r store.Reader, agg, family, set, prefix string, 
 	out := l.out
 	slices.Sort(out)
 	if err != nil {
-		return out[:min(len(out), limit)], false, err
+		return out[:min(len(out), q.Limit)], false, err
 	}
-	if len(out) > limit {
-		return out[:limit], true, nil
+	if len(out) > q.Limit {
+		return out[:q.Limit], true, nil
 	}
 	return out, false, nil
 }

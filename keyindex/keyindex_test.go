@@ -194,7 +194,7 @@ func testList(t *testing.T, open func(t *testing.T) (backend, string)) {
 		t.Fatal(err)
 	}
 	list := func(set, prefix string, limit, maxExamined int, match func(string) bool) string {
-		keys, more, err := keyindex.List(ctx, s.st, s.agg.Name, "d", set, prefix, limit, maxExamined, match)
+		keys, more, err := keyindex.List(ctx, s.st, keyindex.Listing{Table: s.agg.Name, Family: "d", Set: set, Prefix: prefix, Limit: limit, MaxExamined: maxExamined, Match: match})
 		if err != nil {
 			return "error: " + err.Error()
 		}
@@ -223,11 +223,11 @@ func testList(t *testing.T, open func(t *testing.T) (backend, string)) {
 			t.Errorf("%s: %s, want %s", tc.name, tc.got, tc.want)
 		}
 	}
-	keys, _, err := keyindex.List(ctx, s.st, s.agg.Name, "d", "minute", "", 100, 3, func(string) bool { return false })
+	keys, _, err := keyindex.List(ctx, s.st, keyindex.Listing{Table: s.agg.Name, Family: "d", Set: "minute", Limit: 100, MaxExamined: 3, Match: func(string) bool { return false }})
 	if !errors.Is(err, keyindex.ErrTooMany) || len(keys) != 0 {
 		t.Fatalf("bound of 3 rows, none matching: %q %v", keys, err)
 	}
-	keys, _, err = keyindex.List(ctx, s.st, s.agg.Name, "d", "minute", "", 100, 3, nil)
+	keys, _, err = keyindex.List(ctx, s.st, keyindex.Listing{Table: s.agg.Name, Family: "d", Set: "minute", Limit: 100, MaxExamined: 3})
 	if !errors.Is(err, keyindex.ErrTooMany) || len(keys) != 3 {
 		t.Fatalf("bound of 3 rows: %q %v, want the 3 found and ErrTooMany", keys, err)
 	}

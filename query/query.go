@@ -346,7 +346,8 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // limit entities matched.
 func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
 	if r.keyIndexed(ctx) {
-		list, more, err := keyindex.List(ctx, r.store, r.table, r.family, set, prefix, limit, maxExamined, match)
+		list, more, err := keyindex.List(ctx, r.store, keyindex.Listing{Table: r.table, Family: r.family, Set: set,
+			Prefix: prefix, Limit: limit, MaxExamined: maxExamined, Match: match})
 		if errors.Is(err, keyindex.ErrTooMany) {
 			err = errEntityScanLimit
 		}
