@@ -32,7 +32,7 @@ const (
 // StopBound) the deploy checks. A new sink is its own package, its block of the config and one
 // entry made by sinkRole.
 type role struct {
-	name  string // in -roles, ABACUS_ROLES, the ops endpoints and status
+	name  string // in -roles, the ops endpoints, metrics and status
 	title string // what status calls it
 	// opsListen is the default ops listener of a process this role leads (see opsListen); "" for
 	// the query server, whose own listener serves them.
