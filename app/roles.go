@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/sinks"
