@@ -80,6 +80,12 @@ func open(ctx context.Context, cfg *Config, topo *topology.Topology, log *slog.L
 func newRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// What runs, for dashboards that must tell a rollout's old processes from its new ones.
+	goVersion, commit := buildVersions()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "abacus", Name: "build_info",
+		Help: "Always 1: the abacus version, VCS commit and Go version of this binary."}, []string{"version", "commit", "go"})
+	info.WithLabelValues(Version, commit, goVersion).Set(1)
+	reg.MustRegister(info)
 	return reg
 }
 

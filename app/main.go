@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -73,7 +74,7 @@ Usage:
   abacus demo     [flags]           run everything in one process, with no servers (or against real ones)
   abacus run      -config FILE      run processor groups, sinks and the query server of a topology
   abacus serve    -config FILE      run the query API and dashboard only
-  abacus admin    create|verify -config FILE   create or check topics and tables
+  abacus admin    create|verify|reindex -config FILE   create or check topics and tables, rebuild the key index
   abacus query    -config FILE -set S -entity E   print aggregates as a table or JSON
   abacus offsets  show|lag|rewind -config FILE -sink aggregates|facts
   abacus status   -config FILE [-ops HOST:PORT,...]   lag, members and open windows of every group
@@ -102,7 +103,10 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		"query":   p.query,
 		"offsets": p.offsets,
 		"status":  p.status,
-		"version": func(_ context.Context, _ []string, out, _ io.Writer) error {
+		"version": func(_ context.Context, args []string, out, errOut io.Writer) error {
+			if err := parse(flag.NewFlagSet("version", flag.ContinueOnError), args, errOut); err != nil {
+				return err
+			}
 			fmt.Fprintf(out, "abacus %s %s\n", Version, buildInfo())
 			return nil
 		},
@@ -132,22 +136,28 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 }
 
+// buildInfo is the Go version and VCS commit of the binary, for `abacus version`.
 func buildInfo() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
+	goVersion, commit := buildVersions()
+	if commit == "unknown" {
+		return goVersion
 	}
-	var rev string
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" {
-			rev = s.Value
+	return goVersion + " " + commit
+}
+
+// buildVersions is the Go version that built the binary and the VCS commit it was built from
+// ("unknown" outside a VCS checkout, as in go test).
+func buildVersions() (goVersion, commit string) {
+	goVersion, commit = runtime.Version(), "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		goVersion = bi.GoVersion
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				commit = s.Value
+			}
 		}
 	}
-	out := bi.GoVersion
-	if rev != "" {
-		out += " " + rev
-	}
-	return out
+	return goVersion, commit
 }
 
 // topologies builds every topology of p, by name.
