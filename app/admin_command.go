@@ -12,6 +12,7 @@ import (
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kadm"
 )
@@ -60,14 +61,18 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	}
 	defer d.shutdown()
 	cfg := d.cfg
+	// outcome is what a step did, when it can tell: "created", or "exists" for what admin create
+	// found already there, as configured.
+	var outcome string
 	step := func(what string, f func() error) error {
 		t0 := time.Now()
+		outcome = "ok"
 		fmt.Fprintf(stdout, "%s ... ", what)
 		if err := f(); err != nil {
 			fmt.Fprintln(stdout, "failed")
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		fmt.Fprintf(stdout, "ok (%s)\n", time.Since(t0).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "%s (%s)\n", outcome, time.Since(t0).Round(time.Millisecond))
 		return nil
 	}
 	if verb == "reindex" {
@@ -83,9 +88,14 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		what := fmt.Sprintf("%s topic %s (%d partitions, replication %d)", t.Role, t.Name, t.Partitions, t.Replication)
 		err := step(what, func() error {
 			if verb == "create" {
+				existed, err := topicExists(ctx, adm, t.Name)
+				if err != nil {
+					return err
+				}
 				if err := d.ensureTopics(ctx, []processors.TopicSpec{t}); err != nil {
 					return err
 				}
+				outcome = map[bool]string{true: "exists", false: "created"}[existed]
 			}
 			return verifyTopic(ctx, adm, t)
 		})
@@ -100,10 +110,15 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		what := fmt.Sprintf("table %s (family %s, %d salt buckets)", t.Table, t.Family, t.SaltBuckets)
 		err := step(what, func() error {
-			if verb == "create" {
-				return d.st.EnsureTable(ctx, d.layout(t))
+			err := d.st.VerifyTable(ctx, d.layout(t))
+			if verb != "create" || !errors.Is(err, store.ErrNoSuchTable) {
+				if err == nil && verb == "create" {
+					outcome = "exists"
+				}
+				return err
 			}
-			return d.st.VerifyTable(ctx, d.layout(t))
+			outcome = "created"
+			return d.st.EnsureTable(ctx, d.layout(t))
 		})
 		if err != nil {
 			failed = append(failed, err)

@@ -121,9 +121,15 @@ func TestRegisteredRoleInEveryCommand(t *testing.T) {
 		}
 		return out
 	}
-	for _, verb := range []string{"create", "verify"} {
-		if out := cli("admin", verb, "-config", conf, "-partitions", "2"); !strings.Contains(out, "table devices_echo") {
-			t.Errorf("admin %s does not make the echo sink's table:\n%s", verb, out)
+	// admin create says what it made, and what it found already made.
+	for i, verb := range []string{"create", "create", "verify"} {
+		out := cli("admin", verb, "-config", conf, "-partitions", "2")
+		want := map[int]string{0: "created", 1: "exists", 2: "ok"}[i]
+		for _, what := range []string{"table devices_echo (family d, 16 salt buckets)", "source topic " + devices.Topic + " (2 partitions"} {
+			line := regexp.MustCompile(regexp.QuoteMeta(what) + `.*\.\.\. (\w+)`).FindStringSubmatch(out)
+			if line == nil || line[1] != want {
+				t.Errorf("admin %s (run %d): want %q for %s\n%s", verb, i+1, want, what, out)
+			}
 		}
 	}
 	const n = 40
