@@ -44,7 +44,7 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	verb := args[0]
 	fs := flag.NewFlagSet("admin "+verb, flag.ContinueOnError)
 	var c common
-	c.register(fs)
+	c.register(fs, "listen")
 	partitions := fs.Int("partitions", 12, "partitions of the topics admin create makes, when no source exists yet")
 	if err := parse(fs, args[1:], stderr); err != nil {
 		return err

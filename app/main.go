@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -195,13 +196,20 @@ func (c *common) registerProcess(fs *flag.FlagSet) {
 	fs.StringVar(&c.opsListen, "ops-listen", "", "address of /metrics, /healthz and /readyz, or off (overrides ops.listen)")
 }
 
-func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.config, "config", "", "YAML config file (see examples/devices/abacus.yaml)")
-	fs.StringVar(&c.kafka, "kafka", "", "Kafka brokers, comma separated (overrides kafka.brokers)")
-	fs.StringVar(&c.hbase, "hbase", "", "HBase ZooKeeper quorum (overrides hbase.zookeeper)")
-	fs.StringVar(&c.listen, "listen", "", "address of the query API and dashboard (overrides query.listen)")
-	fs.StringVar(&c.topology, "topology", "", "topology to run (overrides topology)")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+// register adds the shared flags but those in skip, which the command does not use: its -h
+// lists only flags that change what it does, and it refuses the others by name.
+func (c *common) register(fs *flag.FlagSet, skip ...string) {
+	add := func(p *string, name, value, usage string) {
+		if !slices.Contains(skip, name) {
+			fs.StringVar(p, name, value, usage)
+		}
+	}
+	add(&c.config, "config", "", "YAML config file (see examples/devices/abacus.yaml)")
+	add(&c.kafka, "kafka", "", "Kafka brokers, comma separated (overrides kafka.brokers)")
+	add(&c.hbase, "hbase", "", "HBase ZooKeeper quorum (overrides hbase.zookeeper)")
+	add(&c.listen, "listen", "", "address of the query API and dashboard (overrides query.listen)")
+	add(&c.topology, "topology", "", "topology to run (overrides topology)")
+	add(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 }
 
 func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {

@@ -55,7 +55,7 @@ func (p Program) offsets(ctx context.Context, args []string, stdout, stderr io.W
 	verb := args[0]
 	fs := flag.NewFlagSet("offsets "+verb, flag.ContinueOnError)
 	var c common
-	c.register(fs)
+	c.register(fs, "listen")
 	sink := fs.String("sink", "", strings.Join(sinkNames(), " or ")+" (required)")
 	follow := fs.Bool("follow", false, "lag: print the lag every second until it reaches zero (progress of a replay)")
 	toOffset := fs.Int64("to-offset", -1, "rewind: offset to rewind every partition to")

@@ -20,7 +20,7 @@ import (
 func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("query", flag.ContinueOnError)
 	var c common
-	c.register(fs)
+	c.register(fs, "listen", "kafka") // it reads the aggregate table only
 	set := fs.String("set", "", "aggregate set (required)")
 	entity := fs.String("entity", "", "entity, or several separated by commas; a rollup's keys (e.g. regions); not needed for a global rollup")
 	from := fs.String("from", "", "first window start: RFC 3339, ms since the epoch, or relative like -6h")

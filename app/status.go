@@ -81,7 +81,7 @@ func (p Program) status(ctx context.Context, args []string, stdout, stderr io.Wr
 	}
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var c common
-	c.register(fs)
+	c.register(fs, "listen")
 	opsAddrs := fs.String("ops", "", "ops endpoints of the processor instances (host:port, comma separated), for open windows")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	if err := parse(fs, args, stderr); err != nil {
