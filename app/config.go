@@ -29,11 +29,22 @@ type Config struct {
 	Membership MembershipConfig `yaml:"membership"`
 	// Ops is where this process serves /metrics, /healthz and /readyz.
 	Ops OpsConfig `yaml:"ops"`
+	// Log is how the process logs, on its standard error.
+	Log LogConfig `yaml:"log"`
 
 	// envErrs are the environment variables ApplyEnv could not read; Validate reports them.
 	envErrs []error
 	// hostErr is why the host name could not give the default instance id; Validate reports it.
 	hostErr error
+}
+
+// LogConfig says what the process logs and in which form.
+type LogConfig struct {
+	// Level is debug, info (the default), warn or error (env ABACUS_LOG_LEVEL, flag -log-level).
+	Level string `yaml:"level"`
+	// Format is text (the default: key=value lines) or json (one object per line, for log
+	// collectors) (env ABACUS_LOG_FORMAT, flag -log-format).
+	Format string `yaml:"format"`
 }
 
 // MembershipConfig gives the process a stable identity in its consumer groups (Kafka's static

@@ -56,6 +56,12 @@ func (c *Config) EnsureDefaults() {
 	if c.Query.ReloadInterval == 0 {
 		c.Query.ReloadInterval = Duration(10 * time.Second)
 	}
+	if c.Log.Level == "" {
+		c.Log.Level = "info"
+	}
+	if c.Log.Format == "" {
+		c.Log.Format = "text"
+	}
 	if c.Membership.Mode == "" {
 		c.Membership.Mode = "static"
 	}

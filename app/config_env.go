@@ -31,6 +31,12 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	if v := getenv("ABACUS_OPS_LISTEN"); v != "" {
 		c.Ops.Listen = v
 	}
+	if v := getenv("ABACUS_LOG_LEVEL"); v != "" {
+		c.Log.Level = v
+	}
+	if v := getenv("ABACUS_LOG_FORMAT"); v != "" {
+		c.Log.Format = v
+	}
 	c.applyKafkaSecurityEnv(getenv)
 }
 

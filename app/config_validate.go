@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,6 +27,9 @@ func (c *Config) Validate(known []string) error {
 	}
 	c.validateMembership(&errs)
 	c.validateOps(&errs)
+	if _, err := c.Log.handler(io.Discard); err != nil {
+		errs = append(errs, err)
+	}
 	errs = append(errs, c.Query.validate()...)
 	return errors.Join(errs...)
 }

@@ -29,9 +29,9 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	if parsedOnly(ctx, fs, nil, RoleNames()) {
 		return nil
 	}
-	log, err := logger(f.logLevel, stderr)
+	log, err := logger(LogConfig{Level: f.logLevel, Format: os.Getenv("ABACUS_LOG_FORMAT")}, stderr)
 	if err != nil {
-		return err
+		return usagef("-log-level %q or ABACUS_LOG_FORMAT: %v", f.logLevel, err)
 	}
 	topo, names, err := p.demoTopology(f.topology)
 	if err != nil {

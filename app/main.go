@@ -83,7 +83,7 @@ Usage:
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
 ABACUS_KAFKA_BROKERS, ABACUS_HBASE_ZK, ABACUS_LISTEN, ABACUS_TOPOLOGY, ABACUS_TOPIC_PREFIX,
-ABACUS_INSTANCE_ID, ABACUS_OPS_LISTEN.
+ABACUS_INSTANCE_ID, ABACUS_OPS_LISTEN, ABACUS_ROLES, ABACUS_LOG_LEVEL, ABACUS_LOG_FORMAT.
 Kafka TLS and SASL (kafka.tls, kafka.sasl in the file) also from ABACUS_KAFKA_TLS=true,
 ABACUS_KAFKA_TLS_CA_FILE, _CERT_FILE, _KEY_FILE, _SERVER_NAME, ABACUS_KAFKA_SASL_MECHANISM,
 _USERNAME, _PASSWORD or _PASSWORD_FILE (the demo against real brokers reads only these).
@@ -179,12 +179,13 @@ func (p Program) topologies() (map[string]*topology.Topology, []string, error) {
 
 // common holds the flags every config-driven command shares.
 type common struct {
-	config   string
-	kafka    string
-	hbase    string
-	listen   string
-	topology string
-	logLevel string
+	config    string
+	kafka     string
+	hbase     string
+	listen    string
+	topology  string
+	logLevel  string
+	logFormat string
 	// Flags of the long-running commands (run, serve): registerProcess adds them.
 	instanceID string
 	opsListen  string
@@ -209,7 +210,8 @@ func (c *common) register(fs *flag.FlagSet, skip ...string) {
 	add(&c.hbase, "hbase", "", "HBase ZooKeeper quorum (overrides hbase.zookeeper)")
 	add(&c.listen, "listen", "", "address of the query API and dashboard (overrides query.listen)")
 	add(&c.topology, "topology", "", "topology to run (overrides topology)")
-	add(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	add(&c.logLevel, "log-level", "", "debug, info, warn or error (overrides log.level; default info)")
+	add(&c.logFormat, "log-format", "", "text or json (overrides log.format; default text)")
 }
 
 func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
@@ -260,6 +262,12 @@ func (p Program) resolve(c *common, cfg *Config, getenv func(string) string) (*C
 	if c.opsListen != "" {
 		cfg.Ops.Listen = c.opsListen
 	}
+	if c.logLevel != "" {
+		cfg.Log.Level = c.logLevel
+	}
+	if c.logFormat != "" {
+		cfg.Log.Format = c.logFormat
+	}
 	topos, names, err := p.topologies()
 	if err != nil {
 		return nil, nil, err
@@ -287,12 +295,39 @@ func configName(c *common) string {
 	return "config"
 }
 
-func logger(level string, w io.Writer) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usagef("-log-level %q is not debug, info, warn or error", level)
+// flagSet reports whether the command line set the flag called name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// logger is the process's logger, as lc says, writing to w.
+func logger(lc LogConfig, w io.Writer) (*slog.Logger, error) {
+	h, err := lc.handler(w)
+	if err != nil {
+		return nil, err
 	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
+	return slog.New(h), nil
+}
+
+// handler is the slog handler lc asks for; an error names the field at fault.
+func (lc LogConfig) handler(w io.Writer) (slog.Handler, error) {
+	var l slog.Level
+	if lc.Level == "" {
+		lc.Level = "info"
+	}
+	if err := l.UnmarshalText([]byte(lc.Level)); err != nil {
+		return nil, fmt.Errorf("log.level: %q is not debug, info, warn or error", lc.Level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch lc.Format {
+	case "", "text":
+		return slog.NewTextHandler(w, opts), nil
+	case "json":
+		return slog.NewJSONHandler(w, opts), nil
+	}
+	return nil, fmt.Errorf("log.format: %q is not text or json", lc.Format)
 }
 
 func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -300,7 +335,7 @@ func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	var c common
 	c.register(fs)
 	c.registerProcess(fs)
-	roles := fs.String("roles", "all", "comma-separated roles to run: "+strings.Join(RoleNames(), ", ")+", or all")
+	roles := fs.String("roles", "all", "comma-separated roles to run: "+strings.Join(RoleNames(), ", ")+", or all (env ABACUS_ROLES)")
 	runFor := fs.Duration("for", 0, "stop cleanly after this long (default: until SIGINT or SIGTERM)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -316,13 +351,17 @@ func (p Program) runCmd(ctx context.Context, args []string, stdout, stderr io.Wr
 	if c.config == "" {
 		return usagef("-config is required")
 	}
+	rolesFrom := "-roles"
+	if v := os.Getenv("ABACUS_ROLES"); v != "" && !flagSet(fs, "roles") {
+		*roles, rolesFrom = v, "ABACUS_ROLES"
+	}
 	var rs []string
 	if *roles == "all" {
 		rs = RoleNames()
 	} else {
 		for _, r := range splitList(*roles) {
 			if roleNamed(r) == nil {
-				return usagef("-roles: unknown role %q: want %s or all", r, strings.Join(RoleNames(), ", "))
+				return usagef("%s: unknown role %q: want %s or all", rolesFrom, r, strings.Join(RoleNames(), ", "))
 			}
 			rs = append(rs, r)
 		}
@@ -356,7 +395,7 @@ func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needs
 	if err != nil {
 		return nil, err
 	}
-	log, err := logger(c.logLevel, stderr)
+	log, err := logger(cfg.Log, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -384,7 +423,7 @@ func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout
 	if err != nil {
 		return err
 	}
-	log, err := logger(c.logLevel, stderr)
+	log, err := logger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}

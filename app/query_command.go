@@ -59,7 +59,7 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if o.To, err = parseTime(*to); err != nil {
 		return usagef("-to: %v", err)
 	}
-	log, err := logger(c.logLevel, stderr)
+	log, err := logger(cfg.Log, stderr)
 	if err != nil {
 		return err
 	}
