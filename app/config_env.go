@@ -2,6 +2,8 @@ package app
 
 import (
 	"fmt"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -83,4 +85,52 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// unknownEnv words a warning for each ABACUS_* variable of environ that abacus does not read
+// (EnvVars, and ABACUS_ROLES of run), with the known name it is closest to: a misspelt variable
+// is otherwise silently ignored, and the process runs with the setting it was meant to change.
+func unknownEnv(environ []string) []string {
+	known := append(EnvVars(), "ABACUS_ROLES")
+	var out []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "ABACUS_") || slices.Contains(known, name) {
+			continue
+		}
+		w := name + " is set but is not a variable abacus reads"
+		best, dist := "", 4 // suggest only a name at most 3 edits away
+		for _, k := range known {
+			if d := editDistance(name, k); d < dist {
+				best, dist = k, d
+			}
+		}
+		if best != "" {
+			w += " (did you mean " + best + "?)"
+		}
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,7 @@ func TestTopicNamesPerEnvironment(t *testing.T) {
 		return &common{config: path}
 	}
 	base := "topology: devices\nkafka: {brokers: ['127.0.0.1:1']}\nhbase: {embedded: cells}\n"
-	cfg, topo, err := p.load(write(base + "topics:\n  prefix: dev-\n  names: {device-readings: raw.readings}\n"))
+	cfg, topo, err := p.load(write(base+"topics:\n  prefix: dev-\n  names: {device-readings: raw.readings}\n"), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,10 +82,10 @@ func TestTopicNamesPerEnvironment(t *testing.T) {
 		t.Fatalf("groups %q %q", cfg.Processor.Group, cfg.Sinks.Facts.Group)
 	}
 	t.Setenv("ABACUS_TOPIC_PREFIX", "prod-")
-	if _, topo, err = p.load(write(base)); err != nil || topo.TotalsTopic() != "prod-devices-totals" {
+	if _, topo, err = p.load(write(base), io.Discard); err != nil || topo.TotalsTopic() != "prod-devices-totals" {
 		t.Fatalf("prefix from the environment: %v %v", topo, err)
 	}
-	_, _, err = p.load(write(base + "topics:\n  names: {readings: x}\n"))
+	_, _, err = p.load(write(base+"topics:\n  names: {readings: x}\n"), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), `topics:`) || !strings.Contains(err.Error(), `"readings" is not a topic of topology devices`) {
 		t.Fatalf("unknown topic name: %v", err)
 	}

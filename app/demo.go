@@ -29,6 +29,9 @@ func (p Program) demo(ctx context.Context, args []string, stdout, stderr io.Writ
 	if parsedOnly(ctx, fs, nil, RoleNames()) {
 		return nil
 	}
+	for _, w := range unknownEnv(os.Environ()) {
+		fmt.Fprintf(stderr, "abacus: warning: %s\n", w)
+	}
 	log, err := logger(LogConfig{Level: f.logLevel, Format: os.Getenv("ABACUS_LOG_FORMAT")}, stderr)
 	if err != nil {
 		return usagef("-log-level %q or ABACUS_LOG_FORMAT: %v", f.logLevel, err)

@@ -69,3 +69,18 @@ func TestRolesFromEnvironment(t *testing.T) {
 		t.Fatalf("ABACUS_ROLES=juggler: %v", err)
 	}
 }
+
+// TestUnknownEnvironmentVariables: an ABACUS_* variable abacus does not read is named at start,
+// with the one it was probably meant to be.
+func TestUnknownEnvironmentVariables(t *testing.T) {
+	got := unknownEnv([]string{"PATH=/bin", "ABACUS_KAFKA_BROKER=b:9092", "ABACUS_HBASE_ZK=zk", "ABACUS_ROLES=query",
+		"ABACUS_LOG_LEVLE=debug", "ABACUS_FROBNICATE=1", "ABACUS_TOPIC_PREFIX=dev-"})
+	want := []string{
+		"ABACUS_FROBNICATE is set but is not a variable abacus reads",
+		"ABACUS_KAFKA_BROKER is set but is not a variable abacus reads (did you mean ABACUS_KAFKA_BROKERS?)",
+		"ABACUS_LOG_LEVLE is set but is not a variable abacus reads (did you mean ABACUS_LOG_LEVEL?)",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("unknownEnv:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

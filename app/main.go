@@ -229,7 +229,10 @@ func parse(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 }
 
 // load reads the config file, then the environment, then the flags, and validates the result.
-func (p Program) load(c *common) (*Config, *topology.Topology, error) {
+func (p Program) load(c *common, stderr io.Writer) (*Config, *topology.Topology, error) {
+	for _, w := range unknownEnv(os.Environ()) {
+		fmt.Fprintf(stderr, "abacus: warning: %s\n", w)
+	}
 	cfg := &Config{}
 	if c.config != "" {
 		var err error
@@ -391,7 +394,7 @@ func (p Program) serve(ctx context.Context, args []string, stdout, stderr io.Wri
 
 // connect loads the configuration as load does and opens the connections the command needs.
 func (p Program) connect(ctx context.Context, c *common, stderr io.Writer, needsOf func(*Config) needs) (*deployment, error) {
-	cfg, topo, err := p.load(c)
+	cfg, topo, err := p.load(c, stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -419,7 +422,7 @@ func rolesNeed(names []string, cfg *Config, w *waiter) needs {
 // runRoles runs roles in this process until ctx ends. Its ops endpoints answer from the start,
 // while it connects (/readyz: not ready, starting).
 func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout, stderr io.Writer) error {
-	cfg, topo, err := p.load(c)
+	cfg, topo, err := p.load(c, stderr)
 	if err != nil {
 		return err
 	}

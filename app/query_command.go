@@ -40,7 +40,7 @@ func (p Program) query(ctx context.Context, args []string, stdout, stderr io.Wri
 	if parsedOnly(ctx, fs, &c, nil) {
 		return nil
 	}
-	cfg, topo, err := p.load(&c)
+	cfg, topo, err := p.load(&c, stderr)
 	if err != nil {
 		return err
 	}
