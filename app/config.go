@@ -36,6 +36,10 @@ type Config struct {
 	envErrs []error
 	// hostErr is why the host name could not give the default instance id; Validate reports it.
 	hostErr error
+	// file and lines are the file the config was read from and the line of each field it sets,
+	// for errors that point at the line to mend.
+	file  string
+	lines configLines
 }
 
 // LogConfig says what the process logs and in which form.

@@ -37,9 +37,14 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("config %s: over %d bytes (app.MaxConfigBytes)", path, MaxConfigBytes)
 	}
 	c, err := ParseConfig(b, os.LookupEnv)
+	var unknown unknownFields
+	if errors.As(err, &unknown) {
+		return nil, fmt.Errorf("config %s is not valid:\n  %s", path, strings.ReplaceAll(unknown.in(path), "\n", "\n  "))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
+	c.file = path
 	return c, nil
 }
 
@@ -50,7 +55,12 @@ func ParseConfig(b []byte, lookup func(string) (string, bool)) (*Config, error) 
 	if err != nil {
 		return nil, err
 	}
+	lines, unknown := fileFields(b)
+	if len(unknown) > 0 {
+		return nil, unknownFields(unknown)
+	}
 	var c Config
+	c.lines = lines
 	if err := unmarshalYAML(b, &c); err != nil {
 		// The formatted error quotes the lines around the mistake, after expansion: passwords
 		// there (written or expanded) are taken out.

@@ -280,7 +280,7 @@ func (p Program) resolve(c *common, cfg *Config, getenv func(string) string) (*C
 	}
 	cfg.EnsureDefaults()
 	if err := cfg.Validate(names); err != nil {
-		return nil, nil, fmt.Errorf("%s is not valid:\n  %s", configName(c), strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		return nil, nil, fmt.Errorf("%s is not valid:\n  %s", configName(c), strings.ReplaceAll(cfg.lines.at(configName(c), err), "\n", "\n  "))
 	}
 	topo := topos[cfg.Topology]
 	if cfg.Topics.Prefix != "" || len(cfg.Topics.Names) > 0 {
