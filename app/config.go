@@ -124,8 +124,12 @@ type HBaseConfig struct {
 	Kerberos  KerberosConfig `yaml:"kerberos"`  // with auth: kerberos
 	// ZNodeParent is the cluster's zookeeper.znode.parent; default /hbase (some distributions
 	// use /hbase-unsecure or /hbase-secure).
-	ZNodeParent string      `yaml:"znode_parent"`
-	Client      HBaseClient `yaml:"client"` // timeouts, retries and per-server limits
+	ZNodeParent string `yaml:"znode_parent"`
+	// ConnectTimeout bounds how long a command waits at start to reach the cluster (ZooKeeper,
+	// then hbase:meta) before it fails, naming the address and why (default 30s). Long-running
+	// roles keep trying after it, and say in /readyz what they wait for.
+	ConnectTimeout Duration    `yaml:"connect_timeout"`
+	Client         HBaseClient `yaml:"client"` // timeouts, retries and per-server limits
 }
 
 // HBaseClient holds the HBase client's timeouts, retries and in-flight limits; zero means the

@@ -56,6 +56,9 @@ func (c *Config) EnsureDefaults() {
 	if c.Query.ReloadInterval == 0 {
 		c.Query.ReloadInterval = Duration(10 * time.Second)
 	}
+	if c.HBase.ConnectTimeout == 0 {
+		c.HBase.ConnectTimeout = Duration(30 * time.Second)
+	}
 	if c.Log.Level == "" {
 		c.Log.Level = "info"
 	}

@@ -77,6 +77,9 @@ func (c *Config) validateHBase(errs *fieldErrors) {
 	case c.HBase.ZooKeeper != "" && c.HBase.Embedded != "":
 		errs.bad("hbase", "hbase.zookeeper and hbase.embedded are both set: choose one")
 	}
+	if c.HBase.ConnectTimeout < 0 {
+		errs.bad("hbase.connect_timeout", "must not be negative, got %v", time.Duration(c.HBase.ConnectTimeout))
+	}
 	cl := c.HBase.Client
 	for name, d := range map[string]Duration{"rpc_timeout": cl.RPCTimeout, "dial_timeout": cl.DialTimeout,
 		"zookeeper_timeout": cl.ZooKeeperTimeout, "backoff_min": cl.BackoffMin, "backoff_max": cl.BackoffMax,

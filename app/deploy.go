@@ -134,8 +134,14 @@ func openWith(ctx context.Context, cfg *Config, topo *topology.Topology, log *sl
 	}
 	var hc *hbase.Client
 	err = n.wait.do(ctx, "HBase (zookeeper "+cfg.HBase.ZooKeeper+")", func(ctx context.Context) error {
+		limit := time.Duration(cfg.HBase.ConnectTimeout)
+		cctx, cancel := context.WithTimeout(ctx, limit)
+		defer cancel()
 		var err error
-		hc, err = hbase.NewClient(ctx, cfg.HBase.ClientConfig())
+		hc, err = hbase.NewClient(cctx, cfg.HBase.ClientConfig())
+		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+			return fmt.Errorf("not reached within %v (hbase.connect_timeout): %w", limit, err)
+		}
 		return err
 	})
 	if err != nil {

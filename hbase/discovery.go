@@ -3,9 +3,11 @@ package hbase
 import (
 	"context"
 	"fmt"
+	"net"
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -32,7 +34,21 @@ func (l ZooKeeperLocator) do(ctx context.Context, fn func(conn *zk.Conn, root st
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	conn, events, err := zk.Connect(servers, timeout, zk.WithLogInfo(false), zk.WithLogger(discardLogger{}))
+	// The library retries its connects in the background and reports no dial error: the dialer
+	// keeps the last one, so that a quorum that cannot be reached fails with why (refused,
+	// unresolvable, timed out) rather than with the context's deadline alone.
+	var dialMu sync.Mutex
+	var lastDial error
+	dialer := func(network, address string, timeout time.Duration) (net.Conn, error) {
+		c, err := net.DialTimeout(network, address, timeout)
+		if err != nil {
+			dialMu.Lock()
+			lastDial = err
+			dialMu.Unlock()
+		}
+		return c, err
+	}
+	conn, events, err := zk.Connect(servers, timeout, zk.WithLogInfo(false), zk.WithLogger(discardLogger{}), zk.WithDialer(dialer))
 	if err != nil {
 		return fmt.Errorf("hbase: connect zookeeper %s: %w", l.Quorum, err)
 	}
@@ -58,7 +74,13 @@ func (l ZooKeeperLocator) do(ctx context.Context, fn func(conn *zk.Conn, root st
 	for {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("hbase: zookeeper %s: %w", l.Quorum, ctx.Err())
+			dialMu.Lock()
+			cause := lastDial
+			dialMu.Unlock()
+			if cause != nil {
+				return fmt.Errorf("hbase: zookeeper %s: no session (%w): %v", l.Quorum, ctx.Err(), cause)
+			}
+			return fmt.Errorf("hbase: zookeeper %s: no session: %w", l.Quorum, ctx.Err())
 		case ev := <-events:
 			if ev.State == zk.StateHasSession {
 				root := l.Root
