@@ -230,8 +230,11 @@ func storeName(cfg *Config) string {
 func startAtEnd(ctx context.Context, kc *kgo.Client, cfg *Config, topo *topology.Topology) error {
 	adm := kadm.NewClient(kc)
 	for _, r := range roles {
+		if r.group == nil || !r.enabled(cfg) {
+			continue // the query server joins no group
+		}
 		group, topics := r.groupIn(cfg), r.inputs(cfg, topo)
-		if len(topics) == 0 || group == "" || !r.enabled(cfg) {
+		if len(topics) == 0 || group == "" {
 			continue
 		}
 		ends, err := adm.ListEndOffsets(ctx, topics...)

@@ -55,6 +55,10 @@ func TestRegisteredRoleInEveryCommand(t *testing.T) {
 	var tbl SinkTable
 	registerRole(t, echoRole(&tbl))
 	p := Program{Topologies: []func() (*topology.Topology, error){devices.Topology}}
+	// The file says where everything is: the test services' variables must not move it.
+	for _, v := range EnvVars() {
+		t.Setenv(v, "")
+	}
 
 	// The command line and the deploy checks.
 	inv, err := p.ParseCommandLine([]string{"run", "-config", "x.yaml", "-roles", "facts-sink,echo-sink"})

@@ -34,8 +34,8 @@ import (
 	"github.com/lovoo/goka/codec"
 
 	"github.com/abacus-stream/abacus/internal/engine"
-	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/topology"
 )
 
