@@ -102,7 +102,7 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 					t.Errorf("listing %+v from the index: %d scans, %d rows; want %d scans of at most %d rows", c, cs.scans, cs.rows, scans, rows)
 				}
 			}
-			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != errEntityScanLimit {
+			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != ErrEntityScanLimit {
 				t.Fatalf("scan bound from the index: %v", err)
 			}
 		})

@@ -13,7 +13,7 @@ type entitySet struct {
 
 // entities resolves the entities of a metric that pass the filters on its tag key: entities a
 // case-sensitive literal_or names are taken as named, with no read; otherwise entities are listed
-// by skipping from one to the next in the table (listEntities). With strict, more than limit
+// by skipping from one to the next in the table (Reader.ListEntities). With strict, more than limit
 // entities, or a listing stopped by MaxEntityScan, is an error rather than a partial answer.
 //
 // The entities of a rollup are its keys, filtered on its dimension; a global rollup has one,
@@ -78,8 +78,9 @@ func (a *tsdbAPI) entities(ctx context.Context, met tsdbMetric, filters []tagFil
 				prefix = f.prefix
 			}
 		}
-		list, more, err := met.topo.Reader.listEntities(ctx, met.set, prefix, limit, a.limits.MaxEntityScan, match)
-		if errors.Is(err, errEntityScanLimit) {
+		list, more, err := met.topo.Reader.ListEntities(ctx, met.set,
+			EntityOptions{Limit: limit, MaxRows: a.limits.MaxEntityScan, Prefix: prefix, Match: match})
+		if errors.Is(err, ErrEntityScanLimit) {
 			if strict {
 				return out, badRequest("the entity filter examined %d entities without finishing, the limit: name entities with literal_or, or give a wildcard a longer literal prefix", a.limits.MaxEntityScan)
 			}
@@ -121,6 +122,3 @@ func intersect(a, b []string) []string {
 	}
 	return out
 }
-
-// errEntityScanLimit reports a listing stopped by its bound on examined entities.
-var errEntityScanLimit = errors.New("entity listing stopped at its bound")

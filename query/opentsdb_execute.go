@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/abacus-stream/abacus/totals"
@@ -280,7 +279,7 @@ func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g []se
 }
 
 // read reads the windows of the entities whose start is in [start, end] into st.read, oldest
-// first, once per request: several scans at once (Reader.many), within the request's window
+// first, once per request: several scans at once (Reader.Many), within the request's window
 // budget. Only the aggregates the request asks of the set are read, and each scan runs forward
 // (newest first) and is turned around here: HBase's reversed scan seeks back row by row and took
 // six times as long per cell as a forward one in bench/query (one entity's week, 431 ms against
@@ -295,20 +294,19 @@ func (a *tsdbAPI) read(ctx context.Context, st *reqState, met tsdbMetric, entiti
 	if len(todo) == 0 {
 		return nil
 	}
-	var budget atomic.Int64
-	budget.Store(int64(st.windowsLeft))
-	res, err := met.topo.Reader.many(ctx, met.set, todo, Options{From: start, To: end.Add(time.Millisecond),
-		Aggregates: st.aggs[setKey(met)]}, &budget)
-	if errors.Is(err, errBudget) {
+	budget := NewBudget(st.windowsLeft)
+	res, err := met.topo.Reader.Many(ctx, met.set, todo, Options{From: start, To: end.Add(time.Millisecond),
+		Aggregates: st.aggs[setKey(met)], Budget: budget})
+	if errors.Is(err, ErrBudget) {
 		return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.limits.MaxWindows)
 	}
 	if err != nil {
 		return err
 	}
-	st.windowsLeft = int(budget.Load())
-	for i, e := range todo {
-		slices.Reverse(res[i])
-		st.read[setKey(met)+"\x00"+e] = res[i]
+	st.windowsLeft = budget.Left()
+	for _, e := range todo {
+		slices.Reverse(res[e])
+		st.read[setKey(met)+"\x00"+e] = res[e]
 	}
 	return nil
 }

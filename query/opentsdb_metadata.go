@@ -211,8 +211,8 @@ func (a *tsdbAPI) tagValues(ctx context.Context, prefix string) ([]string, error
 			}
 		}
 		// Listed up to MaxLookup and cut after sorting, so that the first values come first.
-		list, _, err := t.Reader.listEntities(ctx, "", prefix, a.limits.MaxLookup, a.limits.MaxEntityScan, nil)
-		if errors.Is(err, errEntityScanLimit) {
+		list, _, err := t.Reader.ListEntities(ctx, "", EntityOptions{Limit: a.limits.MaxLookup, MaxRows: a.limits.MaxEntityScan, Prefix: prefix})
+		if errors.Is(err, ErrEntityScanLimit) {
 			err = nil
 		}
 		if err != nil {
@@ -438,7 +438,7 @@ func (a *tsdbAPI) setKinds(ctx context.Context, r *Reader, set string) (map[stri
 	if v, ok := a.kinds.Load(key); ok {
 		return v.(map[string][]float64), nil
 	}
-	ents, _, err := r.listEntities(ctx, set, "", 1, a.limits.MaxEntityScan, nil)
+	ents, _, err := r.ListEntities(ctx, set, EntityOptions{Limit: 1, MaxRows: a.limits.MaxEntityScan})
 	if err != nil || len(ents) == 0 {
 		return nil, err // nothing stored yet: learn later
 	}

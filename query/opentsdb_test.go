@@ -65,7 +65,7 @@ func TestListEntitiesLimitTakesTheFirstInOrder(t *testing.T) {
 				t.Fatalf("prefix e-1: %v %v %v", list, more, err)
 			}
 			cs.scans = 0
-			if _, _, err := r.listEntities(context.Background(), "minute", "", 100, 9, nil); err != errEntityScanLimit {
+			if _, _, err := r.listEntities(context.Background(), "minute", "", 100, 9, nil); err != ErrEntityScanLimit {
 				t.Fatalf("scan bound 9 of 40: %v", err)
 			} else if cs.scans > 9+4 {
 				t.Fatalf("scan bound 9: %d reads", cs.scans)
@@ -660,7 +660,7 @@ func TestListEntitiesSkipsRows(t *testing.T) {
 			if list, more, _ := r.listEntities(ctx, "minute", "", 1, 100, nil); len(list) != 1 || !more {
 				t.Fatalf("limit 1: %v %v", list, more)
 			}
-			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != errEntityScanLimit {
+			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != ErrEntityScanLimit {
 				t.Fatalf("scan bound: %v", err)
 			}
 			if list, _, _ := r.listEntities(ctx, "nope", "", 10, 100, nil); len(list) != 0 {
