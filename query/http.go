@@ -157,7 +157,8 @@ func (s *Server) Handler() *http.ServeMux {
 	handle(APIPrefix+"/topologies", "topologies", s.topologies)
 	handle(APIPrefix+"/windows", "windows", s.windows)
 	handle(APIPrefix+"/entities", "entities", s.entities)
-	s.mountOpenTSDB(mux, requests, latency)
+	tsdb := &OpenTSDB{Topologies: s.Topologies, Limits: s.OpenTSDB, MaxBodyBytes: s.Limits.MaxBodyBytes, Now: s.Now, Logger: s.Logger}
+	tsdb.Mount(mux, requests, latency)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.Healthy != nil {
 			if err := s.Healthy(); err != nil {

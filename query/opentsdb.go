@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -100,10 +101,20 @@ func badRequest(format string, args ...any) error {
 	return &tsdbError{Code: http.StatusBadRequest, Message: fmt.Sprintf(format, args...)}
 }
 
-// tsdbAPI serves the OpenTSDB endpoints of one Server.
-type tsdbAPI struct {
-	s      *Server
-	limits OpenTSDBLimits
+// OpenTSDB serves the OpenTSDB-compatible API over the topologies it is given. Set its fields,
+// then Mount it; it must not be copied after.
+type OpenTSDB struct {
+	// Topologies are what the API serves, each topology's metrics named after it.
+	Topologies []Served
+	// Limits bound the work of one request (zero: the defaults).
+	Limits OpenTSDBLimits
+	// MaxBodyBytes bounds a POSTed body (query.limits.max_body_bytes; 1 MiB when 0).
+	MaxBodyBytes int64
+	// Now is the clock for relative times ("1h-ago"); time.Now when nil.
+	Now func() time.Time
+	// Logger gets the failures that clients are answered without details; slog.Default when nil.
+	Logger *slog.Logger
+
 	// kinds caches, per aggregate table and set, which aggregates are quantiles and with which
 	// quantiles, learned from stored windows: the topology description does not say, and a
 	// running topology never changes an aggregate's kind.
@@ -115,29 +126,39 @@ type kindsKey struct {
 	set string
 }
 
-// mountOpenTSDB adds the OpenTSDB endpoints to mux, for GET and POST as OpenTSDB takes either.
-// Paths are also answered with a trailing slash, as OpenTSDB does (some clients always send one).
-func (s *Server) mountOpenTSDB(mux *http.ServeMux, requests *prometheus.CounterVec, latency *prometheus.HistogramVec) {
-	api := &tsdbAPI{s: s, limits: s.OpenTSDB}
-	api.limits.EnsureDefaults()
+// Mount adds the OpenTSDB endpoints to mux, for GET and POST as OpenTSDB takes either, and counts
+// each request into requests (labels endpoint and code) and latency (label endpoint), with
+// endpoints named opentsdb_<path> ("opentsdb_query", "opentsdb_search_lookup"). Paths are also
+// answered with a trailing slash, as OpenTSDB does (some clients always send one). Methods are
+// part of the patterns, so that they do not conflict with a "GET /" mounted beside them (the
+// dashboard); other methods get the mux's 405.
+func (a *OpenTSDB) Mount(mux *http.ServeMux, requests *prometheus.CounterVec, latency *prometheus.HistogramVec) {
+	a.Limits.EnsureDefaults()
+	if a.MaxBodyBytes <= 0 {
+		a.MaxBodyBytes = 1 << 20
+	}
+	if a.Now == nil {
+		a.Now = time.Now
+	}
+	if a.Logger == nil {
+		a.Logger = slog.Default()
+	}
 	routes := map[string]func(r *http.Request) (any, error){
-		"/api/query":          api.query,
-		"/api/suggest":        api.suggest,
-		"/api/search/lookup":  api.lookup,
+		"/api/query":          a.query,
+		"/api/suggest":        a.suggest,
+		"/api/search/lookup":  a.lookup,
 		"/api/aggregators":    func(*http.Request) (any, error) { return aggregatorNames(), nil },
 		"/api/config/filters": func(*http.Request) (any, error) { return filterDocs, nil },
-		"/api/version":        api.version,
+		"/api/version":        a.version,
 	}
 	for path, h := range routes {
 		endpoint := "opentsdb" + strings.ReplaceAll(strings.TrimPrefix(path, "/api"), "/", "_")
 		serve := func(w http.ResponseWriter, r *http.Request) {
 			t0 := time.Now()
-			code := api.serve(w, r, h)
+			code := a.serve(w, r, h)
 			requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
 			latency.WithLabelValues(endpoint).Observe(time.Since(t0).Seconds())
 		}
-		// Methods are part of the patterns so that they do not conflict with the dashboard's "GET /";
-		// other methods get the mux's 405.
 		for _, m := range []string{"GET ", "POST "} {
 			mux.HandleFunc(m+path, serve)
 			mux.HandleFunc(m+path+"/{$}", serve)
@@ -146,13 +167,13 @@ func (s *Server) mountOpenTSDB(mux *http.ServeMux, requests *prometheus.CounterV
 }
 
 // serve runs one endpoint and writes its answer or its error in OpenTSDB's shape.
-func (a *tsdbAPI) serve(w http.ResponseWriter, r *http.Request, h func(*http.Request) (any, error)) int {
+func (a *OpenTSDB) serve(w http.ResponseWriter, r *http.Request, h func(*http.Request) (any, error)) int {
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		w.Header().Set("Allow", "GET, POST")
 		return a.writeError(w, &tsdbError{Code: http.StatusMethodNotAllowed,
 			Message: "method " + r.Method + " is not allowed: abacus only reads (GET or POST)"})
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), a.limits.Timeout)
+	ctx, cancel := context.WithTimeout(r.Context(), a.Limits.Timeout)
 	defer cancel()
 	body, err := h(r.WithContext(ctx))
 	if err != nil {
@@ -173,7 +194,7 @@ func (a *tsdbAPI) serve(w http.ResponseWriter, r *http.Request, h func(*http.Req
 // to keep them in time order).
 type rawJSON []byte
 
-func (a *tsdbAPI) writeError(w http.ResponseWriter, err error) int {
+func (a *OpenTSDB) writeError(w http.ResponseWriter, err error) int {
 	var te *tsdbError
 	switch {
 	case errors.As(err, &te):
@@ -181,9 +202,9 @@ func (a *tsdbAPI) writeError(w http.ResponseWriter, err error) int {
 		te = &tsdbError{Code: http.StatusBadRequest, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
 		te = &tsdbError{Code: http.StatusServiceUnavailable,
-			Message: fmt.Sprintf("the request took longer than its limit of %s: ask for fewer entities or a shorter range", a.limits.Timeout)}
+			Message: fmt.Sprintf("the request took longer than its limit of %s: ask for fewer entities or a shorter range", a.Limits.Timeout)}
 	default:
-		a.s.Logger.Error("opentsdb request failed", "err", err)
+		a.Logger.Error("opentsdb request failed", "err", err)
 		te = &tsdbError{Code: http.StatusServiceUnavailable, Message: err.Error()}
 	}
 	type body struct {

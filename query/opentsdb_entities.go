@@ -18,7 +18,7 @@ type entitySet struct {
 //
 // The entities of a rollup are its keys, filtered on its dimension; a global rollup has one,
 // GlobalKey, read without any filter (checkTagKeys has refused filters on other keys).
-func (a *tsdbAPI) entities(ctx context.Context, met tsdbMetric, filters []tagFilter, limit int, strict bool) (entitySet, error) {
+func (a *OpenTSDB) entities(ctx context.Context, met tsdbMetric, filters []tagFilter, limit int, strict bool) (entitySet, error) {
 	if met.global() {
 		return a.globalEntity(ctx, met, strict)
 	}
@@ -79,10 +79,10 @@ func (a *tsdbAPI) entities(ctx context.Context, met tsdbMetric, filters []tagFil
 			}
 		}
 		list, more, err := met.topo.Reader.ListEntities(ctx, met.set,
-			EntityOptions{Limit: limit, MaxRows: a.limits.MaxEntityScan, Prefix: prefix, Match: match})
+			EntityOptions{Limit: limit, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix, Match: match})
 		if errors.Is(err, ErrEntityScanLimit) {
 			if strict {
-				return out, badRequest("the entity filter examined %d entities without finishing, the limit: name entities with literal_or, or give a wildcard a longer literal prefix", a.limits.MaxEntityScan)
+				return out, badRequest("the entity filter examined %d entities without finishing, the limit: name entities with literal_or, or give a wildcard a longer literal prefix", a.Limits.MaxEntityScan)
 			}
 			err = nil
 		}
@@ -99,7 +99,7 @@ func (a *tsdbAPI) entities(ctx context.Context, met tsdbMetric, filters []tagFil
 
 // globalEntity is the one entity of a global rollup's metric; a listing (not strict) answers it
 // only when it has windows, as listings answer only entities that exist.
-func (a *tsdbAPI) globalEntity(ctx context.Context, met tsdbMetric, strict bool) (entitySet, error) {
+func (a *OpenTSDB) globalEntity(ctx context.Context, met tsdbMetric, strict bool) (entitySet, error) {
 	if !strict {
 		ws, err := met.topo.Reader.Windows(ctx, met.set, GlobalKey, Options{Limit: 1, NoLive: true})
 		if err != nil || len(ws) == 0 {

@@ -46,12 +46,12 @@ type reqState struct {
 func setKey(m tsdbMetric) string { return m.topo.Name + "\x00" + m.set }
 
 // query answers /api/query: each sub-query in turn, sharing the request's reads and its limits.
-func (a *tsdbAPI) query(r *http.Request) (any, error) {
+func (a *OpenTSDB) query(r *http.Request) (any, error) {
 	req, err := a.parseQuery(r)
 	if err != nil {
 		return nil, err
 	}
-	st := &reqState{windowsLeft: a.limits.MaxWindows, pointsLeft: a.limits.MaxPoints, read: map[string][]Window{}, aggs: map[string][]string{}}
+	st := &reqState{windowsLeft: a.Limits.MaxWindows, pointsLeft: a.Limits.MaxPoints, read: map[string][]Window{}, aggs: map[string][]string{}}
 	// Every aggregate the sub-queries ask of a set is read in one pass over an entity's windows,
 	// so that two panels' metrics of one entity cost one read and one share of the window budget.
 	for _, sq := range req.queries {
@@ -72,7 +72,7 @@ func (a *tsdbAPI) query(r *http.Request) (any, error) {
 
 // run answers one sub-query: the metric's series of the entities its filters select, downsampled,
 // grouped and aggregated as it asks, within what the request may still read and answer.
-func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *subQuery) ([]tsdbResult, error) {
+func (a *OpenTSDB) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *subQuery) ([]tsdbResult, error) {
 	met, err := a.metric(sq.metric)
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *s
 	if err := a.checkTagKeys(met, sq.filters); err != nil {
 		return nil, err
 	}
-	ents, err := a.entities(ctx, met, sq.filters, a.limits.MaxEntities, true)
+	ents, err := a.entities(ctx, met, sq.filters, a.Limits.MaxEntities, true)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func (a *tsdbAPI) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *s
 		res := combine(req, sq, met, agg, g)
 		st.pointsLeft -= len(res.pts)
 		if st.pointsLeft < 0 {
-			return nil, badRequest("the answer has more than %d data points, the limit: downsample to a longer interval, shorten the range or name fewer entities", a.limits.MaxPoints)
+			return nil, badRequest("the answer has more than %d data points, the limit: downsample to a longer interval, shorten the range or name fewer entities", a.Limits.MaxPoints)
 		}
 		out = append(out, res)
 	}
@@ -201,7 +201,7 @@ func entitySeries(met tsdbMetric, entity string, ws []Window, finalFilters []tag
 // downsampleSeries downsamples each series in place. With a fill policy every bucket of the range
 // is a point, so the points are counted first: an interval too fine for the range is refused
 // before any is made.
-func (a *tsdbAPI) downsampleSeries(st *reqState, req *tsdbRequest, sq *subQuery, raw []series) error {
+func (a *OpenTSDB) downsampleSeries(st *reqState, req *tsdbRequest, sq *subQuery, raw []series) error {
 	ds := sq.downsample
 	if ds == nil {
 		return nil
@@ -210,7 +210,7 @@ func (a *tsdbAPI) downsampleSeries(st *reqState, req *tsdbRequest, sq *subQuery,
 		buckets := (req.end.UnixMilli()-floorTo(req.start.UnixMilli(), ds.interval))/ds.interval + 1
 		if buckets*int64(max(len(raw), 1)) > int64(st.pointsLeft) {
 			return badRequest("queries[%d]: downsample %s with fill %s over this range makes %d points per series, more than the limit of %d points: use a longer interval or a shorter range",
-				sq.index, sq.dsText, ds.fill, buckets, a.limits.MaxPoints)
+				sq.index, sq.dsText, ds.fill, buckets, a.Limits.MaxPoints)
 		}
 	}
 	for i := range raw {
@@ -284,7 +284,7 @@ func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g []se
 // (newest first) and is turned around here: HBase's reversed scan seeks back row by row and took
 // six times as long per cell as a forward one in bench/query (one entity's week, 431 ms against
 // 70 ms for half the cells forward).
-func (a *tsdbAPI) read(ctx context.Context, st *reqState, met tsdbMetric, entities []string, start, end time.Time) error {
+func (a *OpenTSDB) read(ctx context.Context, st *reqState, met tsdbMetric, entities []string, start, end time.Time) error {
 	var todo []string
 	for _, e := range entities {
 		if _, ok := st.read[setKey(met)+"\x00"+e]; !ok && !slices.Contains(todo, e) {
@@ -298,7 +298,7 @@ func (a *tsdbAPI) read(ctx context.Context, st *reqState, met tsdbMetric, entiti
 	res, err := met.topo.Reader.Many(ctx, met.set, todo, Options{From: start, To: end.Add(time.Millisecond),
 		Aggregates: st.aggs[setKey(met)], Budget: budget})
 	if errors.Is(err, ErrBudget) {
-		return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.limits.MaxWindows)
+		return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.Limits.MaxWindows)
 	}
 	if err != nil {
 		return err

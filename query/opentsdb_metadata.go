@@ -17,7 +17,7 @@ import (
 
 // version answers /api/version, which OpenTSDB clients probe; the revision fields name abacus, as
 // no OpenTSDB build is behind the answer.
-func (a *tsdbAPI) version(*http.Request) (any, error) {
+func (a *OpenTSDB) version(*http.Request) (any, error) {
 	return map[string]string{
 		"version": OpenTSDBVersion, "short_revision": "abacus", "full_revision": "abacus",
 		"repo": "github.com/abacus-stream/abacus", "host": "abacus", "user": "abacus",
@@ -59,10 +59,10 @@ func (m tsdbMetric) what() string {
 	return "is a rollup by " + m.key + ": its series have the tag key " + m.key + " (not " + tagEntity + ")"
 }
 
-func (a *tsdbAPI) metrics() []tsdbMetric {
+func (a *OpenTSDB) metrics() []tsdbMetric {
 	var out []tsdbMetric
-	for i := range a.s.Topologies {
-		t := &a.s.Topologies[i]
+	for i := range a.Topologies {
+		t := &a.Topologies[i]
 		for _, set := range t.Sets {
 			for _, agg := range set.Aggregates {
 				out = append(out, tsdbMetric{name: t.Name + "." + set.Name + "." + agg, topo: t, set: set.Name, agg: agg, key: set.KeyName()})
@@ -73,7 +73,7 @@ func (a *tsdbAPI) metrics() []tsdbMetric {
 	return out
 }
 
-func (a *tsdbAPI) metric(name string) (tsdbMetric, error) {
+func (a *OpenTSDB) metric(name string) (tsdbMetric, error) {
 	for _, m := range a.metrics() {
 		if m.name == name {
 			return m, nil
@@ -92,9 +92,9 @@ const (
 
 // tagKeys lists, sorted, every tag key the served series have: the key of each set (entity, the
 // rollups' dimensions), quantile, and the pseudo key final.
-func (a *tsdbAPI) tagKeys() []string {
+func (a *OpenTSDB) tagKeys() []string {
 	keys := map[string]bool{tagQuantile: true, tagFinal: true}
-	for _, t := range a.s.Topologies {
+	for _, t := range a.Topologies {
 		for _, set := range t.Sets {
 			if k := set.KeyName(); k != "" {
 				keys[k] = true
@@ -113,7 +113,7 @@ func (a *tsdbAPI) tagKeys() []string {
 // written for another set (entity=... on a rollup by region, any tag on a global rollup) is told
 // why it cannot match rather than answered empty. not_key is accepted on any known key: a series
 // without the key is what it asks for.
-func (a *tsdbAPI) checkTagKeys(met tsdbMetric, filters []tagFilter) error {
+func (a *OpenTSDB) checkTagKeys(met tsdbMetric, filters []tagFilter) error {
 	for _, f := range filters {
 		if f.Tagk == tagQuantile || f.Tagk == tagFinal || (f.Tagk == met.key && !met.global()) {
 			continue
@@ -130,7 +130,7 @@ func (a *tsdbAPI) checkTagKeys(met tsdbMetric, filters []tagFilter) error {
 }
 
 // noSuchTagKey is OpenTSDB's answer to a tag key that no series has, listing those that exist.
-func (a *tsdbAPI) noSuchTagKey(tagk string) error {
+func (a *OpenTSDB) noSuchTagKey(tagk string) error {
 	keys := slices.DeleteFunc(a.tagKeys(), func(k string) bool { return k == tagFinal })
 	return badRequest("No such name for 'tagk': '%s' (abacus series have the tag keys %s, and the pseudo key %s)",
 		tagk, strings.Join(keys, ", "), tagFinal)
@@ -138,8 +138,8 @@ func (a *tsdbAPI) noSuchTagKey(tagk string) error {
 
 // suggest answers /api/suggest: the metrics, tag keys or tag values starting with q, which
 // Grafana's query editor offers as completions.
-func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
-	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
+func (a *OpenTSDB) suggest(r *http.Request) (any, error) {
+	q, body, err := params(r, a.MaxBodyBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +155,8 @@ func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if maxN <= 0 || maxN > a.limits.MaxLookup {
-		maxN = a.limits.MaxLookup
+	if maxN <= 0 || maxN > a.Limits.MaxLookup {
+		maxN = a.Limits.MaxLookup
 	}
 	out := []string{}
 	add := func(v string) bool {
@@ -195,10 +195,10 @@ func (a *tsdbAPI) suggest(r *http.Request) (any, error) {
 // tagValues lists, sorted, the tag values a suggestion may offer: true and false (of final), the
 // quantiles of every set, and the entities that start with prefix, up to MaxLookup of them per
 // topology (a listing stopped at MaxEntityScan gives what it found: suggestions may be partial).
-func (a *tsdbAPI) tagValues(ctx context.Context, prefix string) ([]string, error) {
+func (a *OpenTSDB) tagValues(ctx context.Context, prefix string) ([]string, error) {
 	vals := map[string]bool{"true": true, "false": true}
-	for i := range a.s.Topologies {
-		t := &a.s.Topologies[i]
+	for i := range a.Topologies {
+		t := &a.Topologies[i]
 		for _, set := range t.Sets {
 			kinds, err := a.setKinds(ctx, t.Reader, set.Name)
 			if err != nil {
@@ -211,7 +211,7 @@ func (a *tsdbAPI) tagValues(ctx context.Context, prefix string) ([]string, error
 			}
 		}
 		// Listed up to MaxLookup and cut after sorting, so that the first values come first.
-		list, _, err := t.Reader.ListEntities(ctx, "", EntityOptions{Limit: a.limits.MaxLookup, MaxRows: a.limits.MaxEntityScan, Prefix: prefix})
+		list, _, err := t.Reader.ListEntities(ctx, "", EntityOptions{Limit: a.Limits.MaxLookup, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix})
 		if errors.Is(err, ErrEntityScanLimit) {
 			err = nil
 		}
@@ -241,7 +241,7 @@ func (a *tsdbAPI) tagValues(ctx context.Context, prefix string) ([]string, error
 // value: the key of an entity set or of a rollup that has windows under it. Under a global rollup
 // only, it is no tag value, as a global rollup's series has no tags; one one-window read per keyed
 // set tells.
-func (a *tsdbAPI) globalKeyIsTagValue(ctx context.Context, t *Served) (bool, error) {
+func (a *OpenTSDB) globalKeyIsTagValue(ctx context.Context, t *Served) (bool, error) {
 	for _, set := range t.Sets {
 		if set.Global() {
 			continue
@@ -281,9 +281,9 @@ type lookupQuery struct {
 // (m=<metric>{entity=*}, or m=<metric>{region=*} for a rollup by region) for its template
 // variables from it. A metric named outright refuses a tag key its series cannot have, as
 // /api/query does; with every metric (* or none), the metrics without the key are left out.
-func (a *tsdbAPI) lookup(r *http.Request) (any, error) {
+func (a *OpenTSDB) lookup(r *http.Request) (any, error) {
 	t0 := time.Now()
-	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
+	q, body, err := params(r, a.MaxBodyBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -298,8 +298,8 @@ func (a *tsdbAPI) lookup(r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if limit <= 0 || limit > a.limits.MaxLookup {
-		limit = a.limits.MaxLookup
+	if limit <= 0 || limit > a.Limits.MaxLookup {
+		limit = a.Limits.MaxLookup
 	}
 	lq, err := parseLookupM(m)
 	if err != nil {
@@ -352,7 +352,7 @@ func parseLookupM(m string) (lookupQuery, error) {
 }
 
 // lookupMetrics is the metric a lookup names, or every metric for "" and *.
-func (a *tsdbAPI) lookupMetrics(name string) ([]tsdbMetric, error) {
+func (a *OpenTSDB) lookupMetrics(name string) ([]tsdbMetric, error) {
 	if name == "" || name == "*" {
 		return a.metrics(), nil
 	}
@@ -366,7 +366,7 @@ func (a *tsdbAPI) lookupMetrics(name string) ([]tsdbMetric, error) {
 // lookupSeries lists up to limit series of metrics that pass filters, in metric order, and counts
 // the matching series it saw; a metric with more entities than limit counts one more, so that the
 // total says there are more than the results even where the rest was not read.
-func (a *tsdbAPI) lookupSeries(ctx context.Context, metrics []tsdbMetric, filters []tagFilter, limit int) ([]lookupResult, int, error) {
+func (a *OpenTSDB) lookupSeries(ctx context.Context, metrics []tsdbMetric, filters []tagFilter, limit int) ([]lookupResult, int, error) {
 	results := []lookupResult{}
 	total := 0
 	for _, f := range filters {
@@ -410,7 +410,7 @@ func (a *tsdbAPI) lookupSeries(ctx context.Context, metrics []tsdbMetric, filter
 
 // seriesTags lists the tags of a metric's series for the given entities (a rollup's keys): one
 // per entity, or one per entity and quantile for a quantile aggregate.
-func (a *tsdbAPI) seriesTags(ctx context.Context, met tsdbMetric, entities []string) ([]map[string]string, error) {
+func (a *OpenTSDB) seriesTags(ctx context.Context, met tsdbMetric, entities []string) ([]map[string]string, error) {
 	kinds, err := a.setKinds(ctx, met.topo.Reader, met.set)
 	if err != nil {
 		return nil, err
@@ -433,12 +433,12 @@ func (a *tsdbAPI) seriesTags(ctx context.Context, met tsdbMetric, entities []str
 
 // setKinds returns, for the aggregates of a set that hold quantiles, their quantiles, read once
 // from the newest window of the first entity found and then cached.
-func (a *tsdbAPI) setKinds(ctx context.Context, r *Reader, set string) (map[string][]float64, error) {
+func (a *OpenTSDB) setKinds(ctx context.Context, r *Reader, set string) (map[string][]float64, error) {
 	key := kindsKey{r, set}
 	if v, ok := a.kinds.Load(key); ok {
 		return v.(map[string][]float64), nil
 	}
-	ents, _, err := r.ListEntities(ctx, set, EntityOptions{Limit: 1, MaxRows: a.limits.MaxEntityScan})
+	ents, _, err := r.ListEntities(ctx, set, EntityOptions{Limit: 1, MaxRows: a.Limits.MaxEntityScan})
 	if err != nil || len(ents) == 0 {
 		return nil, err // nothing stored yet: learn later
 	}
@@ -451,7 +451,7 @@ func (a *tsdbAPI) setKinds(ctx context.Context, r *Reader, set string) (map[stri
 }
 
 // learnKinds records the quantile aggregates of a window's set.
-func (a *tsdbAPI) learnKinds(key kindsKey, w Window) map[string][]float64 {
+func (a *OpenTSDB) learnKinds(key kindsKey, w Window) map[string][]float64 {
 	if v, ok := a.kinds.Load(key); ok {
 		return v.(map[string][]float64)
 	}

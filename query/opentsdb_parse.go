@@ -59,8 +59,8 @@ type subQueryJSON struct {
 // parseQuery reads an /api/query request from its query string or its JSON body, as OpenTSDB
 // takes either, and refuses what abacus cannot answer (writes, calendar downsampling, UIDs) rather
 // than answer something else.
-func (a *tsdbAPI) parseQuery(r *http.Request) (*tsdbRequest, error) {
-	q, body, err := params(r, a.s.Limits.MaxBodyBytes)
+func (a *OpenTSDB) parseQuery(r *http.Request) (*tsdbRequest, error) {
+	q, body, err := params(r, a.MaxBodyBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (a *tsdbAPI) parseQuery(r *http.Request) (*tsdbRequest, error) {
 	if err := req.parseFlags(q, body); err != nil {
 		return nil, err
 	}
-	if err := req.parseRange(q, body, a.s.Now(), a.limits.MaxRange); err != nil {
+	if err := req.parseRange(q, body, a.Now(), a.Limits.MaxRange); err != nil {
 		return nil, err
 	}
 	if req.queries, err = parseSubQueries(q, body); err != nil {
@@ -77,8 +77,8 @@ func (a *tsdbAPI) parseQuery(r *http.Request) (*tsdbRequest, error) {
 	if len(req.queries) == 0 {
 		return nil, badRequest("no sub-query: give queries (JSON body) or m= (query string)")
 	}
-	if len(req.queries) > a.limits.MaxSubQueries {
-		return nil, badRequest("%d sub-queries, more than the limit of %d", len(req.queries), a.limits.MaxSubQueries)
+	if len(req.queries) > a.Limits.MaxSubQueries {
+		return nil, badRequest("%d sub-queries, more than the limit of %d", len(req.queries), a.Limits.MaxSubQueries)
 	}
 	return req, nil
 }

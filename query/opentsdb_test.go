@@ -21,6 +21,7 @@ import (
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/totals"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -111,17 +112,34 @@ func seedTSDB(t testing.TB, st store.Writer, table string, buckets int) {
 	}
 }
 
+// tsdbServer serves the OpenTSDB API over the seeded table (seedTSDB) with the given limits, its
+// clock an hour after t0.
 func tsdbServer(t *testing.T, src Source, table string, limits OpenTSDBLimits) *httptest.Server {
 	t.Helper()
-	srv := &Server{
+	return serveTSDB(t, &OpenTSDB{
 		Topologies: []Served{{Name: "devices", Reader: newReader(t, src, table), Sets: []ServedSet{
 			{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "mean", "temp_q"}},
 			{Name: "hour", Window: "tumbling 1h0m0s", Aggregates: []string{"count"}},
 		}}},
-		Now:      func() time.Time { return t0.Add(time.Hour) },
-		OpenTSDB: limits,
-	}
-	ts := httptest.NewServer(srv.HandlerWithDashboard()) // with the dashboard: its "GET /" must not shadow the API
+		Now:    func() time.Time { return t0.Add(time.Hour) },
+		Limits: limits,
+	})
+}
+
+// tsdbMux mounts api on a mux beside a "GET /", as the HTTP server mounts it beside the dashboard:
+// that pattern must neither conflict with the API's nor shadow them.
+func tsdbMux(api *OpenTSDB) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("GET /", http.NotFoundHandler())
+	api.Mount(mux, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "requests"}, []string{"endpoint", "code"}),
+		prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "latency"}, []string{"endpoint"}))
+	return mux
+}
+
+// serveTSDB serves api (tsdbMux) until the test ends.
+func serveTSDB(t *testing.T, api *OpenTSDB) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(tsdbMux(api))
 	t.Cleanup(ts.Close)
 	return ts
 }

@@ -35,9 +35,9 @@ func FuzzParseTime(f *testing.F) {
 	})
 }
 
-// fuzzHandler is a query server over an embedded store with a few windows, through Secure as
-// app serves it, with the default limits but a short request timeout.
-func fuzzHandler(f *testing.F) (*Server, http.Handler) {
+// fuzzStore is an embedded store with a few windows: table agg seeded by seed, table tsdb by
+// seedTSDB.
+func fuzzStore(f *testing.F) *cellstore.Store {
 	st, err := cellstore.Open("")
 	if err != nil {
 		f.Fatal(err)
@@ -51,17 +51,31 @@ func fuzzHandler(f *testing.F) (*Server, http.Handler) {
 	}
 	seed(f, st, "agg", 4)
 	seedTSDB(f, st, "tsdb", 4)
+	return st
+}
+
+// fuzzHandler is a query server over fuzzStore's table agg, through Secure as app serves it, with
+// the default limits but a short request timeout.
+func fuzzHandler(f *testing.F) http.Handler {
+	st := fuzzStore(f)
 	srv := &Server{
-		Topologies: []Served{
-			{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(f, st, "agg")},
-			{Name: "devices", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "mean", "temp_q"}}, {Name: "hour", Aggregates: []string{"count"}}},
-				Reader: newReader(f, st, "tsdb")},
-		},
-		Now:      func() time.Time { return t0.Add(2 * time.Hour) },
-		Limits:   Limits{RequestTimeout: 5 * time.Second},
-		OpenTSDB: OpenTSDBLimits{Timeout: 5 * time.Second},
+		Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(f, st, "agg")}},
+		Now:        func() time.Time { return t0.Add(2 * time.Hour) },
+		Limits:     Limits{RequestTimeout: 5 * time.Second},
 	}
-	return srv, srv.Secure(srv.HandlerWithDashboard())
+	return srv.Secure(srv.HandlerWithDashboard())
+}
+
+// fuzzTSDBHandler is the OpenTSDB API over fuzzStore's table tsdb, with the default limits but a
+// short timeout.
+func fuzzTSDBHandler(f *testing.F) http.Handler {
+	st := fuzzStore(f)
+	return tsdbMux(&OpenTSDB{
+		Topologies: []Served{{Name: "devices", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "mean", "temp_q"}}, {Name: "hour", Aggregates: []string{"count"}}},
+			Reader: newReader(f, st, "tsdb")}},
+		Now:    func() time.Time { return t0.Add(2 * time.Hour) },
+		Limits: OpenTSDBLimits{Timeout: 5 * time.Second},
+	})
 }
 
 // answerOK checks an answer to a hostile request: a client mistake is a 4xx, never a 5xx (the
@@ -83,8 +97,7 @@ func FuzzAPIParams(f *testing.F) {
 		"set=minute&entity=ab1&limit=99999999999999999999", "set=%zz&entity=ab1", "set=minute&entity=ab1&from=2026-11-30T12:00:00Z"} {
 		f.Add(s)
 	}
-	srv, h := fuzzHandler(f)
-	srv.Topologies = srv.Topologies[:1] // topology may be left out
+	h := fuzzHandler(f) // one topology: topology may be left out
 	f.Fuzz(func(t *testing.T, rawQuery string) {
 		for _, path := range []string{"/api/v1/windows", "/api/v1/entities"} {
 			req := httptest.NewRequest("GET", "http://abacus"+path, nil)
@@ -111,7 +124,7 @@ func FuzzOpenTSDBParams(f *testing.F) {
 	} {
 		f.Add(s.q, []byte(s.body))
 	}
-	_, h := fuzzHandler(f)
+	h := fuzzTSDBHandler(f)
 	f.Fuzz(func(t *testing.T, rawQuery string, body []byte) {
 		for _, path := range []string{"/api/query", "/api/search/lookup", "/api/suggest"} {
 			get := httptest.NewRequest("GET", "http://abacus"+path, nil)

@@ -54,20 +54,23 @@ func seedRollups(t testing.TB, st store.Writer, table string) {
 	}
 }
 
-// rollupServer serves an entity set (Dimension left empty, as callers that predate rollups do), a
-// rollup by region and a global rollup over the seeded table.
-func rollupServer(t *testing.T) *httptest.Server {
+// rollupServed is an entity set (Dimension left empty, as callers that predate rollups do), a
+// rollup by region and a global rollup over a seeded table (seedRollups).
+func rollupServed(t *testing.T) Served {
 	t.Helper()
 	st, table := stores(t)["cellstore"](t)
 	seedRollups(t, st, table)
-	srv := &Server{
-		Topologies: []Served{{Name: "devices", Reader: newReader(t, st, table), Sets: []ServedSet{
-			{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}},
-			{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
-			{Name: "fleet-minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "temp_q"}, Rollup: true},
-		}}},
-		Now: func() time.Time { return t0.Add(time.Hour) },
-	}
+	return Served{Name: "devices", Reader: newReader(t, st, table), Sets: []ServedSet{
+		{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}},
+		{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
+		{Name: "fleet-minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "temp_q"}, Rollup: true},
+	}}
+}
+
+// rollupServer serves rollupServed through the HTTP API.
+func rollupServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	srv := &Server{Topologies: []Served{rollupServed(t)}, Now: func() time.Time { return t0.Add(time.Hour) }}
 	ts := httptest.NewServer(srv.HandlerWithDashboard())
 	t.Cleanup(ts.Close)
 	return ts
@@ -184,7 +187,7 @@ func TestRollupHTTPAPI(t *testing.T) {
 // TestRollupOpenTSDB: a rollup's series have its dimension as tag key, a global rollup's none, and
 // every look-up Grafana makes (suggest, lookup, tag filters, group by) follows the set's key.
 func TestRollupOpenTSDB(t *testing.T) {
-	c := tsdbClient{t, rollupServer(t).URL}
+	c := tsdbClient{t, serveTSDB(t, &OpenTSDB{Topologies: []Served{rollupServed(t)}, Now: func() time.Time { return t0.Add(time.Hour) }}).URL}
 	end := t0.Add(10 * time.Minute).Unix()
 	q := func(sub string) string { return fmt.Sprintf(`{"start":%d,"end":%d,"queries":[%s]}`, sec0, end, sub) }
 
