@@ -7,6 +7,7 @@ import (
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/goccy/go-yaml"
 )
 
@@ -213,7 +214,7 @@ type QueryTLS struct {
 	KeyFile  string `yaml:"key_file"`
 }
 
-// QueryAuth names the query server's credentials files (see query.AuthConfig for their format).
+// QueryAuth names the query server's credentials files (see httpsec.AuthConfig for their format).
 type QueryAuth struct {
 	TokensFile string `yaml:"tokens_file"` // one bearer token per line
 	BasicFile  string `yaml:"basic_file"`  // one user:password per line
@@ -246,9 +247,9 @@ func (l QueryLimits) Limits() query.Limits {
 	return out
 }
 
-// AuthConfig is the query.AuthConfig of the block.
-func (a QueryAuth) AuthConfig() query.AuthConfig {
-	return query.AuthConfig{TokensFile: a.TokensFile, BasicFile: a.BasicFile, Prefix: "query.auth"}
+// AuthConfig is the httpsec.AuthConfig of the block.
+func (a QueryAuth) AuthConfig() httpsec.AuthConfig {
+	return httpsec.AuthConfig{TokensFile: a.TokensFile, BasicFile: a.BasicFile, Prefix: "query.auth"}
 }
 
 // Duration is a time.Duration written as "90s" or "1h30m" in YAML.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/abacus-stream/abacus/totals"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -104,9 +105,9 @@ type Server struct {
 	Limits Limits
 	// Auth, when set, makes Secure admit only requests with known credentials (health checks
 	// excepted).
-	Auth *Authenticator
+	Auth *httpsec.Authenticator
 	// TLS, when set, makes Serve speak HTTPS with its (reloadable) certificate.
-	TLS *CertReloader
+	TLS *httpsec.CertReloader
 }
 
 // registered registers c on reg, or returns the collector already registered under its name, so

@@ -2,13 +2,19 @@ package query
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/abacus-stream/abacus/query/httpsec"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Limits bound what one client can make the query server do. A request past a limit is answered
@@ -118,7 +124,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, h http.Handler) err
 	if s.TLS != nil {
 		// The limit connections wrap the TLS ones, so that a 408 goes out encrypted. net/http
 		// then sees no *tls.Conn: it speaks HTTP/1.1 only (no h2 is offered) and r.TLS is nil.
-		ln = tlsListener(ln, s.TLS)
+		ln = tls.NewListener(ln, s.TLS.TLSConfig())
 	}
 	inner := &limitListener{Listener: ln, timeout: s.Limits.ReadHeaderTimeout, idle: s.Limits.IdleTimeout}
 	hs := &http.Server{
@@ -214,4 +220,33 @@ func (c *limitConn) Read(p []byte) (int, error) {
 		})
 	}
 	return n, err
+}
+
+// Secure wraps h, the server's routes with whatever was mounted beside them (the dashboard), in
+// the request limits and, when s.Auth is set, authentication (httpsec.Middleware): health checks
+// stay open, every other path needs credentials. Call it after Handler.
+func (s *Server) Secure(h http.Handler) http.Handler {
+	s.Limits.EnsureDefaults()
+	if s.Registry == nil {
+		s.Registry = prometheus.NewRegistry()
+	}
+	if s.Auth != nil {
+		failures := registered(s.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "query",
+			Name: "auth_failures_total", Help: "Requests refused for missing or unknown credentials."}, []string{"reason"}))
+		h = httpsec.Middleware{Auth: s.Auth, Open: []string{"/healthz", "/readyz"}, Failures: failures, Logger: s.logger()}.Wrap(h)
+	}
+	return s.limitsHandler(h)
+}
+
+func (s *Server) logger() *slog.Logger {
+	if s.Logger == nil {
+		return slog.Default()
+	}
+	return s.Logger
+}
+
+// slogErrorLog sends net/http's own messages (TLS handshake errors of scanners, mostly) to slog
+// at debug level rather than to stderr.
+func slogErrorLog(l *slog.Logger) *log.Logger {
+	return slog.NewLogLogger(l.Handler(), slog.LevelDebug)
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/abacus-stream/abacus/store"
 )
 
@@ -111,7 +112,7 @@ func TestAuthentication(t *testing.T) {
 	tokens, users := filepath.Join(dir, "tokens"), filepath.Join(dir, "users")
 	writeFile(t, tokens, "# Grafana\n"+goodToken+"\n\n  "+oldToken+"  \n")
 	writeFile(t, users, "alice:correct horse battery\n")
-	auth, err := NewAuthenticator(AuthConfig{TokensFile: tokens, BasicFile: users})
+	auth, err := httpsec.NewAuthenticator(httpsec.AuthConfig{TokensFile: tokens, BasicFile: users})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestAuthentication(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var watchLog testenv.SyncBuffer
-	go Watch(ctx, auth, 20*time.Millisecond, slog.New(slog.NewTextHandler(&watchLog, nil)))
+	go httpsec.Watch(ctx, auth, 20*time.Millisecond, slog.New(slog.NewTextHandler(&watchLog, nil)))
 	writeFile(t, tokens, goodToken+"\n")
 	waitFor(t, "the rotated-out token to be refused", func() bool {
 		return do(t, nil, "GET", base+"/api/v1/topologies", nil, bearer(oldToken)).code == 401
@@ -220,38 +221,6 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 	}
 }
 
-// TestAuthFileMistakes: every mistake in a credentials file names the field, the file and the
-// line, never the credential.
-func TestAuthFileMistakes(t *testing.T) {
-	dir := t.TempDir()
-	f := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		writeFile(t, p, body)
-		return p
-	}
-	for _, tc := range []struct {
-		cfg  AuthConfig
-		want string
-	}{
-		{AuthConfig{}, "query.auth: neither tokens_file nor basic_file is set"},
-		{AuthConfig{TokensFile: f("empty", "# nobody\n\n")}, "query.auth.tokens_file: " + dir + "/empty holds no token: it would admit no one"},
-		{AuthConfig{TokensFile: filepath.Join(dir, "missing")}, "query.auth.tokens_file: open " + dir + "/missing: no such file or directory"},
-		{AuthConfig{TokensFile: dir}, "query.auth.tokens_file: " + dir + " is a folder, not a file"},
-		{AuthConfig{BasicFile: f("nocolon", "alice-secret-password\n")}, "query.auth.basic_file: " + dir + "/nocolon line 1: not user:password"},
-		{AuthConfig{BasicFile: f("nopw", "# x\nalice:\n")}, `query.auth.basic_file: ` + dir + `/nopw line 2: user "alice" has an empty password`},
-		{AuthConfig{BasicFile: f("twice", "alice:a-secret-1\nalice:a-secret-2\n")}, `line 2: user "alice" is listed twice`},
-		{AuthConfig{TokensFile: f("huge", strings.Repeat("x", maxAuthFileBytes+1))}, "is over 1048576 bytes"},
-	} {
-		_, err := NewAuthenticator(tc.cfg)
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v\nwant %q", tc.cfg, err, tc.want)
-		}
-		if err != nil && (strings.Contains(err.Error(), "secret")) {
-			t.Errorf("the error shows a credential: %v", err)
-		}
-	}
-}
-
 // TestTLSAndReload: the server speaks TLS with the pair of its files; a renewed pair is served to
 // new connections after Reload (SIGHUP) or when Watch sees the files change, and a broken renewal
 // leaves the pair in use.
@@ -259,7 +228,7 @@ func TestTLSAndReload(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
 	ca1 := writeCert(t, certFile, keyFile, 1)
-	certs, err := NewCertReloader(certFile, keyFile, "")
+	certs, err := httpsec.NewCertReloader(certFile, keyFile, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,7 +273,7 @@ func TestTLSAndReload(t *testing.T) {
 	// Watch sees a good renewal.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go Watch(ctx, certs, 20*time.Millisecond, nil)
+	go httpsec.Watch(ctx, certs, 20*time.Millisecond, nil)
 	ca4 := writeCert(t, certFile, keyFile, 4)
 	waitFor(t, "the renewed certificate", func() bool { s, err := serial(ca4); return err == nil && s == 4 })
 }

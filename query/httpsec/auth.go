@@ -1,31 +1,22 @@
-package query
+// Package httpsec secures the query server's HTTP: who may call it (bearer tokens and basic
+// users read from files, and the middleware that admits only them), its TLS certificate, and the
+// reloading of both when their files change or on SIGHUP, without a restart.
+package httpsec
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"log"
-	"log/slog"
-	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/abacus-stream/abacus/internal/smallfile"
-	"github.com/prometheus/client_golang/prometheus"
 )
-
-// Paths answered without authentication: health checks, for load balancers and orchestrators
-// that carry no credentials. They say nothing about the data.
-var openPaths = map[string]bool{"/healthz": true, "/readyz": true}
 
 // MinTokenLength is the shortest bearer token an Authenticator accepts from its file: a short
 // token can be guessed.
@@ -208,195 +199,4 @@ func (a *Authenticator) challenge() []string {
 		out = append(out, `Basic realm="abacus", charset="UTF-8"`)
 	}
 	return out
-}
-
-// authHandler admits requests with known credentials to next; health checks need none.
-func (s *Server) authHandler(next http.Handler) http.Handler {
-	failures := registered(s.Registry, prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "query",
-		Name: "auth_failures_total", Help: "Requests refused for missing or unknown credentials."}, []string{"reason"}))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPaths[r.URL.Path] {
-			next.ServeHTTP(w, r)
-			return
-		}
-		ok, why := s.Auth.admit(r)
-		if ok {
-			next.ServeHTTP(w, r)
-			return
-		}
-		failures.WithLabelValues(why).Inc()
-		s.logger().Debug("query request refused", "reason", why, "path", r.URL.Path, "remote", r.RemoteAddr)
-		for _, c := range s.Auth.challenge() {
-			w.Header().Add("WWW-Authenticate", c)
-		}
-		msg := "authentication required: send Authorization: Bearer <token> or basic credentials"
-		if why == "invalid" {
-			msg = "unknown credentials"
-		}
-		writeJSON(w, http.StatusUnauthorized, apiError{Error: msg})
-	})
-}
-
-// Secure wraps h, the server's routes with whatever was mounted beside them (the dashboard), in
-// the request limits and, when s.Auth is set, authentication: health checks stay open, every
-// other path needs credentials. Call it after Handler.
-func (s *Server) Secure(h http.Handler) http.Handler {
-	s.Limits.EnsureDefaults()
-	if s.Registry == nil {
-		s.Registry = prometheus.NewRegistry()
-	}
-	if s.Auth != nil {
-		h = s.authHandler(h)
-	}
-	return s.limitsHandler(h)
-}
-
-// CertReloader serves the TLS certificate and key of two PEM files, read again when they change
-// (Watch) or on Reload (SIGHUP), so that a renewed certificate is served without a restart. A
-// renewed pair that does not load (a half-written file, a key that does not match) leaves the
-// pair in use in place.
-type CertReloader struct {
-	certFile, keyFile string
-	prefix            string
-	mu                sync.RWMutex
-	cert              *tls.Certificate
-	watched           fileStamp
-}
-
-// NewCertReloader loads the pair; errors name the field (prefix.cert_file; prefix defaults to
-// query.tls).
-func NewCertReloader(certFile, keyFile, prefix string) (*CertReloader, error) {
-	if prefix == "" {
-		prefix = "query.tls"
-	}
-	c := &CertReloader{certFile: certFile, keyFile: keyFile, prefix: prefix}
-	switch {
-	case certFile == "":
-		return nil, fmt.Errorf("%s.cert_file: required with %s.key_file", prefix, prefix)
-	case keyFile == "":
-		return nil, fmt.Errorf("%s.key_file: required with %s.cert_file", prefix, prefix)
-	}
-	if err := c.Reload(); err != nil {
-		return nil, err
-	}
-	return c, nil
-}
-
-// Files are the certificate and key files.
-func (c *CertReloader) Files() []string { return []string{c.certFile, c.keyFile} }
-
-// Reload reads the pair again; on error the pair in use stays.
-func (c *CertReloader) Reload() error {
-	stamp := stampFiles(c.Files())
-	certPEM, err := readSmallFile(c.certFile)
-	if err != nil {
-		return fmt.Errorf("%s.cert_file: %w", c.prefix, err)
-	}
-	keyPEM, err := readSmallFile(c.keyFile)
-	if err != nil {
-		return fmt.Errorf("%s.key_file: %w", c.prefix, err)
-	}
-	pair, err := tls.X509KeyPair(certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("%s.cert_file, %s.key_file: %s and %s: %w", c.prefix, c.prefix, c.certFile, c.keyFile, err)
-	}
-	c.mu.Lock()
-	c.cert, c.watched = &pair, stamp
-	c.mu.Unlock()
-	return nil
-}
-
-// GetCertificate serves the pair in use (tls.Config.GetCertificate).
-func (c *CertReloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.cert, nil
-}
-
-// TLSConfig is the server's TLS configuration: TLS 1.2 or later, the pair in use, HTTP/1.1.
-func (c *CertReloader) TLSConfig() *tls.Config {
-	return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: c.GetCertificate, NextProtos: []string{"http/1.1"}}
-}
-
-func tlsListener(ln net.Listener, c *CertReloader) net.Listener {
-	return tls.NewListener(ln, c.TLSConfig())
-}
-
-// fileStamp identifies the versions of a set of files (size and modification time of each), so
-// that a change is seen without reading them.
-type fileStamp string
-
-func stampFiles(paths []string) fileStamp {
-	var b strings.Builder
-	for _, p := range paths {
-		if st, err := os.Stat(p); err == nil {
-			fmt.Fprintf(&b, "%s %d %d;", p, st.Size(), st.ModTime().UnixNano())
-		} else {
-			fmt.Fprintf(&b, "%s missing;", p)
-		}
-	}
-	return fileStamp(b.String())
-}
-
-// Reloadable is a set of files read once and read again when they change: an Authenticator or
-// a CertReloader.
-type Reloadable interface {
-	Files() []string
-	Reload() error
-	stamp() fileStamp
-}
-
-func (a *Authenticator) stamp() fileStamp {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return a.watched
-}
-
-func (c *CertReloader) stamp() fileStamp {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.watched
-}
-
-// Watch reloads r whenever its files change, checking every interval, until ctx ends. A reload
-// that fails is logged once per version of the files, and the credentials or certificate in use
-// stay.
-func Watch(ctx context.Context, r Reloadable, interval time.Duration, log *slog.Logger) {
-	if log == nil {
-		log = slog.Default()
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	var failed fileStamp
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := stampFiles(r.Files())
-		if now == r.stamp() || now == failed {
-			continue
-		}
-		if err := r.Reload(); err != nil {
-			failed = now
-			log.Error("changed files not loaded; the ones loaded before stay in use", "files", r.Files(), "err", err)
-			continue
-		}
-		failed = ""
-		log.Info("reloaded", "files", r.Files())
-	}
-}
-
-func (s *Server) logger() *slog.Logger {
-	if s.Logger == nil {
-		return slog.Default()
-	}
-	return s.Logger
-}
-
-// slogErrorLog sends net/http's own messages (TLS handshake errors of scanners, mostly) to slog
-// at debug level rather than to stderr.
-func slogErrorLog(l *slog.Logger) *log.Logger {
-	return slog.NewLogLogger(l.Handler(), slog.LevelDebug)
 }
