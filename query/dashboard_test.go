@@ -21,10 +21,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/totals"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // dashboardEntities are seeded by seedRecent; the page charts them all by default (it picks the
@@ -37,9 +36,8 @@ var dashboardEntities = []string{"store-berlin", "store-lisbon", "store-oslo"}
 // for the current minute, to be served as the processors' open state.
 func seedRecent(t *testing.T, st store.Writer, table string, buckets int) fakeLive {
 	t.Helper()
-	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
 	now := time.Now().Truncate(time.Minute)
-	var cells []store.Cell
+	var recs []totals.Record
 	values := func(k int64, phase float64) []totals.Value {
 		x := float64(k)
 		count := int64(60 + 35*math.Sin(x/6+phase) + float64((k*7)%11))
@@ -56,17 +54,11 @@ func seedRecent(t *testing.T, st store.Writer, table string, buckets int) fakeLi
 				continue
 			}
 			start := now.Add(-time.Duration(k) * time.Minute).UnixMilli()
-			r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: start, End: start + minute,
-				Final: k > 2, Revision: uint64(100 - k), Values: values(k, float64(n)*1.7)}
-			var err error
-			if cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells); err != nil {
-				t.Fatal(err)
-			}
+			recs = append(recs, totals.Record{Topology: "t", Set: "minute", Entity: e, Start: start, End: start + minute,
+				Final: k > 2, Revision: uint64(100 - k), Values: values(k, float64(n)*1.7)})
 		}
 	}
-	if failed, err := st.Write(context.Background(), cells); err != nil || len(failed) > 0 {
-		t.Fatalf("seed: %v %v", failed, err)
-	}
+	querytest.WriteTotals(t, st, table, buckets, recs)
 	live := map[string]totals.Value{}
 	for _, v := range values(0, 0) {
 		live[v.Name] = v
@@ -78,7 +70,7 @@ func seedRecent(t *testing.T, st store.Writer, table string, buckets int) fakeLi
 // dashboardServer serves the API and the dashboard over the embedded cell store.
 func dashboardServer(t *testing.T) *httptest.Server {
 	t.Helper()
-	st, table := stores(t)["cellstore"](t)
+	st, table := querytest.CellStore(t)
 	live := seedRecent(t, st, table, 4)
 	srv := &Server{Topologies: []Served{{Name: "t",
 		Sets:   []ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},

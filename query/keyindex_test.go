@@ -11,6 +11,7 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/keyindex"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
@@ -20,7 +21,7 @@ import (
 // TestListEntitiesFromKeyIndex: once the key index is complete, every listing answers what the walk
 // of the aggregates table answers, from one read of the index; before its marker the reader walks.
 func TestListEntitiesFromKeyIndex(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			st, table := open(t)
@@ -47,7 +48,7 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 					put("minute", e, t0.UnixMilli()+m*minute)
 				}
 			}
-			for _, e := range tsdbEntities {
+			for _, e := range querytest.TSDBEntities {
 				put("minute", e, t0.UnixMilli())
 				put("hour", e, t0.UnixMilli())
 			}
@@ -82,13 +83,13 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 			if err := keyindex.MarkComplete(ctx, st, agg); err != nil {
 				t.Fatal(err)
 			}
-			cs := &countingSource{Source: st}
+			cs := &querytest.CountingSource{Source: st}
 			r := newReader(t, cs, table)
 			if !r.keyIndexed(ctx) {
 				t.Fatal("the reader does not see the complete index")
 			}
 			for i, c := range cases {
-				cs.scans, cs.rows = 0, 0
+				cs.Reset()
 				if got := result(r, c); got != want[i] {
 					t.Errorf("listing %+v from the index: %s; the walk: %s", c, got, want[i])
 				}
@@ -98,8 +99,8 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 				if c.set == "" {
 					scans, rows = 2*2+1, 2*(c.limit+1)+3
 				}
-				if cs.scans != scans || (c.match == nil && cs.rows > rows) {
-					t.Errorf("listing %+v from the index: %d scans, %d rows; want %d scans of at most %d rows", c, cs.scans, cs.rows, scans, rows)
+				if n := cs.Counts(); n.Scans != scans || (c.match == nil && n.Rows > rows) {
+					t.Errorf("listing %+v from the index: %d scans, %d rows; want %d scans of at most %d rows", c, n.Scans, n.Rows, scans, rows)
 				}
 			}
 			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != ErrEntityScanLimit {
@@ -112,7 +113,7 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 // TestReaderNoticesReindex: a reader that started before the index was complete uses it once
 // the marker is there and keyIndexRecheck has passed, without a restart.
 func TestReaderNoticesReindex(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
+	st, table := querytest.CellStore(t)
 	ctx := context.Background()
 	agg := schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}
 	if err := st.(store.Tables).EnsureTable(ctx, schema.KeyIndexLayout(agg)); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/testenv/gate"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 )
 
 // pythonWithPyOpenTSDB is the Python that testenv/run-tests.sh installs the tests' packages for
@@ -35,8 +36,8 @@ func pythonWithPyOpenTSDB(t *testing.T) string {
 // every query flag sent) and its own reading of answers and of OpenTSDB's error shape.
 func TestPyOpenTSDBClient(t *testing.T) {
 	py := pythonWithPyOpenTSDB(t)
-	st, table := stores(t)["cellstore"](t)
-	seedTSDB(t, st, table, 4)
+	st, table := querytest.CellStore(t)
+	querytest.SeedTSDB(t, st, table, 4)
 	srv := tsdbServer(t, st, table, OpenTSDBLimits{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -14,46 +14,36 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/sinks"
-	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/totals"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // t0 is the start of the first seeded window; the test server's clock stands an hour later.
-var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+var t0 = querytest.T0
 
 // TestListEntitiesLimitTakesTheFirstInOrder: the buckets are walked at once, and a listing cut at
 // its limit still answers the first entities in order, the same at every call; the scan bound
 // holds across the buckets.
 func TestListEntitiesLimitTakesTheFirstInOrder(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
-			enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4}
-			var cells []store.Cell
+			var recs []totals.Record
 			var want []string
 			for i := range 40 {
 				e := fmt.Sprintf("e-%02d", (i*17)%40) // written out of order
 				want = append(want, e)
-				rec := totals.Record{Topology: "devices", Set: "minute", Entity: e,
+				recs = append(recs, totals.Record{Topology: "devices", Set: "minute", Entity: e,
 					Start: t0.UnixMilli(), End: t0.UnixMilli() + minute, Final: true, Revision: 1,
-					Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 1}}}
-				var err error
-				if cells, err = enc.Encode(&kgo.Record{Value: rec.Encode()}, cells); err != nil {
-					t.Fatal(err)
-				}
+					Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 1}}})
 			}
-			if failed, err := st.Write(context.Background(), cells); err != nil || len(failed) > 0 {
-				t.Fatalf("write: %v %v", failed, err)
-			}
+			querytest.WriteTotals(t, st, table, 4, recs)
 			sort.Strings(want)
-			cs := &countingSource{Source: st}
+			cs := &querytest.CountingSource{Source: st}
 			r := newReader(t, cs, table)
 			for range 5 {
 				list, more, err := r.listEntities(context.Background(), "minute", "", 7, 1000, nil)
@@ -65,50 +55,13 @@ func TestListEntitiesLimitTakesTheFirstInOrder(t *testing.T) {
 			if err != nil || more || strings.Join(list, " ") != strings.Join(want[10:20], " ") {
 				t.Fatalf("prefix e-1: %v %v %v", list, more, err)
 			}
-			cs.scans = 0
+			cs.Reset()
 			if _, _, err := r.listEntities(context.Background(), "minute", "", 100, 9, nil); err != ErrEntityScanLimit {
 				t.Fatalf("scan bound 9 of 40: %v", err)
-			} else if cs.scans > 9+4 {
-				t.Fatalf("scan bound 9: %d reads", cs.scans)
+			} else if n := cs.Counts(); n.Scans > 9+4 {
+				t.Fatalf("scan bound 9: %d reads", n.Scans)
 			}
 		})
-	}
-}
-
-// tsdbEntities are the seeded entities: two devices and one that wildcards on device-* leave out.
-var tsdbEntities = []string{"device-001", "device-002", "other-7"}
-
-// seedTSDB writes 60 minute windows (t0 + i minutes) per entity, as the aggregates sink does:
-// count = i+1 for device-001, 100+i for device-002 and 1000 for other-7; mean = count/10;
-// temp_q has quantiles 0.5 = count and 0.95 = 2*count. Every window is final but the last.
-// An hour set holds one window per entity, so that listings must skip rows of other sets.
-func seedTSDB(t testing.TB, st store.Writer, table string, buckets int) {
-	t.Helper()
-	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
-	var cells []store.Cell
-	put := func(r totals.Record) {
-		var err error
-		if cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for n, e := range tsdbEntities {
-		for i := range int64(60) {
-			c := []int64{i + 1, 100 + i, 1000}[n]
-			start := t0.Add(time.Duration(i) * time.Minute).UnixMilli()
-			put(totals.Record{Topology: "devices", Set: "minute", Entity: e, Start: start, End: start + minute,
-				Final: i < 59, Revision: uint64(c), Values: []totals.Value{
-					{Name: "count", Kind: totals.KindInt, Int: c},
-					{Name: "mean", Kind: totals.KindFloat, Float: float64(c) / 10},
-					{Name: "temp_q", Kind: totals.KindQuantiles, Quantiles: []totals.Quantile{{Q: 0.5, Value: float64(c)}, {Q: 0.95, Value: float64(2 * c)}}},
-				}})
-		}
-		put(totals.Record{Topology: "devices", Set: "hour", Entity: e, Start: t0.UnixMilli(), End: t0.Add(time.Hour).UnixMilli(),
-			Final: true, Revision: 1, Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 60}}})
-	}
-	failed, err := st.Write(context.Background(), cells)
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("seed: %v %v", failed, err)
 	}
 }
 
@@ -290,10 +243,10 @@ var (
 // and template variables' look-ups, its health check and annotation queries) to the embedded cell
 // store and to the real HBase, and checks the answers against the seeded windows.
 func TestOpenTSDBGrafanaRequests(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
-			seedTSDB(t, st, table, 4)
+			querytest.SeedTSDB(t, st, table, 4)
 			c := tsdbClient{t, tsdbServer(t, st, table, OpenTSDBLimits{}).URL}
 			testGrafanaQueries(t, c)
 			testGrafanaLookups(t, c)
@@ -550,8 +503,8 @@ func testTSDBErrors(t *testing.T, c tsdbClient) {
 
 // TestOpenTSDBLimits: each bound answers 400 naming itself, before the work it bounds.
 func TestOpenTSDBLimits(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seedTSDB(t, st, table, 4)
+	st, table := querytest.CellStore(t)
+	querytest.SeedTSDB(t, st, table, 4)
 	c := tsdbClient{t, tsdbServer(t, st, table, OpenTSDBLimits{MaxEntities: 2, MaxWindows: 100, MaxPoints: 150, MaxSubQueries: 2, MaxEntityScan: 2}).URL}
 	q := func(subs ...string) string {
 		return fmt.Sprintf(`{"start":%d,"end":%d,"queries":[%s]}`, sec0, sec1, strings.Join(subs, ","))
@@ -565,11 +518,11 @@ func TestOpenTSDBLimits(t *testing.T) {
 	c.fails("POST", "/api/query", q(two), 400, "reads more than 100 windows")
 	// The two entities are read at once, and both reads stop when their total passes the limit:
 	// at most one row past it each, not the 120 windows the two have.
-	src := &countingSource{Source: st}
+	src := &querytest.CountingSource{Source: st}
 	cs := tsdbClient{t, tsdbServer(t, src, table, OpenTSDBLimits{MaxEntities: 2, MaxWindows: 100}).URL}
 	cs.fails("POST", "/api/query", q(two), 400, "reads more than 100 windows")
-	if src.rows > 102 {
-		t.Fatalf("a request refused at 100 windows read %d rows", src.rows)
+	if n := src.Counts(); n.Rows > 102 {
+		t.Fatalf("a request refused at 100 windows read %d rows", n.Rows)
 	}
 	c.fails("POST", "/api/query", q(`{"metric":"devices.minute.count","aggregator":"sum","downsample":"1s-avg-zero","tags":{"entity":"device-001"}}`), 400, "more than the limit of 150 points")
 	// Within the bounds: one entity, its 60 windows read once for two metrics, 120 points.
@@ -580,54 +533,22 @@ func TestOpenTSDBLimits(t *testing.T) {
 	c2.fails("POST", "/api/query", q(one, `{"metric":"devices.minute.mean","aggregator":"sum","rate":false,"tags":{"entity":"device-001"}}`, `{"metric":"devices.minute.temp_q","aggregator":"sum","tags":{"entity":"device-001"}}`), 400, "more than 120 data points")
 }
 
-// countingSource counts the scans a reader makes and the rows they deliver; readers scan
-// several entities at once, so the counts are kept under a lock.
-type countingSource struct {
-	Source
-	mu          sync.Mutex
-	scans, rows int
-	cells       int
-	unbounded   int // scans without a row limit
-	reversed    int // reversed scans
-}
-
-func (c *countingSource) Scan(ctx context.Context, spec store.ScanSpec, fn func([]byte, []store.Cell) bool) error {
-	c.mu.Lock()
-	c.scans++
-	if spec.Limit == 0 {
-		c.unbounded++
-	}
-	if spec.Reversed {
-		c.reversed++
-	}
-	c.mu.Unlock()
-	return c.Source.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
-		c.mu.Lock()
-		c.rows++
-		c.cells += len(cells)
-		c.mu.Unlock()
-		return fn(row, cells)
-	})
-}
-
 // TestTSDBReadsOnlyTheAskedAggregates: a sub-query reads the cells of its metric's aggregate and
 // each window's meta cell, not every aggregate of the window, in forward scans; two metrics of
 // one set share one read. The answer is the same as before: oldest first, every window.
 func TestTSDBReadsOnlyTheAskedAggregates(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
-			seedTSDB(t, st, table, 4)
-			src := &countingSource{Source: st}
+			querytest.SeedTSDB(t, st, table, 4)
+			src := &querytest.CountingSource{Source: st}
 			c := tsdbClient{t, tsdbServer(t, src, table, OpenTSDBLimits{}).URL}
 			q := func(metrics ...string) []tsdbSeries {
 				var subs []string
 				for _, m := range metrics {
 					subs = append(subs, fmt.Sprintf(`{"metric":"devices.minute.%s","aggregator":"sum","tags":{"entity":"device-002"}}`, m))
 				}
-				src.mu.Lock()
-				src.scans, src.rows, src.cells, src.unbounded, src.reversed = 0, 0, 0, 0, 0
-				src.mu.Unlock()
+				src.Reset()
 				return c.query("/api/query", fmt.Sprintf(`{"start":%d,"end":%d,"msResolution":true,"queries":[%s]}`, sec0, sec1, strings.Join(subs, ",")))
 			}
 			res := q("count")
@@ -643,11 +564,12 @@ func TestTSDBReadsOnlyTheAskedAggregates(t *testing.T) {
 				}
 			}
 			// 60 windows, each its count and its meta cell: not the mean and the quantiles too.
-			if src.cells != 120 || src.rows != 60 || src.reversed != 0 {
-				t.Fatalf("one metric: %d cells in %d rows, %d reversed scans; want 120 cells in 60 rows, forward", src.cells, src.rows, src.reversed)
+			if n := src.Counts(); n.Cells != 120 || n.Rows != 60 || n.Reversed != 0 {
+				t.Fatalf("one metric: %d cells in %d rows, %d reversed scans; want 120 cells in 60 rows, forward", n.Cells, n.Rows, n.Reversed)
 			}
-			if res := q("count", "mean"); len(res) != 2 || src.cells != 180 || src.rows != 60 {
-				t.Fatalf("two metrics: %d series, %d cells in %d rows; want 2 series from one read of 180 cells in 60 rows", len(res), src.cells, src.rows)
+			if res := q("count", "mean"); len(res) != 2 || src.Counts().Cells != 180 || src.Counts().Rows != 60 {
+				n := src.Counts()
+				t.Fatalf("two metrics: %d series, %d cells in %d rows; want 2 series from one read of 180 cells in 60 rows", len(res), n.Cells, n.Rows)
 			}
 		})
 	}
@@ -656,21 +578,21 @@ func TestTSDBReadsOnlyTheAskedAggregates(t *testing.T) {
 // TestListEntitiesSkipsRows: listing the entities of a set reads one or two rows per entity, not
 // the entities' windows, and honours its bounds.
 func TestListEntitiesSkipsRows(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
-			seedTSDB(t, st, table, 4)
-			cs := &countingSource{Source: st}
+			querytest.SeedTSDB(t, st, table, 4)
+			cs := &querytest.CountingSource{Source: st}
 			r := newReader(t, cs, table)
 			ctx := context.Background()
-			cs.scans, cs.rows = 0, 0
+			cs.Reset()
 			list, more, err := r.listEntities(ctx, "minute", "", 10, 100, nil)
-			if err != nil || more || strings.Join(list, " ") != strings.Join(tsdbEntities, " ") {
+			if err != nil || more || strings.Join(list, " ") != strings.Join(querytest.TSDBEntities, " ") {
 				t.Fatalf("entities of minute: %v %v %v", list, more, err)
 			}
 			// 3 entities x 61 rows: at most 2 reads per entity and 1 per bucket, one row each.
-			if cs.unbounded != 0 || cs.rows > 2*3 || cs.scans > 2*3+4 {
-				t.Fatalf("listing read %d rows in %d scans (%d without a limit)", cs.rows, cs.scans, cs.unbounded)
+			if n := cs.Counts(); n.Unbounded != 0 || n.Rows > 2*3 || n.Scans > 2*3+4 {
+				t.Fatalf("listing read %d rows in %d scans (%d without a limit)", n.Rows, n.Scans, n.Unbounded)
 			}
 			if list, _, _ := r.listEntities(ctx, "hour", "device-", 10, 100, nil); strings.Join(list, " ") != "device-001 device-002" {
 				t.Fatalf("entities of hour starting with device-: %v", list)
@@ -815,8 +737,8 @@ func TestParseM(t *testing.T) {
 // TestWindowsSaysWhenTruncated: /api/v1/windows says which entities the limit cut and where
 // their next page starts; following it walks every window once.
 func TestWindowsSaysWhenTruncated(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seed(t, st, table, 4)
+	st, table := querytest.CellStore(t)
+	querytest.Seed(t, st, table, 4)
 	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count"}}}, Reader: newReader(t, st, table)}},
 		Now: func() time.Time { return time.UnixMilli(20 * minute) }} // the seeded windows are in 1970: from..now within max_range
 	ts := httptest.NewServer(srv.Handler())

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store/cellstore"
 )
@@ -49,8 +50,8 @@ func fuzzStore(f *testing.F) *cellstore.Store {
 			f.Fatal(err)
 		}
 	}
-	seed(f, st, "agg", 4)
-	seedTSDB(f, st, "tsdb", 4)
+	querytest.Seed(f, st, "agg", 4)
+	querytest.SeedTSDB(f, st, "tsdb", 4)
 	return st
 }
 

@@ -11,86 +11,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/schema"
-	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/cellstore"
-	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/totals"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const minute = int64(60_000)
-
-// seed writes windows 0..9 of minute windows for entities ab1 and ab12 through the aggregates
-// encoder, as the sink does; window i of ab1 has count i and is final except the last.
-func seed(t testing.TB, st store.Writer, table string, buckets int) {
-	t.Helper()
-	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
-	var cells []store.Cell
-	for _, e := range []string{"ab1", "ab12"} {
-		for i := range int64(10) {
-			r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: i * minute, End: (i + 1) * minute,
-				Final: i < 9, Revision: uint64(i + 1), Values: []totals.Value{
-					{Name: "count", Kind: totals.KindInt, Int: i},
-					{Name: "max", Kind: totals.KindFloat, Float: float64(i) / 2},
-					{Name: "p", Kind: totals.KindQuantiles, Quantiles: []totals.Quantile{{Q: 0.5, Value: float64(i)}, {Q: 0.99, Value: float64(i) * 2}}},
-				}}
-			if e == "ab12" {
-				r.Values[0].Int = 1000 + i
-			}
-			var err error
-			cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells)
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	failed, err := st.Write(context.Background(), cells)
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("seed: %v %v", failed, err)
-	}
-}
-
-type cellStore interface {
-	store.Writer
-	Source
-}
-
-// stores gives each test the embedded cell store and, when it runs, the real HBase.
-func stores(t *testing.T) map[string]func(t *testing.T) (cellStore, string) {
-	return map[string]func(t *testing.T) (cellStore, string){
-		"cellstore": func(t *testing.T) (cellStore, string) {
-			s, err := cellstore.Open("")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.EnsureTable(context.Background(), schema.TableLayout{Name: "agg", Family: "d", SaltBuckets: 4}); err != nil {
-				t.Fatal(err)
-			}
-			return s, "agg"
-		},
-		"hbase": func(t *testing.T) (cellStore, string) {
-			c := testenv.HBaseClient(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			table := fmt.Sprintf("querytest_%d", time.Now().UnixNano())
-			st, err := hbasestore.New(c, hbasestore.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			testenv.DropTableAtEnd(t, c, table)
-			if err := st.EnsureTable(ctx, schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
-				t.Fatal(err)
-			}
-			return st, table
-		},
-	}
-}
+const minute = querytest.Minute
 
 func newReader(t testing.TB, st Source, table string) *Reader {
 	t.Helper()
@@ -113,7 +43,7 @@ func TestReaderTakesSaltBucketsFromTheTable(t *testing.T) {
 	if err := s.EnsureTable(ctx, schema.TableLayout{Name: "agg7", Family: "d", SaltBuckets: 7}); err != nil {
 		t.Fatal(err)
 	}
-	seed(t, s, "agg7", 7)
+	querytest.Seed(t, s, "agg7", 7)
 	r := newReader(t, s, "agg7")
 	ws, err := r.Windows(ctx, "minute", "ab1", Options{Limit: 1})
 	if err != nil || len(ws) != 1 {
@@ -145,10 +75,10 @@ func (f fakeLive) OpenWindows(_ context.Context, set, entity string) ([]Window, 
 }
 
 func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
-			seed(t, st, table, 4)
+			querytest.Seed(t, st, table, 4)
 			ctx := context.Background()
 			r := newReader(t, st, table)
 			cases := []struct {
@@ -202,8 +132,8 @@ func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
 }
 
 func TestHTTPAPI(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seed(t, st, table, 4)
+	st, table := querytest.CellStore(t)
+	querytest.Seed(t, st, table, 4)
 	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
 		Reader: newReader(t, st, table)}}}
 	ts := httptest.NewServer(srv.Handler())
@@ -278,8 +208,8 @@ func TestHTTPAPI(t *testing.T) {
 
 // TestTwoHandlersShareMetrics: a second handler on one registry counts into the same series.
 func TestTwoHandlersShareMetrics(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seed(t, st, table, 4)
+	st, table := querytest.CellStore(t)
+	querytest.Seed(t, st, table, 4)
 	reg := prometheus.NewRegistry()
 	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute"}}, Reader: newReader(t, st, table)}}, Registry: reg}
 	for range 2 {
@@ -322,10 +252,10 @@ func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus
 // prefix, and says when a limit or its bound on entities stopped it; it reads one row per entity,
 // so a bound far below the number of rows is enough.
 func TestEntitiesSkipsFromEntityToEntity(t *testing.T) {
-	for name, mk := range stores(t) {
+	for name, mk := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := mk(t)
-			seed(t, st, table, 4) // ab1 and ab12, ten windows each
+			querytest.Seed(t, st, table, 4) // ab1 and ab12, ten windows each
 			r := newReader(t, st, table)
 			ctx := context.Background()
 			list, more, err := r.Entities(ctx, "minute", EntityOptions{MaxRows: 3})

@@ -1,7 +1,6 @@
 package query
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -13,53 +12,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/sinks"
-	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/totals"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
-
-// rollupRegions are the keys of the seeded rollup by region.
-var rollupRegions = []string{"eu-west", "us-east"}
-
-// seedRollups writes, as the aggregates sink writes any totals, 10 minute windows from t0 of: the
-// entity set minute for device-001 (count 1); the rollup region-minute for eu-west (count 10+i)
-// and us-east (count 20+i); and the global rollup fleet-minute under its one key (count 30+i,
-// quantiles 0.5 = count and 0.99 = 2*count). A rollup's totals are records like an entity's, with
-// the rollup key as the entity: the read side must tell them apart by the served sets alone.
-func seedRollups(t testing.TB, st store.Writer, table string) {
-	t.Helper()
-	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4}
-	var cells []store.Cell
-	put := func(set, key string, i, c int64, extra ...totals.Value) {
-		start := t0.Add(time.Duration(i) * time.Minute).UnixMilli()
-		r := totals.Record{Topology: "devices", Set: set, Entity: key, Start: start, End: start + minute, Final: true, Revision: 1,
-			Values: append([]totals.Value{{Name: "count", Kind: totals.KindInt, Int: c}}, extra...)}
-		var err error
-		if cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range int64(10) {
-		put("minute", "device-001", i, 1)
-		put("region-minute", "eu-west", i, 10+i)
-		put("region-minute", "us-east", i, 20+i)
-		c := 30 + i
-		put("fleet-minute", GlobalKey, i, c, totals.Value{Name: "temp_q", Kind: totals.KindQuantiles,
-			Quantiles: []totals.Quantile{{Q: 0.5, Value: float64(c)}, {Q: 0.99, Value: float64(2 * c)}}})
-	}
-	if failed, err := st.Write(context.Background(), cells); err != nil || len(failed) > 0 {
-		t.Fatalf("seed: %v %v", failed, err)
-	}
-}
 
 // rollupServed is an entity set (Dimension left empty, as callers that predate rollups do), a
 // rollup by region and a global rollup over a seeded table (seedRollups).
 func rollupServed(t *testing.T) Served {
 	t.Helper()
-	st, table := stores(t)["cellstore"](t)
-	seedRollups(t, st, table)
+	st, table := querytest.CellStore(t)
+	querytest.SeedRollups(t, st, table)
 	return Served{Name: "devices", Reader: newReader(t, st, table), Sets: []ServedSet{
 		{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}},
 		{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
@@ -179,7 +142,7 @@ func TestRollupHTTPAPI(t *testing.T) {
 		Dimension string   `json:"dimension"`
 	}
 	if err := json.Unmarshal(get("/api/v1/entities?set=region-minute", 200), &list); err != nil ||
-		strings.Join(list.Entities, " ") != strings.Join(rollupRegions, " ") || list.Dimension != "region" {
+		strings.Join(list.Entities, " ") != strings.Join(querytest.RollupRegions, " ") || list.Dimension != "region" {
 		t.Fatalf("entities of region-minute: %+v %v", list, err)
 	}
 }
@@ -304,26 +267,19 @@ func TestRollupOpenTSDB(t *testing.T) {
 // windows each (the page's default range shows them), beside an entity set.
 func rollupDashboardServer(t *testing.T) *httptest.Server {
 	t.Helper()
-	st, table := stores(t)["cellstore"](t)
-	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4}
+	st, table := querytest.CellStore(t)
 	now := time.Now().Truncate(time.Minute)
-	var cells []store.Cell
+	var recs []totals.Record
 	for k := int64(30); k >= 1; k-- {
 		start := now.Add(-time.Duration(k) * time.Minute).UnixMilli()
-		for set, keys := range map[string][]string{"minute": {"device-001"}, "region-minute": rollupRegions, "fleet-minute": {GlobalKey}} {
+		for set, keys := range map[string][]string{"minute": {"device-001"}, "region-minute": querytest.RollupRegions, "fleet-minute": {GlobalKey}} {
 			for n, key := range keys {
-				r := totals.Record{Topology: "t", Set: set, Entity: key, Start: start, End: start + minute, Final: true, Revision: 1,
-					Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 100*int64(n+1) + k}}}
-				var err error
-				if cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells); err != nil {
-					t.Fatal(err)
-				}
+				recs = append(recs, totals.Record{Topology: "t", Set: set, Entity: key, Start: start, End: start + minute, Final: true, Revision: 1,
+					Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 100*int64(n+1) + k}}})
 			}
 		}
 	}
-	if failed, err := st.Write(context.Background(), cells); err != nil || len(failed) > 0 {
-		t.Fatalf("seed: %v %v", failed, err)
-	}
+	querytest.WriteTotals(t, st, table, 4, recs)
 	srv := &Server{Topologies: []Served{{Name: "t", Reader: newReader(t, st, table), Sets: []ServedSet{
 		{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Dimension: EntityDimension},
 		{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
@@ -379,10 +335,10 @@ func TestDashboardRollupsInChromium(t *testing.T) {
 
 	// A rollup by region: its keys charted by default, the picker called region.
 	p, d := dom(ts.URL + "/?set=region-minute&live=0")
-	if p.state != "ready" || p.errText != "" || strings.Join(p.plotted.Entities, ",") != strings.Join(rollupRegions, ",") {
+	if p.state != "ready" || p.errText != "" || strings.Join(p.plotted.Entities, ",") != strings.Join(querytest.RollupRegions, ",") {
 		t.Fatalf("region-minute: state %q, error %q, plotted %+v", p.state, p.errText, p.plotted)
 	}
-	comparePlotted(t, p.plotted, points("region-minute", rollupRegions))
+	comparePlotted(t, p.plotted, points("region-minute", querytest.RollupRegions))
 	for _, want := range []string{`<option value="region-minute">region-minute (by region)</option>`, `<option value="fleet-minute">fleet-minute (global)</option>`,
 		`<option value="minute">minute</option>`, `id="entity-label">region</label>`, `id="latest-key">region</th>`} {
 		if !strings.Contains(d, want) {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/query/httpsec"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/store"
 )
 
@@ -38,8 +39,8 @@ const (
 func secureServer(t *testing.T, srv *Server) string {
 	t.Helper()
 	if srv.Topologies == nil {
-		st, table := stores(t)["cellstore"](t)
-		seed(t, st, table, 4)
+		st, table := querytest.CellStore(t)
+		querytest.Seed(t, st, table, 4)
 		srv.Topologies = []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(t, st, table)}}
 	}
 	if srv.Now == nil {
@@ -443,8 +444,8 @@ func TestRequestLimits(t *testing.T) {
 // TestRequestTimeout: a query that takes longer than request_timeout is answered 503 naming the
 // limit, and the scan is cancelled.
 func TestRequestTimeout(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seed(t, st, table, 4)
+	st, table := querytest.CellStore(t)
+	querytest.Seed(t, st, table, 4)
 	r := newReader(t, st, table)
 	r.store = slowSource{r.store}
 	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute"}}, Reader: r}},
