@@ -6,7 +6,7 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/kafkasec"
-	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
 	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/goccy/go-yaml"
 )
@@ -204,7 +204,7 @@ type QueryConfig struct {
 	Auth QueryAuth `yaml:"auth"`
 	// ReloadInterval is how often the TLS and auth files are checked for changes (default 10s).
 	ReloadInterval Duration `yaml:"reload_interval"`
-	// Limits bound every request; zero fields take query.Limits' defaults.
+	// Limits bound every request; zero fields take httpapi.Limits' defaults.
 	Limits QueryLimits `yaml:"limits"`
 }
 
@@ -220,7 +220,7 @@ type QueryAuth struct {
 	BasicFile  string `yaml:"basic_file"`  // one user:password per line
 }
 
-// QueryLimits bound what one client can make the query server do (query.Limits; 0: default).
+// QueryLimits bound what one client can make the query server do (httpapi.Limits; 0: default).
 type QueryLimits struct {
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // default 10s; past it: 408
 	ReadTimeout       Duration `yaml:"read_timeout"`        // default 30s
@@ -236,8 +236,8 @@ type QueryLimits struct {
 }
 
 // Limits converts the block, defaults filled.
-func (l QueryLimits) Limits() query.Limits {
-	out := query.Limits{
+func (l QueryLimits) Limits() httpapi.Limits {
+	out := httpapi.Limits{
 		ReadHeaderTimeout: time.Duration(l.ReadHeaderTimeout), ReadTimeout: time.Duration(l.ReadTimeout),
 		WriteTimeout: time.Duration(l.WriteTimeout), IdleTimeout: time.Duration(l.IdleTimeout),
 		RequestTimeout: time.Duration(l.RequestTimeout), MaxHeaderBytes: l.MaxHeaderBytes, MaxBodyBytes: l.MaxBodyBytes,

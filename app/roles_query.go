@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
 	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/abacus-stream/abacus/query/live"
 	"github.com/abacus-stream/abacus/topology"
@@ -39,8 +40,8 @@ func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 }
 
 // queryServer is the query API over r, before TLS and authentication (see secureQueryServer).
-func (d *deployment) queryServer(r *query.Reader) *query.Server {
-	srv := &query.Server{
+func (d *deployment) queryServer(r *query.Reader) *httpapi.Server {
+	srv := &httpapi.Server{
 		Topologies: []query.Served{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
 		Registry:   d.reg,
 		Logger:     d.log.With("part", "query"),
@@ -100,7 +101,7 @@ func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 
 // secureQueryServer is the query server with the TLS and authentication of query.tls and
 // query.auth, and what of them reads files that can change.
-func (d *deployment) secureQueryServer(r *query.Reader) (*query.Server, []httpsec.Reloadable, error) {
+func (d *deployment) secureQueryServer(r *query.Reader) (*httpapi.Server, []httpsec.Reloadable, error) {
 	qc := d.cfg.Query
 	srv := d.queryServer(r)
 	var reloadable []httpsec.Reloadable

@@ -43,6 +43,10 @@ import (
 // set to 2.3 (or 2.4 for array data points).
 const OpenTSDBVersion = "2.3.0"
 
+// limitMaxBodyBytes names the body size limit in messages, as the config spells it (the HTTP
+// server's Limits.MaxBodyBytes, given to the API as MaxBodyBytes).
+const limitMaxBodyBytes = "query.limits.max_body_bytes"
+
 // OpenTSDBLimits bound the work one request to the OpenTSDB-compatible API may cause. A request
 // past a limit is answered 400 with a message naming the limit, never cut silently.
 type OpenTSDBLimits struct {
@@ -188,6 +192,13 @@ func (a *OpenTSDB) serve(w http.ResponseWriter, r *http.Request, h func(*http.Re
 	}
 	writeJSON(w, http.StatusOK, body)
 	return http.StatusOK
+}
+
+func writeJSON(w http.ResponseWriter, code int, body any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // rawJSON is an answer already encoded (the query results, whose data points are written by hand

@@ -55,18 +55,6 @@ func fuzzStore(f *testing.F) *cellstore.Store {
 	return st
 }
 
-// fuzzHandler is a query server over fuzzStore's table agg, through Secure as app serves it, with
-// the default limits but a short request timeout.
-func fuzzHandler(f *testing.F) http.Handler {
-	st := fuzzStore(f)
-	srv := &Server{
-		Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(f, st, "agg")}},
-		Now:        func() time.Time { return t0.Add(2 * time.Hour) },
-		Limits:     Limits{RequestTimeout: 5 * time.Second},
-	}
-	return srv.Secure(srv.HandlerWithDashboard())
-}
-
 // fuzzTSDBHandler is the OpenTSDB API over fuzzStore's table tsdb, with the default limits but a
 // short timeout.
 func fuzzTSDBHandler(f *testing.F) http.Handler {
@@ -89,25 +77,6 @@ func answerOK(t *testing.T, req string, rec *httptest.ResponseRecorder) {
 	if ct := rec.Header().Get("Content-Type"); strings.HasPrefix(ct, "application/json") && !json.Valid(rec.Body.Bytes()) {
 		t.Fatalf("%s: %d with a body that is not JSON: %q", req, rec.Code, rec.Body)
 	}
-}
-
-// FuzzAPIParams sends arbitrary query strings to /api/v1/windows and /api/v1/entities.
-func FuzzAPIParams(f *testing.F) {
-	for _, s := range []string{"set=minute&entity=ab1,ab12&limit=2", "set=minute&entity=ab1&from=-1h&to=0&order=oldest&live=false",
-		"topology=t&set=minute&entity=a&from=0&to=1", "set=minute&entity=" + strings.Repeat("e,", 120), "set=minute&limit=10000",
-		"set=minute&entity=ab1&limit=99999999999999999999", "set=%zz&entity=ab1", "set=minute&entity=ab1&from=2026-11-30T12:00:00Z"} {
-		f.Add(s)
-	}
-	h := fuzzHandler(f) // one topology: topology may be left out
-	f.Fuzz(func(t *testing.T, rawQuery string) {
-		for _, path := range []string{"/api/v1/windows", "/api/v1/entities"} {
-			req := httptest.NewRequest("GET", "http://abacus"+path, nil)
-			req.URL.RawQuery = rawQuery
-			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, req)
-			answerOK(t, path+"?"+rawQuery, rec)
-		}
-	})
 }
 
 // FuzzOpenTSDBParams sends arbitrary query strings (GET) and bodies (POST) to the OpenTSDB

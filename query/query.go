@@ -1,6 +1,8 @@
-// Package query reads window aggregates back for dashboards: from the aggregate table that the
-// aggregates sink writes (HBase or the embedded cell store) and, for windows still open, from the
-// processors' live state. It serves them through a Go API and an HTTP/JSON API with a dashboard.
+// Package query reads window aggregates back: from the aggregate table that the aggregates sink
+// writes (HBase or the embedded cell store) and, for windows still open, from the processors'
+// live state (a LiveSource, such as query/live). It is the Go API (Reader, Window, Options, Page)
+// and what the HTTP APIs serve of a topology (Served); the servers themselves are query/httpapi
+// and query/opentsdb.
 //
 // It only reads: it must never write a cell or change a group's state.
 package query

@@ -2,11 +2,8 @@ package query
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +13,6 @@ import (
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/cellstore"
 	"github.com/abacus-stream/abacus/totals"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 const minute = querytest.Minute
@@ -129,123 +124,6 @@ func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestHTTPAPI(t *testing.T) {
-	st, table := querytest.CellStore(t)
-	querytest.Seed(t, st, table, 4)
-	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
-		Reader: newReader(t, st, table)}}}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
-	get := func(path string) (int, map[string]any) {
-		resp, err := http.Get(ts.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var body map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil && resp.StatusCode != 200 {
-			t.Fatalf("%s: %d with undecodable body", path, resp.StatusCode)
-		}
-		return resp.StatusCode, body
-	}
-	code, body := get("/api/v1/windows?set=minute&entity=ab1,ab12&limit=2")
-	if code != 200 {
-		t.Fatalf("windows: %d %v", code, body)
-	}
-	ents := body["entities"].(map[string]any)
-	ab12 := ents["ab12"].([]any)
-	if len(ab12) != 2 || ab12[0].(map[string]any)["values"].(map[string]any)["count"].(float64) != 1009 {
-		t.Fatalf("ab12 windows %v", ab12)
-	}
-	p := ents["ab1"].([]any)[0].(map[string]any)["values"].(map[string]any)["p"].(map[string]any)
-	if p["0.99"].(float64) != 18 {
-		t.Fatalf("quantiles of ab1's newest window: %v", p)
-	}
-	for path, param := range map[string]string{
-		"/api/v1/windows?entity=ab1":                         "set",
-		"/api/v1/windows?set=nope&entity=ab1":                "set",
-		"/api/v1/windows?set=minute":                         "entity",
-		"/api/v1/windows?set=minute&entity=a&from=yesterday": "from",
-		"/api/v1/windows?set=minute&entity=a&to=1&from=2":    "to",
-		"/api/v1/windows?set=minute&entity=a&limit=0":        "limit",
-		"/api/v1/windows?set=minute&entity=a&order=sideways": "order",
-		"/api/v1/windows?set=minute&entity=a&live=perhaps":   "live",
-		"/api/v1/windows?topology=x&set=minute&entity=a":     "topology",
-		"/api/v1/entities?set=minute&limit=many":             "limit",
-	} {
-		code, body := get(path)
-		if code != 400 || body["parameter"] != param || !strings.Contains(body["error"].(string), param) {
-			t.Fatalf("%s: %d %v, want 400 naming %s", path, code, body, param)
-		}
-	}
-	code, body = get("/api/v1/entities?set=minute")
-	if code != 200 || fmt.Sprint(body["entities"]) != "[ab1 ab12]" {
-		t.Fatalf("entities: %d %v", code, body)
-	}
-	if code, _ := get("/api/v1/topologies"); code != 200 {
-		t.Fatal("topologies failed")
-	}
-	for _, path := range []string{"/healthz", "/readyz"} {
-		if code, _ := get(path); code != 200 {
-			t.Fatalf("%s: %d", path, code)
-		}
-	}
-	resp, err := http.Get(ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sb strings.Builder
-	buf := make([]byte, 1<<16)
-	n, _ := resp.Body.Read(buf)
-	sb.Write(buf[:n])
-	if !strings.Contains(sb.String(), "abacus_query_requests_total") {
-		t.Fatalf("metrics do not count requests:\n%s", sb.String())
-	}
-}
-
-// TestTwoHandlersShareMetrics: a second handler on one registry counts into the same series.
-func TestTwoHandlersShareMetrics(t *testing.T) {
-	st, table := querytest.CellStore(t)
-	querytest.Seed(t, st, table, 4)
-	reg := prometheus.NewRegistry()
-	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute"}}, Reader: newReader(t, st, table)}}, Registry: reg}
-	for range 2 {
-		ts := httptest.NewServer(srv.Handler())
-		resp, err := http.Get(ts.URL + APIPrefix + "/topologies")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		ts.Close()
-	}
-	n := testutil.ToFloat64(mustCounter(t, reg, "abacus_query_requests_total"))
-	if n != 2 {
-		t.Fatalf("requests counted %v, want 2 (one per handler)", n)
-	}
-}
-
-func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			sum := 0.0
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sum"})
-			c.Add(sum)
-			return c
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return nil
 }
 
 // TestEntitiesSkipsFromEntityToEntity: Entities lists each entity of a set once, in order, with a

@@ -40,7 +40,7 @@ declare -A stage_about=(
   [chaos-cluster]="the failure suite's short form on an HBase cluster of three region servers (bench/chaos -hbase-cluster): region servers and hbase:meta's server SIGKILLed, regions moved, beside the roles' SIGKILLs"
   [kerberos]="an MIT KDC and a Kerberized HBase: HBase's own Java client proves the server, then the TestKerberos* tests, then the client, store, query and sink tests again with Kerberos"
   [fuzz]="each fuzz target (decoders and parsers of what others control) fuzzed for ABACUS_FUZZTIME; their corpora already ran as tests in the unit stage"
-  [browser]="the dashboard pages in Debian's headless Chromium (query: *InChromium)"
+  [browser]="the dashboard pages in Debian's headless Chromium (query/httpapi: *InChromium)"
 )
 # What each stage needs that the run prepares in the background (see the job_ functions):
 # Debian's packages, the Python venv, the Maven jars, the shared Kafka and HBase.
@@ -62,7 +62,7 @@ fuzz_targets="./state FuzzDecode
 ./schema FuzzParseAggregateRow
 ./app FuzzConfig
 ./query FuzzParseTime
-./query FuzzAPIParams
+./query/httpapi FuzzAPIParams
 ./query FuzzOpenTSDBParams"
 
 log() { printf '[run-tests] %s\n' "$*"; }
@@ -415,7 +415,7 @@ stage_fuzz() {
 
 stage_browser() {
   await packages # Debian's chromium
-  ABACUS_REQUIRE_SERVICES=1 gotest browser -run "$browser_tests" ./query/
+  ABACUS_REQUIRE_SERVICES=1 gotest browser -run "$browser_tests" ./query/httpapi/
 }
 
 # ---- the run ----------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ type Store interface {
 // returns a store with an empty aggregate table of 4 salt buckets, family "d", and its name.
 func Stores(t *testing.T) map[string]func(t *testing.T) (Store, string) {
 	return map[string]func(t *testing.T) (Store, string){
-		"cellstore": CellStore,
+		"cellstore": func(t *testing.T) (Store, string) { return CellStore(t) },
 		"hbase": func(t *testing.T) (Store, string) {
 			c := testenv.HBaseClient(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -64,7 +64,7 @@ func Stores(t *testing.T) map[string]func(t *testing.T) (Store, string) {
 
 // CellStore is the embedded cell store with an empty aggregate table of 4 salt buckets, family
 // "d", and its name; it is closed when the test ends.
-func CellStore(t *testing.T) (Store, string) {
+func CellStore(t testing.TB) (Store, string) {
 	s, err := cellstore.Open("")
 	if err != nil {
 		t.Fatal(err)

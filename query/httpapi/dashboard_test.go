@@ -1,4 +1,4 @@
-package query
+package httpapi
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/totals"
@@ -72,8 +73,8 @@ func dashboardServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	st, table := querytest.CellStore(t)
 	live := seedRecent(t, st, table, 4)
-	srv := &Server{Topologies: []Served{{Name: "t",
-		Sets:   []ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
+	srv := &Server{Topologies: []query.Served{{Name: "t",
+		Sets:   []query.ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
 		Reader: newReader(t, st, table).WithLive(live)}}}
 	ts := httptest.NewServer(srv.HandlerWithDashboard())
 	t.Cleanup(ts.Close)

@@ -1,11 +1,9 @@
-package query
+package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
 	"net/http"
 	"net/url"
@@ -13,215 +11,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/plan"
-	"github.com/abacus-stream/abacus/query/httpsec"
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/totals"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
-
-// APIPrefix is the versioned path of the HTTP API.
-const APIPrefix = "/api/v1"
-
-// Served is what the HTTP API serves of one topology: the aggregate sets it exposes and the reader
-// of their table. (It is not a topology.Topology: the query server needs no topology code, and app
-// builds one from a Topology.)
-type Served struct {
-	// Name is what requests pick the topology by, and the first part of its OpenTSDB metrics.
-	Name string
-	// Sets are the aggregate sets clients may ask for: a set not listed is refused, whatever the
-	// table holds.
-	Sets []ServedSet
-	// Reader reads the topology's aggregate table (and its open windows, when it has them).
-	Reader *Reader
-}
-
-// ServedSet describes an aggregate set for clients choosing what to chart (a topology.SetInfo
-// reduced to what clients see).
-type ServedSet struct {
-	// Name is what requests name the set by.
-	Name   string `json:"name"`
-	Window string `json:"window"` // e.g. "tumbling 1m0s"
-	// Aggregates are the set's aggregation names, each a series of the charts (and an OpenTSDB
-	// metric <topology>.<set>.<aggregate>).
-	Aggregates []string `json:"aggregates"`
-	// Rollup is set for a set keyed by something other than the source's entity (topology
-	// AggregateSet.By or Global). Its rows are stored and read as an entity set's, with the
-	// rollup key's value in the entity's place.
-	Rollup bool `json:"rollup"`
-	// Dimension names what the set's keys are, as topology.SetInfo does: EntityDimension for an
-	// entity set, the By name for a rollup (e.g. "region"), "" for a global rollup, whose one key
-	// is GlobalKey. It is the OpenTSDB tag key of the set's series (none for a global rollup). A
-	// set that is not a rollup and leaves it empty is an entity set.
-	Dimension string `json:"dimension"`
-}
-
-// EntityDimension is the Dimension of an entity set (topology.EntityDimension). The query
-// package keeps its own copy, as it needs no topology code; a test holds the two equal.
-const EntityDimension = "entity"
-
-// GlobalKey is the one key of a global rollup (topology.GlobalKey): the entity its rows are
-// stored under.
-const GlobalKey = plan.GlobalKey
-
-// Global reports whether the set is a global rollup: one key, GlobalKey, and no dimension.
-func (s ServedSet) Global() bool { return s.Rollup && s.Dimension == "" }
-
-// KeyName is what the set's keys are called: the dimension, EntityDimension for an entity set
-// that left it empty, "" for a global rollup.
-func (s ServedSet) KeyName() string {
-	if !s.Rollup && s.Dimension == "" {
-		return EntityDimension
-	}
-	return s.Dimension
-}
-
-// described is s as clients see it: an entity set always says its dimension.
-func (s ServedSet) described() ServedSet {
-	s.Dimension = s.KeyName()
-	return s
-}
-
-// Server serves the HTTP API, health, readiness and metrics. Mount it with Handler.
-type Server struct {
-	// Topologies are what the API serves; a request may leave the topology out only when there
-	// is one.
-	Topologies []Served
-	// Registry is served on /metrics; the query metrics are registered on it by Handler.
-	Registry *prometheus.Registry
-	// Ready reports whether the server can answer queries; nil checks nothing. A process that
-	// serves its other roles' readiness here too (abacus run) checks them all.
-	Ready func(ctx context.Context) error
-	// Healthy reports whether the process is alive and not failed, for /healthz; nil: always.
-	Healthy func() error
-	// Logger gets the failures that clients are answered without details; slog.Default when nil.
-	Logger *slog.Logger
-	// Now is the clock for relative times ("-1h"); time.Now when nil.
-	Now func() time.Time
-	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
-	OpenTSDB OpenTSDBLimits
-	// Limits bound every request: timeouts, sizes, entities, time range, result size (zero: the
-	// defaults). Serve applies the connection limits, Secure the body size, the handlers the rest.
-	Limits Limits
-	// Auth, when set, makes Secure admit only requests with known credentials (health checks
-	// excepted).
-	Auth *httpsec.Authenticator
-	// TLS, when set, makes Serve speak HTTPS with its (reloadable) certificate.
-	TLS *httpsec.CertReloader
-}
-
-// registered registers c on reg, or returns the collector already registered under its name, so
-// that two handlers on one registry (an API mounted twice, tests) count into the same series
-// instead of the second one's counts going nowhere.
-func registered[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
-	return c
-}
-
-// Handler returns the API's routes. Extra routes (the dashboard) can be added to the returned mux.
-func (s *Server) Handler() *http.ServeMux {
-	if s.Logger == nil {
-		s.Logger = slog.Default()
-	}
-	if s.Now == nil {
-		s.Now = time.Now
-	}
-	if s.Registry == nil {
-		s.Registry = prometheus.NewRegistry()
-	}
-	s.Limits.EnsureDefaults()
-	requests := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "query",
-		Name: "requests_total", Help: "API requests by endpoint and status code."}, []string{"endpoint", "code"})
-	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "query",
-		Name: "request_seconds", Help: "API request latency by endpoint.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"endpoint"})
-	requests = registered(s.Registry, requests)
-	latency = registered(s.Registry, latency)
-	mux := http.NewServeMux()
-	handle := func(path, endpoint string, h func(w http.ResponseWriter, r *http.Request) (int, any)) {
-		mux.HandleFunc("GET "+path, func(w http.ResponseWriter, r *http.Request) {
-			t0 := time.Now()
-			ctx, cancel := context.WithTimeout(r.Context(), s.Limits.RequestTimeout)
-			defer cancel()
-			code, body := h(w, r.WithContext(ctx))
-			writeJSON(w, code, body)
-			requests.WithLabelValues(endpoint, strconv.Itoa(code)).Inc()
-			latency.WithLabelValues(endpoint).Observe(time.Since(t0).Seconds())
-		})
-	}
-	handle(APIPrefix+"/topologies", "topologies", s.topologies)
-	handle(APIPrefix+"/windows", "windows", s.windows)
-	handle(APIPrefix+"/entities", "entities", s.entities)
-	tsdb := &OpenTSDB{Topologies: s.Topologies, Limits: s.OpenTSDB, MaxBodyBytes: s.Limits.MaxBodyBytes, Now: s.Now, Logger: s.Logger}
-	tsdb.Mount(mux, requests, latency)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if s.Healthy != nil {
-			if err := s.Healthy(); err != nil {
-				body := map[string]string{"status": "failed", "error": err.Error()}
-				if s.Auth != nil { // open to anyone: no internals to strangers
-					s.logger().Warn("not healthy", "err", err)
-					body["error"] = "see the server's log"
-				}
-				writeJSON(w, http.StatusServiceUnavailable, body)
-				return
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if s.Ready != nil {
-			ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-			defer cancel()
-			if err := s.Ready(ctx); err != nil {
-				body := map[string]string{"status": "not ready", "error": err.Error()}
-				if s.Auth != nil { // open to anyone: no addresses or internals to strangers
-					s.logger().Warn("not ready", "err", err)
-					body["error"] = "see the server's log"
-				}
-				writeJSON(w, http.StatusServiceUnavailable, body)
-				return
-			}
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-	return mux
-}
-
-type apiError struct {
-	Error     string `json:"error"`
-	Parameter string `json:"parameter,omitempty"`
-}
-
-func badParam(name, format string, args ...any) (int, any) {
-	return http.StatusBadRequest, apiError{Error: "parameter " + name + ": " + fmt.Sprintf(format, args...), Parameter: name}
-}
-
-func writeJSON(w http.ResponseWriter, code int, body any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(body)
-}
 
 func (s *Server) topologies(_ http.ResponseWriter, _ *http.Request) (int, any) {
 	type topo struct {
-		Name string      `json:"name"`
-		Sets []ServedSet `json:"sets"`
+		Name string            `json:"name"`
+		Sets []query.ServedSet `json:"sets"`
 	}
 	out := struct {
 		Topologies []topo `json:"topologies"`
 	}{Topologies: []topo{}}
 	for _, t := range s.Topologies {
-		sets := make([]ServedSet, len(t.Sets))
+		sets := make([]query.ServedSet, len(t.Sets))
 		for i, set := range t.Sets {
-			sets[i] = set.described()
+			set.Dimension = set.KeyName() // an entity set always says its dimension
+			sets[i] = set
 		}
 		out.Topologies = append(out.Topologies, topo{t.Name, sets})
 	}
@@ -229,10 +35,10 @@ func (s *Server) topologies(_ http.ResponseWriter, _ *http.Request) (int, any) {
 }
 
 // pick finds the topology and set a request names; topology may be left out when there is one.
-func (s *Server) pick(r *http.Request) (*Served, *ServedSet, int, any) {
+func (s *Server) pick(r *http.Request) (*query.Served, *query.ServedSet, int, any) {
 	q := r.URL.Query()
 	name := q.Get("topology")
-	var t *Served
+	var t *query.Served
 	switch {
 	case name == "" && len(s.Topologies) == 1:
 		t = &s.Topologies[0]
@@ -276,7 +82,7 @@ type windowJSON struct {
 	Values    map[string]any `json:"values"`
 }
 
-func toJSON(w Window) windowJSON {
+func toJSON(w query.Window) windowJSON {
 	out := windowJSON{Start: w.Start.UnixMilli(), End: w.End.UnixMilli(), StartTime: w.Start.UTC().Format(time.RFC3339),
 		Final: w.Final, Live: w.Live, Revision: w.Revision, Values: map[string]any{}}
 	for name, v := range w.Values {
@@ -312,7 +118,7 @@ func jsonValue(v totals.Value) any {
 type windowsJSON struct {
 	Topology string `json:"topology"`
 	Set      string `json:"set"`
-	// Dimension is what the keys of Entities are (ServedSet.Dimension): "entity", a rollup's
+	// Dimension is what the keys of Entities are (query.ServedSet.Dimension): "entity", a rollup's
 	// dimension, or "" for a global rollup, whose one key is "all".
 	Dimension string                  `json:"dimension"`
 	Entities  map[string][]windowJSON `json:"entities"`
@@ -341,7 +147,7 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	if code != 0 {
 		return code, body
 	}
-	var o Options
+	var o query.Options
 	if code, body := s.windowsRange(q, &o); code != 0 {
 		return code, body
 	}
@@ -366,10 +172,10 @@ var windowsParams = map[string]bool{"topology": true, "set": true, "from": true,
 
 // windowsKeys reads the keys a windows request asks for: the entity parameter, or the rollup's
 // dimension name, or for a global rollup its one key.
-func (s *Server) windowsKeys(q url.Values, set *ServedSet) ([]string, int, any) {
+func (s *Server) windowsKeys(q url.Values, set *query.ServedSet) ([]string, int, any) {
 	param := "entity"
 	entities := entityList(q["entity"])
-	if dim := set.KeyName(); dim != EntityDimension && dim != "" && !windowsParams[dim] {
+	if dim := set.KeyName(); dim != query.EntityDimension && dim != "" && !windowsParams[dim] {
 		if byDim := entityList(q[dim]); len(byDim) > 0 {
 			if len(entities) > 0 {
 				code, body := badParam(dim, "give the keys of set %q as %s or as entity, not both", set.Name, dim)
@@ -380,12 +186,12 @@ func (s *Server) windowsKeys(q url.Values, set *ServedSet) ([]string, int, any) 
 	}
 	if set.Global() {
 		for _, e := range entities {
-			if e != GlobalKey {
-				code, body := badParam(param, "set %q is a global rollup: its one key is %q, not %q (leave entity out)", set.Name, GlobalKey, e)
+			if e != query.GlobalKey {
+				code, body := badParam(param, "set %q is a global rollup: its one key is %q, not %q (leave entity out)", set.Name, query.GlobalKey, e)
 				return nil, code, body
 			}
 		}
-		return []string{GlobalKey}, 0, nil
+		return []string{query.GlobalKey}, 0, nil
 	}
 	if len(entities) == 0 {
 		what := "required (repeat it or separate entities with commas)"
@@ -417,7 +223,7 @@ func entityList(values []string) []string {
 
 // windowsRange reads from and to into o, refusing a range longer than MaxRange; an open-ended
 // range counts up to now, so that "from a year ago" cannot ask for more than a bounded one.
-func (s *Server) windowsRange(q url.Values, o *Options) (int, any) {
+func (s *Server) windowsRange(q url.Values, o *query.Options) (int, any) {
 	var err error
 	if o.From, err = s.parseTime(q.Get("from")); err != nil {
 		return badParam("from", "%v", err)
@@ -441,7 +247,7 @@ func (s *Server) windowsRange(q url.Values, o *Options) (int, any) {
 }
 
 // windowsLimit reads limit into o, within MaxWindows for the whole answer.
-func (s *Server) windowsLimit(q url.Values, o *Options, entities int) (int, any) {
+func (s *Server) windowsLimit(q url.Values, o *query.Options, entities int) (int, any) {
 	most := s.Limits.MaxWindows
 	v := q.Get("limit")
 	if v == "" {
@@ -462,7 +268,7 @@ func (s *Server) windowsLimit(q url.Values, o *Options, entities int) (int, any)
 }
 
 // windowsOrderAndLive reads order and live into o.
-func windowsOrderAndLive(q url.Values, o *Options) (int, any) {
+func windowsOrderAndLive(q url.Values, o *query.Options) (int, any) {
 	switch q.Get("order") {
 	case "", "newest":
 	case "oldest":
@@ -483,7 +289,7 @@ func windowsOrderAndLive(q url.Values, o *Options) (int, any) {
 // windowsFailed answers a read that failed: the request's fault is a 400; running out of the
 // request's time says which limit to ask within; anything else is the store's and is logged.
 func (s *Server) windowsFailed(r *http.Request, set string, err error) (int, any) {
-	if errors.Is(err, ErrInvalid) {
+	if errors.Is(err, query.ErrInvalid) {
 		return http.StatusBadRequest, apiError{Error: err.Error()}
 	}
 	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
@@ -496,7 +302,7 @@ func (s *Server) windowsFailed(r *http.Request, set string, err error) (int, any
 
 // pageJSON is a page as /api/v1/windows answers it: each next page as the from and to (ms) to ask
 // with, a bound left out where the request had none.
-func pageJSON(topology, set string, p Page) windowsJSON {
+func pageJSON(topology, set string, p query.Page) windowsJSON {
 	out := windowsJSON{Topology: topology, Set: set, Entities: map[string][]windowJSON{}, Truncated: p.Truncated()}
 	for e, ws := range p.Windows {
 		js := make([]windowJSON, 0, len(ws))
@@ -536,29 +342,11 @@ func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
 			return badParam("limit", "want a whole number from 1 to %d (%s), got %q", s.Limits.MaxEntityList, limitMaxEntityList, v)
 		}
 	}
-	list, truncated, err := t.Reader.Entities(r.Context(), set.Name, EntityOptions{Limit: limit})
+	list, truncated, err := t.Reader.Entities(r.Context(), set.Name, query.EntityOptions{Limit: limit})
 	if err != nil {
 		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
 	}
 	return http.StatusOK, map[string]any{"entities": list, "truncated": truncated, "dimension": set.KeyName()}
 }
 
-func (s *Server) parseTime(v string) (time.Time, error) { return ParseTime(v, s.Now()) }
-
-// ParseTime reads RFC 3339, milliseconds since the epoch, or a duration relative to now ("-6h");
-// "" is the zero time.
-func ParseTime(v string, now time.Time) (time.Time, error) {
-	if v == "" {
-		return time.Time{}, nil
-	}
-	if ms, err := strconv.ParseInt(v, 10, 64); err == nil {
-		return time.UnixMilli(ms), nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return t, nil
-	}
-	if d, err := time.ParseDuration(v); err == nil {
-		return now.Add(d), nil
-	}
-	return time.Time{}, fmt.Errorf("%q is not RFC 3339, milliseconds since the epoch, or a duration like -6h", v)
-}
+func (s *Server) parseTime(v string) (time.Time, error) { return query.ParseTime(v, s.Now()) }

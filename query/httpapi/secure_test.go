@@ -1,4 +1,4 @@
-package query
+package httpapi
 
 import (
 	"bufio"
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/store"
@@ -41,7 +42,7 @@ func secureServer(t *testing.T, srv *Server) string {
 	if srv.Topologies == nil {
 		st, table := querytest.CellStore(t)
 		querytest.Seed(t, st, table, 4)
-		srv.Topologies = []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(t, st, table)}}
+		srv.Topologies = []query.Served{{Name: "t", Sets: []query.ServedSet{{Name: "minute", Aggregates: []string{"count", "max", "p"}}}, Reader: newReader(t, st, table)}}
 	}
 	if srv.Now == nil {
 		srv.Now = func() time.Time { return time.UnixMilli(20 * minute) } // the seeded windows are in 1970
@@ -307,10 +308,17 @@ func writeCert(t *testing.T, certFile, keyFile string, serial int64) *x509.CertP
 	return pool
 }
 
-// slowSource answers no scan until the request's context ends.
-type slowSource struct{ store.Reader }
+// slowSource answers no scan of its table until the request's context ends (other tables, the
+// key index that NewReader looks for, answer at once).
+type slowSource struct {
+	query.Source
+	table string
+}
 
 func (s slowSource) Scan(ctx context.Context, spec store.ScanSpec, fn func([]byte, []store.Cell) bool) error {
+	if spec.Table != s.table {
+		return s.Source.Scan(ctx, spec, fn)
+	}
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -446,9 +454,8 @@ func TestRequestLimits(t *testing.T) {
 func TestRequestTimeout(t *testing.T) {
 	st, table := querytest.CellStore(t)
 	querytest.Seed(t, st, table, 4)
-	r := newReader(t, st, table)
-	r.store = slowSource{r.store}
-	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute"}}, Reader: r}},
+	r := newReader(t, slowSource{st, table}, table)
+	srv := &Server{Topologies: []query.Served{{Name: "t", Sets: []query.ServedSet{{Name: "minute"}}, Reader: r}},
 		Limits: Limits{RequestTimeout: 200 * time.Millisecond}}
 	base := secureServer(t, srv)
 	start := time.Now()

@@ -1,4 +1,4 @@
-package query
+package httpapi
 
 import (
 	"bytes"
@@ -54,7 +54,7 @@ var webAssets = sync.OnceValue(func() map[string]webAsset {
 		return nil
 	})
 	if err != nil {
-		panic("query: embedded dashboard unreadable: " + err.Error()) // cannot happen with a built binary
+		panic("httpapi: embedded dashboard unreadable: " + err.Error()) // cannot happen with a built binary
 	}
 	return assets
 })
