@@ -45,14 +45,14 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 			for i := range 40 {
 				e := fmt.Sprintf("e-%02d", (i*17)%40)
 				for m := range int64(3) {
-					put("minute", e, t0.UnixMilli()+m*minute)
+					put("minute", e, querytest.T0.UnixMilli()+m*minute)
 				}
 			}
 			for _, e := range querytest.TSDBEntities {
-				put("minute", e, t0.UnixMilli())
-				put("hour", e, t0.UnixMilli())
+				put("minute", e, querytest.T0.UnixMilli())
+				put("hour", e, querytest.T0.UnixMilli())
 			}
-			put("hour", "device-003", t0.UnixMilli())
+			put("hour", "device-003", querytest.T0.UnixMilli())
 			if failed, err := st.Write(ctx, cells); err != nil || len(failed) > 0 {
 				t.Fatalf("write: %v %v", failed, err)
 			}

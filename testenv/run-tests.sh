@@ -63,7 +63,8 @@ fuzz_targets="./state FuzzDecode
 ./app FuzzConfig
 ./query FuzzParseTime
 ./query/httpapi FuzzAPIParams
-./query FuzzOpenTSDBParams"
+./query/opentsdb FuzzOpenTSDBParams
+./query/opentsdb FuzzTSDBTime"
 
 log() { printf '[run-tests] %s\n' "$*"; }
 
@@ -154,7 +155,7 @@ job_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}"
 }
 
-# job_venv: the Python packages of query.TestPyOpenTSDBClient (testenv/python-requirements.txt).
+# job_venv: the Python packages of opentsdb.TestPyOpenTSDBClient (testenv/python-requirements.txt).
 job_venv() {
   local venv=$root/testenv/.venv
   if "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then echo "$venv has pyopentsdb"; return 0; fi
@@ -376,7 +377,7 @@ stage_kerberos() {
   log "tests of the plain HBase, again with Kerberos"
   export ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK ABACUS_REQUIRE_SERVICES=1
   gotest kerberos-again -timeout 15m -skip "$own_stage_tests|$browser_tests|^TestPyOpenTSDB" \
-    ./internal/testenv/ ./store/hbasestore/ ./query/
+    ./internal/testenv/ ./store/hbasestore/ ./query/ ./query/opentsdb/
   gotest kerberos-sinks -timeout 15m -run '^TestSink' ./sinks/
   "$services" status
 }

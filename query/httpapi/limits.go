@@ -25,7 +25,7 @@ type Limits struct {
 	// IdleTimeout is how long a kept-alive connection waits for its next request (default 2 min).
 	IdleTimeout time.Duration
 	// RequestTimeout bounds the work of one /api/v1 request (default 30 s); past it the answer is
-	// 503 naming the limit. (The OpenTSDB API has its own, query.OpenTSDBLimits.Timeout.)
+	// 503 naming the limit. (The OpenTSDB API has its own, opentsdb.Limits.Timeout.)
 	RequestTimeout time.Duration
 	// MaxHeaderBytes bounds the request line (URL and its parameters included) and headers
 	// (default 64 KiB); past it the answer is 431.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/httpsec"
+	"github.com/abacus-stream/abacus/query/opentsdb"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -40,7 +41,7 @@ type Server struct {
 	// Now is the clock for relative times ("-1h"); time.Now when nil.
 	Now func() time.Time
 	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
-	OpenTSDB query.OpenTSDBLimits
+	OpenTSDB opentsdb.Limits
 	// Limits bound every request: timeouts, sizes, entities, time range, result size (zero: the
 	// defaults). Serve applies the connection limits, Secure the body size, the handlers the rest.
 	Limits Limits
@@ -99,7 +100,7 @@ func (s *Server) Handler() *http.ServeMux {
 	handle(APIPrefix+"/topologies", "topologies", s.topologies)
 	handle(APIPrefix+"/windows", "windows", s.windows)
 	handle(APIPrefix+"/entities", "entities", s.entities)
-	tsdb := &query.OpenTSDB{Topologies: s.Topologies, Limits: s.OpenTSDB, MaxBodyBytes: s.Limits.MaxBodyBytes, Now: s.Now, Logger: s.Logger}
+	tsdb := &opentsdb.API{Topologies: s.Topologies, Limits: s.OpenTSDB, MaxBodyBytes: s.Limits.MaxBodyBytes, Now: s.Now, Logger: s.Logger}
 	tsdb.Mount(mux, requests, latency)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.Healthy != nil {

@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/totals"
 )
 
@@ -38,20 +39,20 @@ type tsdbResult struct {
 type reqState struct {
 	windowsLeft int
 	pointsLeft  int
-	read        map[string][]Window // by topology, set and entity: sub-queries share reads
-	aggs        map[string][]string // by topology and set: the aggregates the sub-queries ask of it
+	read        map[string][]query.Window // by topology, set and entity: sub-queries share reads
+	aggs        map[string][]string       // by topology and set: the aggregates the sub-queries ask of it
 }
 
 // setKey names a served set within a request.
 func setKey(m tsdbMetric) string { return m.topo.Name + "\x00" + m.set }
 
 // query answers /api/query: each sub-query in turn, sharing the request's reads and its limits.
-func (a *OpenTSDB) query(r *http.Request) (any, error) {
+func (a *API) query(r *http.Request) (any, error) {
 	req, err := a.parseQuery(r)
 	if err != nil {
 		return nil, err
 	}
-	st := &reqState{windowsLeft: a.Limits.MaxWindows, pointsLeft: a.Limits.MaxPoints, read: map[string][]Window{}, aggs: map[string][]string{}}
+	st := &reqState{windowsLeft: a.Limits.MaxWindows, pointsLeft: a.Limits.MaxPoints, read: map[string][]query.Window{}, aggs: map[string][]string{}}
 	// Every aggregate the sub-queries ask of a set is read in one pass over an entity's windows,
 	// so that two panels' metrics of one entity cost one read and one share of the window budget.
 	for _, sq := range req.queries {
@@ -72,7 +73,7 @@ func (a *OpenTSDB) query(r *http.Request) (any, error) {
 
 // run answers one sub-query: the metric's series of the entities its filters select, downsampled,
 // grouped and aggregated as it asks, within what the request may still read and answer.
-func (a *OpenTSDB) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *subQuery) ([]tsdbResult, error) {
+func (a *API) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *subQuery) ([]tsdbResult, error) {
 	met, err := a.metric(sq.metric)
 	if err != nil {
 		return nil, err
@@ -152,7 +153,7 @@ func (sq *subQuery) finalFilters() ([]tagFilter, error) {
 // final filters: one series, or one per quantile in quantile order. Values JSON cannot carry (NaN,
 // infinities) are left out. The series are tagged with the metric's key (entity, a rollup's
 // dimension; nothing for a global rollup).
-func entitySeries(met tsdbMetric, entity string, ws []Window, finalFilters []tagFilter) []series {
+func entitySeries(met tsdbMetric, entity string, ws []query.Window, finalFilters []tagFilter) []series {
 	agg := met.agg
 	byTags := map[string]*series{}
 	var order []string
@@ -201,7 +202,7 @@ func entitySeries(met tsdbMetric, entity string, ws []Window, finalFilters []tag
 // downsampleSeries downsamples each series in place. With a fill policy every bucket of the range
 // is a point, so the points are counted first: an interval too fine for the range is refused
 // before any is made.
-func (a *OpenTSDB) downsampleSeries(st *reqState, req *tsdbRequest, sq *subQuery, raw []series) error {
+func (a *API) downsampleSeries(st *reqState, req *tsdbRequest, sq *subQuery, raw []series) error {
 	ds := sq.downsample
 	if ds == nil {
 		return nil
@@ -279,12 +280,12 @@ func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g []se
 }
 
 // read reads the windows of the entities whose start is in [start, end] into st.read, oldest
-// first, once per request: several scans at once (Reader.Many), within the request's window
+// first, once per request: several scans at once (query.Reader.Many), within the request's window
 // budget. Only the aggregates the request asks of the set are read, and each scan runs forward
 // (newest first) and is turned around here: HBase's reversed scan seeks back row by row and took
 // six times as long per cell as a forward one in bench/query (one entity's week, 431 ms against
 // 70 ms for half the cells forward).
-func (a *OpenTSDB) read(ctx context.Context, st *reqState, met tsdbMetric, entities []string, start, end time.Time) error {
+func (a *API) read(ctx context.Context, st *reqState, met tsdbMetric, entities []string, start, end time.Time) error {
 	var todo []string
 	for _, e := range entities {
 		if _, ok := st.read[setKey(met)+"\x00"+e]; !ok && !slices.Contains(todo, e) {
@@ -294,10 +295,10 @@ func (a *OpenTSDB) read(ctx context.Context, st *reqState, met tsdbMetric, entit
 	if len(todo) == 0 {
 		return nil
 	}
-	budget := NewBudget(st.windowsLeft)
-	res, err := met.topo.Reader.Many(ctx, met.set, todo, Options{From: start, To: end.Add(time.Millisecond),
+	budget := query.NewBudget(st.windowsLeft)
+	res, err := met.topo.Reader.Many(ctx, met.set, todo, query.Options{From: start, To: end.Add(time.Millisecond),
 		Aggregates: st.aggs[setKey(met)], Budget: budget})
-	if errors.Is(err, ErrBudget) {
+	if errors.Is(err, query.ErrBudget) {
 		return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.Limits.MaxWindows)
 	}
 	if err != nil {

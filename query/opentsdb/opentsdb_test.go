@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"bytes"
@@ -10,67 +10,37 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
-	"github.com/abacus-stream/abacus/totals"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // t0 is the start of the first seeded window; the test server's clock stands an hour later.
 var t0 = querytest.T0
 
-// TestListEntitiesLimitTakesTheFirstInOrder: the buckets are walked at once, and a listing cut at
-// its limit still answers the first entities in order, the same at every call; the scan bound
-// holds across the buckets.
-func TestListEntitiesLimitTakesTheFirstInOrder(t *testing.T) {
-	for name, open := range querytest.Stores(t) {
-		t.Run(name, func(t *testing.T) {
-			st, table := open(t)
-			var recs []totals.Record
-			var want []string
-			for i := range 40 {
-				e := fmt.Sprintf("e-%02d", (i*17)%40) // written out of order
-				want = append(want, e)
-				recs = append(recs, totals.Record{Topology: "devices", Set: "minute", Entity: e,
-					Start: t0.UnixMilli(), End: t0.UnixMilli() + minute, Final: true, Revision: 1,
-					Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 1}}})
-			}
-			querytest.WriteTotals(t, st, table, 4, recs)
-			sort.Strings(want)
-			cs := &querytest.CountingSource{Source: st}
-			r := newReader(t, cs, table)
-			for range 5 {
-				list, more, err := r.listEntities(context.Background(), "minute", "", 7, 1000, nil)
-				if err != nil || !more || strings.Join(list, " ") != strings.Join(want[:7], " ") {
-					t.Fatalf("first 7 of 40: %v %v %v; want %v", list, more, err, want[:7])
-				}
-			}
-			list, more, err := r.listEntities(context.Background(), "minute", "e-1", 100, 1000, nil)
-			if err != nil || more || strings.Join(list, " ") != strings.Join(want[10:20], " ") {
-				t.Fatalf("prefix e-1: %v %v %v", list, more, err)
-			}
-			cs.Reset()
-			if _, _, err := r.listEntities(context.Background(), "minute", "", 100, 9, nil); err != ErrEntityScanLimit {
-				t.Fatalf("scan bound 9 of 40: %v", err)
-			} else if n := cs.Counts(); n.Scans > 9+4 {
-				t.Fatalf("scan bound 9: %d reads", n.Scans)
-			}
-		})
+const minute = querytest.Minute
+
+func newReader(t testing.TB, st query.Source, table string) *query.Reader {
+	t.Helper()
+	r, err := query.NewReader(context.Background(), st, table, "d")
+	if err != nil {
+		t.Fatal(err)
 	}
+	return r
 }
 
 // tsdbServer serves the OpenTSDB API over the seeded table (seedTSDB) with the given limits, its
 // clock an hour after t0.
-func tsdbServer(t *testing.T, src Source, table string, limits OpenTSDBLimits) *httptest.Server {
+func tsdbServer(t *testing.T, src query.Source, table string, limits Limits) *httptest.Server {
 	t.Helper()
-	return serveTSDB(t, &OpenTSDB{
-		Topologies: []Served{{Name: "devices", Reader: newReader(t, src, table), Sets: []ServedSet{
+	return serveTSDB(t, &API{
+		Topologies: []query.Served{{Name: "devices", Reader: newReader(t, src, table), Sets: []query.ServedSet{
 			{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "mean", "temp_q"}},
 			{Name: "hour", Window: "tumbling 1h0m0s", Aggregates: []string{"count"}},
 		}}},
@@ -81,7 +51,7 @@ func tsdbServer(t *testing.T, src Source, table string, limits OpenTSDBLimits) *
 
 // tsdbMux mounts api on a mux beside a "GET /", as the HTTP server mounts it beside the dashboard:
 // that pattern must neither conflict with the API's nor shadow them.
-func tsdbMux(api *OpenTSDB) *http.ServeMux {
+func tsdbMux(api *API) *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.Handle("GET /", http.NotFoundHandler())
 	api.Mount(mux, prometheus.NewCounterVec(prometheus.CounterOpts{Name: "requests"}, []string{"endpoint", "code"}),
@@ -90,7 +60,7 @@ func tsdbMux(api *OpenTSDB) *http.ServeMux {
 }
 
 // serveTSDB serves api (tsdbMux) until the test ends.
-func serveTSDB(t *testing.T, api *OpenTSDB) *httptest.Server {
+func serveTSDB(t *testing.T, api *API) *httptest.Server {
 	t.Helper()
 	ts := httptest.NewServer(tsdbMux(api))
 	t.Cleanup(ts.Close)
@@ -247,7 +217,7 @@ func TestOpenTSDBGrafanaRequests(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
 			querytest.SeedTSDB(t, st, table, 4)
-			c := tsdbClient{t, tsdbServer(t, st, table, OpenTSDBLimits{}).URL}
+			c := tsdbClient{t, tsdbServer(t, st, table, Limits{}).URL}
 			testGrafanaQueries(t, c)
 			testGrafanaLookups(t, c)
 			testTSDBErrors(t, c)
@@ -498,238 +468,5 @@ func testTSDBErrors(t *testing.T, c tsdbClient) {
 	c.fails("GET", "/api/search/lookup?m=nope", "", 400, "No such name for 'metrics'")
 	if code, _ := c.do("DELETE", "/api/query", ""); code != http.StatusMethodNotAllowed {
 		t.Fatalf("DELETE /api/query: %d", code)
-	}
-}
-
-// TestOpenTSDBLimits: each bound answers 400 naming itself, before the work it bounds.
-func TestOpenTSDBLimits(t *testing.T) {
-	st, table := querytest.CellStore(t)
-	querytest.SeedTSDB(t, st, table, 4)
-	c := tsdbClient{t, tsdbServer(t, st, table, OpenTSDBLimits{MaxEntities: 2, MaxWindows: 100, MaxPoints: 150, MaxSubQueries: 2, MaxEntityScan: 2}).URL}
-	q := func(subs ...string) string {
-		return fmt.Sprintf(`{"start":%d,"end":%d,"queries":[%s]}`, sec0, sec1, strings.Join(subs, ","))
-	}
-	all := `{"metric":"devices.minute.count","aggregator":"sum","tags":{"entity":"*"}}`
-	two := `{"metric":"devices.minute.count","aggregator":"sum","tags":{"entity":"device-001|device-002"}}`
-	one := `{"metric":"devices.minute.count","aggregator":"sum","tags":{"entity":"device-001"}}`
-	c.fails("POST", "/api/query", q(all), 400, "examined 2 entities without finishing")
-	c.fails("POST", "/api/query", q(`{"metric":"devices.minute.count","aggregator":"sum","tags":{"entity":"a|b|c"}}`), 400, "more than 2 entities")
-	c.fails("POST", "/api/query", q(one, one, one), 400, "3 sub-queries, more than the limit of 2")
-	c.fails("POST", "/api/query", q(two), 400, "reads more than 100 windows")
-	// The two entities are read at once, and both reads stop when their total passes the limit:
-	// at most one row past it each, not the 120 windows the two have.
-	src := &querytest.CountingSource{Source: st}
-	cs := tsdbClient{t, tsdbServer(t, src, table, OpenTSDBLimits{MaxEntities: 2, MaxWindows: 100}).URL}
-	cs.fails("POST", "/api/query", q(two), 400, "reads more than 100 windows")
-	if n := src.Counts(); n.Rows > 102 {
-		t.Fatalf("a request refused at 100 windows read %d rows", n.Rows)
-	}
-	c.fails("POST", "/api/query", q(`{"metric":"devices.minute.count","aggregator":"sum","downsample":"1s-avg-zero","tags":{"entity":"device-001"}}`), 400, "more than the limit of 150 points")
-	// Within the bounds: one entity, its 60 windows read once for two metrics, 120 points.
-	c2 := tsdbClient{t, tsdbServer(t, st, table, OpenTSDBLimits{MaxEntities: 2, MaxWindows: 60, MaxPoints: 120}).URL}
-	if res := c2.query("/api/query", q(one, `{"metric":"devices.minute.mean","aggregator":"sum","tags":{"entity":"device-001"}}`)); len(res) != 2 {
-		t.Fatalf("two metrics of one entity within the limits: %s", tagsOf(res))
-	}
-	c2.fails("POST", "/api/query", q(one, `{"metric":"devices.minute.mean","aggregator":"sum","rate":false,"tags":{"entity":"device-001"}}`, `{"metric":"devices.minute.temp_q","aggregator":"sum","tags":{"entity":"device-001"}}`), 400, "more than 120 data points")
-}
-
-// TestTSDBReadsOnlyTheAskedAggregates: a sub-query reads the cells of its metric's aggregate and
-// each window's meta cell, not every aggregate of the window, in forward scans; two metrics of
-// one set share one read. The answer is the same as before: oldest first, every window.
-func TestTSDBReadsOnlyTheAskedAggregates(t *testing.T) {
-	for name, open := range querytest.Stores(t) {
-		t.Run(name, func(t *testing.T) {
-			st, table := open(t)
-			querytest.SeedTSDB(t, st, table, 4)
-			src := &querytest.CountingSource{Source: st}
-			c := tsdbClient{t, tsdbServer(t, src, table, OpenTSDBLimits{}).URL}
-			q := func(metrics ...string) []tsdbSeries {
-				var subs []string
-				for _, m := range metrics {
-					subs = append(subs, fmt.Sprintf(`{"metric":"devices.minute.%s","aggregator":"sum","tags":{"entity":"device-002"}}`, m))
-				}
-				src.Reset()
-				return c.query("/api/query", fmt.Sprintf(`{"start":%d,"end":%d,"msResolution":true,"queries":[%s]}`, sec0, sec1, strings.Join(subs, ",")))
-			}
-			res := q("count")
-			if len(res) != 1 {
-				t.Fatalf("one series wanted: %s", tagsOf(res))
-			}
-			if !slices.IsSorted(res[0].ordered) || len(res[0].ordered) != 60 {
-				t.Fatalf("want 60 points oldest first, got %v", res[0].ordered)
-			}
-			for i := range int64(60) {
-				if got := res[0].at(t, t0.Add(time.Duration(i)*time.Minute).UnixMilli()); got != float64(100+i) {
-					t.Fatalf("window %d: count %v, want %d", i, got, 100+i)
-				}
-			}
-			// 60 windows, each its count and its meta cell: not the mean and the quantiles too.
-			if n := src.Counts(); n.Cells != 120 || n.Rows != 60 || n.Reversed != 0 {
-				t.Fatalf("one metric: %d cells in %d rows, %d reversed scans; want 120 cells in 60 rows, forward", n.Cells, n.Rows, n.Reversed)
-			}
-			if res := q("count", "mean"); len(res) != 2 || src.Counts().Cells != 180 || src.Counts().Rows != 60 {
-				n := src.Counts()
-				t.Fatalf("two metrics: %d series, %d cells in %d rows; want 2 series from one read of 180 cells in 60 rows", len(res), n.Cells, n.Rows)
-			}
-		})
-	}
-}
-
-// TestListEntitiesSkipsRows: listing the entities of a set reads one or two rows per entity, not
-// the entities' windows, and honours its bounds.
-func TestListEntitiesSkipsRows(t *testing.T) {
-	for name, open := range querytest.Stores(t) {
-		t.Run(name, func(t *testing.T) {
-			st, table := open(t)
-			querytest.SeedTSDB(t, st, table, 4)
-			cs := &querytest.CountingSource{Source: st}
-			r := newReader(t, cs, table)
-			ctx := context.Background()
-			cs.Reset()
-			list, more, err := r.listEntities(ctx, "minute", "", 10, 100, nil)
-			if err != nil || more || strings.Join(list, " ") != strings.Join(querytest.TSDBEntities, " ") {
-				t.Fatalf("entities of minute: %v %v %v", list, more, err)
-			}
-			// 3 entities x 61 rows: at most 2 reads per entity and 1 per bucket, one row each.
-			if n := cs.Counts(); n.Unbounded != 0 || n.Rows > 2*3 || n.Scans > 2*3+4 {
-				t.Fatalf("listing read %d rows in %d scans (%d without a limit)", n.Rows, n.Scans, n.Unbounded)
-			}
-			if list, _, _ := r.listEntities(ctx, "hour", "device-", 10, 100, nil); strings.Join(list, " ") != "device-001 device-002" {
-				t.Fatalf("entities of hour starting with device-: %v", list)
-			}
-			if list, more, _ := r.listEntities(ctx, "minute", "", 1, 100, nil); len(list) != 1 || !more {
-				t.Fatalf("limit 1: %v %v", list, more)
-			}
-			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != ErrEntityScanLimit {
-				t.Fatalf("scan bound: %v", err)
-			}
-			if list, _, _ := r.listEntities(ctx, "nope", "", 10, 100, nil); len(list) != 0 {
-				t.Fatalf("entities of a set with no rows: %v", list)
-			}
-		})
-	}
-}
-
-func TestTSDBTimeForms(t *testing.T) {
-	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	cet, _ := time.LoadLocation("Europe/Berlin")
-	for in, want := range map[string]time.Time{
-		"1h-ago":               now.Add(-time.Hour),
-		"90s-ago":              now.Add(-90 * time.Second),
-		"500ms-ago":            now.Add(-500 * time.Millisecond),
-		"2w-ago":               now.Add(-14 * 24 * time.Hour),
-		"1n-ago":               now.Add(-30 * 24 * time.Hour),
-		"1y-ago":               now.Add(-365 * 24 * time.Hour),
-		"now":                  now,
-		"1364410924":           time.Unix(1364410924, 0),
-		"1364410924250":        time.UnixMilli(1364410924250),
-		"1364410924.25":        time.UnixMilli(1364410924250),
-		"2026/11/30-10:00:00":  time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC),
-		"2026/11/30 10:30":     time.Date(2026, 11, 30, 10, 30, 0, 0, time.UTC),
-		"2026/11/30":           time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC),
-		"2026-11-30T10:00:00Z": time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC),
-	} {
-		got, err := tsdbTime(in, now, time.UTC)
-		if err != nil || !got.Equal(want) {
-			t.Errorf("%s: %v %v, want %v", in, got, err, want)
-		}
-	}
-	if got, _ := tsdbTime("2026/11/30-10:00", now, cet); !got.Equal(time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)) {
-		t.Errorf("formatted time in Europe/Berlin: %v", got)
-	}
-	for _, bad := range []string{"", "1h", "-1h", "yesterday", "2026/13/01", "1x-ago"} {
-		if _, err := tsdbTime(bad, now, time.UTC); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
-func TestDownsampleAndRate(t *testing.T) {
-	for in, want := range map[string]string{
-		"1m-avg": "60000 avg none", "5m-sum-zero": "300000 sum zero", "500ms-max-nan": "500 max nan",
-		"0all-count": "0 count none", "2h-p95-null": "7200000 p95 null", "1d-min": "86400000 min none", "30s-": "30000 avg none",
-	} {
-		ds, err := parseDownsample(in)
-		if err != nil || fmt.Sprintf("%d %s %s", ds.interval, ds.agg, ds.fill) != want {
-			t.Errorf("%s: %+v %v, want %s", in, ds, err, want)
-		}
-	}
-	for _, bad := range []string{"1m", "m-avg", "1m-none", "1m-avg-linear", "1x-avg", "1dc-sum", "0m-avg"} {
-		if _, err := parseDownsample(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-	pts := []point{{0, 1}, {1000, 2}, {5000, 4}, {9000, 8}}
-	ds, _ := parseDownsample("2s-sum-null")
-	got := downsample(pts, ds, 0, 10_000)
-	var b strings.Builder
-	for _, p := range got {
-		fmt.Fprintf(&b, "%d:%v ", p.t, p.v)
-	}
-	if b.String() != "0:3 2000:NaN 4000:4 6000:NaN 8000:8 10000:NaN " {
-		t.Fatalf("2s-sum-null: %s", b.String())
-	}
-	ds, _ = parseDownsample("0all-max")
-	if got := downsample(pts, ds, -5, 10_000); len(got) != 1 || got[0] != (point{-5, 8}) {
-		t.Fatalf("0all-max: %v", got)
-	}
-	// Counter rate: a reset rolls over at counterMax, or is dropped.
-	ctr := []point{{0, 10}, {1000, 30}, {2000, 5}}
-	max100 := 100.0
-	if got := rate(ctr, rateOptions{Counter: true, CounterMax: &max100}); len(got) != 2 || got[0].v != 20 || got[1].v != 75 {
-		t.Fatalf("counter rate: %v", got)
-	}
-	if got := rate(ctr, rateOptions{Counter: true, DropResets: true}); len(got) != 1 {
-		t.Fatalf("counter rate dropping resets: %v", got)
-	}
-	reset := 50.0
-	if got := rate(ctr, rateOptions{Counter: true, CounterMax: &max100, ResetValue: &reset}); got[1].v != 0 {
-		t.Fatalf("counter rate past the reset value: %v", got)
-	}
-	// Percentile estimates on 1..10 and on 15, 20, 35, 40, 50.
-	ten := []float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
-	five := []float64{15, 20, 35, 40, 50}
-	for _, c := range []struct {
-		v        []float64
-		q        float64
-		estimate int
-		want     float64
-	}{{ten, 0.5, 0, 5.5}, {ten, 0.9, 0, 9.9}, {ten, 0.99, 0, 10}, {ten, 0.5, 7, 5.5}, {ten, 0.9, 7, 9.1}, {ten, 0.5, 3, 5},
-		{five, 0.4, 3, 20}, {five, 0.5, 3, 20}, {five, 0.3, 3, 20}, {five, 0.4, 7, 29}, {five, 0.4, 0, 26}} {
-		if got := percentile(c.v, c.q, c.estimate); math.Abs(got-c.want) > 1e-9 {
-			t.Errorf("percentile %v of %v (estimate %d): %v, want %v", c.q, c.v, c.estimate, got, c.want)
-		}
-	}
-}
-
-func TestParseM(t *testing.T) {
-	for in, want := range map[string]string{
-		"sum:devices.minute.count":                                                      "sum devices.minute.count  false []",
-		"avg:1m-avg:devices.minute.count{entity=*}":                                     "avg devices.minute.count 1m-avg false [wildcard(entity=*,true)]",
-		"sum:rate{counter,100,5}:explicit_tags:m{entity=a|b}{quantile=regexp(0\\.9.*)}": "sum m  true [literal_or(entity=a|b,true) regexp(quantile=0\\.9.*,false)]",
-		"max:5m-max-zero:rate:m{entity=wildcard(dev*),final=true}":                      "max m 5m-max-zero true [wildcard(entity=dev*,true) literal_or(final=true,true)]",
-		"sum:m{}{entity=regexp(d{1,3})}":                                                "sum m  false [regexp(entity=d{1,3},false)]",
-	} {
-		s, err := parseM(in, 0)
-		if err != nil {
-			t.Errorf("%s: %v", in, err)
-			continue
-		}
-		var fs []string
-		for _, f := range s.filters {
-			fs = append(fs, fmt.Sprintf("%s(%s=%s,%v)", f.Type, f.Tagk, f.Filter, f.GroupBy))
-		}
-		if got := fmt.Sprintf("%s %s %s %v [%s]", s.aggregator, s.metric, s.dsText, s.rate, strings.Join(fs, " ")); got != want {
-			t.Errorf("%s:\n got %s\nwant %s", in, got, want)
-		}
-	}
-	s, _ := parseM("sum:rate{counter,100,5}:explicit_tags:m", 0)
-	if !s.rateOptions.Counter || *s.rateOptions.CounterMax != 100 || *s.rateOptions.ResetValue != 5 || !s.explicitTags {
-		t.Errorf("rate options: %+v", s)
-	}
-	for _, bad := range []string{"sum", "sum:", "sum:m{entity}", "sum:m{entity=a", "sum:m{a=b}{c=d}{e=f}", "sum:1m-foo:m"} {
-		if _, err := parseM(bad, 0); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
 	}
 }

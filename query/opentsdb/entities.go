@@ -1,9 +1,11 @@
-package query
+package opentsdb
 
 import (
 	"context"
 	"errors"
 	"sort"
+
+	"github.com/abacus-stream/abacus/query"
 )
 
 type entitySet struct {
@@ -13,12 +15,13 @@ type entitySet struct {
 
 // entities resolves the entities of a metric that pass the filters on its tag key: entities a
 // case-sensitive literal_or names are taken as named, with no read; otherwise entities are listed
-// by skipping from one to the next in the table (Reader.ListEntities). With strict, more than limit
-// entities, or a listing stopped by MaxEntityScan, is an error rather than a partial answer.
+// by skipping from one to the next in the table (query.Reader.ListEntities). With strict, more
+// than limit entities, or a listing stopped by MaxEntityScan, is an error rather than a partial
+// answer.
 //
 // The entities of a rollup are its keys, filtered on its dimension; a global rollup has one,
-// GlobalKey, read without any filter (checkTagKeys has refused filters on other keys).
-func (a *OpenTSDB) entities(ctx context.Context, met tsdbMetric, filters []tagFilter, limit int, strict bool) (entitySet, error) {
+// query.GlobalKey, read without any filter (checkTagKeys has refused filters on other keys).
+func (a *API) entities(ctx context.Context, met tsdbMetric, filters []tagFilter, limit int, strict bool) (entitySet, error) {
 	if met.global() {
 		return a.globalEntity(ctx, met, strict)
 	}
@@ -58,7 +61,7 @@ func (a *OpenTSDB) entities(ctx context.Context, met tsdbMetric, filters []tagFi
 			}
 			if !strict {
 				// Listings answer only entities that exist.
-				ws, err := met.topo.Reader.Windows(ctx, met.set, e, Options{Limit: 1, NoLive: true})
+				ws, err := met.topo.Reader.Windows(ctx, met.set, e, query.Options{Limit: 1, NoLive: true})
 				if err != nil {
 					return out, err
 				}
@@ -79,8 +82,8 @@ func (a *OpenTSDB) entities(ctx context.Context, met tsdbMetric, filters []tagFi
 			}
 		}
 		list, more, err := met.topo.Reader.ListEntities(ctx, met.set,
-			EntityOptions{Limit: limit, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix, Match: match})
-		if errors.Is(err, ErrEntityScanLimit) {
+			query.EntityOptions{Limit: limit, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix, Match: match})
+		if errors.Is(err, query.ErrEntityScanLimit) {
 			if strict {
 				return out, badRequest("the entity filter examined %d entities without finishing, the limit: name entities with literal_or, or give a wildcard a longer literal prefix", a.Limits.MaxEntityScan)
 			}
@@ -99,14 +102,14 @@ func (a *OpenTSDB) entities(ctx context.Context, met tsdbMetric, filters []tagFi
 
 // globalEntity is the one entity of a global rollup's metric; a listing (not strict) answers it
 // only when it has windows, as listings answer only entities that exist.
-func (a *OpenTSDB) globalEntity(ctx context.Context, met tsdbMetric, strict bool) (entitySet, error) {
+func (a *API) globalEntity(ctx context.Context, met tsdbMetric, strict bool) (entitySet, error) {
 	if !strict {
-		ws, err := met.topo.Reader.Windows(ctx, met.set, GlobalKey, Options{Limit: 1, NoLive: true})
+		ws, err := met.topo.Reader.Windows(ctx, met.set, query.GlobalKey, query.Options{Limit: 1, NoLive: true})
 		if err != nil || len(ws) == 0 {
 			return entitySet{}, err
 		}
 	}
-	return entitySet{list: []string{GlobalKey}}, nil
+	return entitySet{list: []string{query.GlobalKey}}, nil
 }
 
 func intersect(a, b []string) []string {

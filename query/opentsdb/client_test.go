@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func pythonWithPyOpenTSDB(t *testing.T) string {
 	t.Helper()
 	py := os.Getenv("ABACUS_PYTHON")
 	if py == "" {
-		py = filepath.Join("..", "testenv", ".venv", "bin", "python")
+		py = filepath.Join("..", "..", "testenv", ".venv", "bin", "python")
 	}
 	if err := exec.Command(py, "-c", "import pyopentsdb").Run(); err != nil {
 		msg := py + " with pyopentsdb is missing (" + err.Error() + "): testenv/run-tests.sh installs testenv/python-requirements.txt into testenv/.venv"
@@ -38,10 +38,10 @@ func TestPyOpenTSDBClient(t *testing.T) {
 	py := pythonWithPyOpenTSDB(t)
 	st, table := querytest.CellStore(t)
 	querytest.SeedTSDB(t, st, table, 4)
-	srv := tsdbServer(t, st, table, OpenTSDBLimits{})
+	srv := tsdbServer(t, st, table, Limits{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "opentsdb", "pyopentsdb_client.py"), srv.URL,
+	cmd := exec.CommandContext(ctx, py, filepath.Join("testdata", "pyopentsdb_client.py"), srv.URL,
 		strconv.FormatInt(sec0, 10), strconv.FormatInt(sec1, 10))
 	out, err := cmd.Output()
 	if err != nil {
@@ -74,7 +74,7 @@ func TestPyOpenTSDBClient(t *testing.T) {
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("client output: %v\n%s", err, out)
 	}
-	if got.Version["version"] != OpenTSDBVersion || len(got.Aggregators) != len(aggregatorNames()) || len(got.Filters) != len(filterDocs) {
+	if got.Version["version"] != Version || len(got.Aggregators) != len(aggregatorNames()) || len(got.Filters) != len(filterDocs) {
 		t.Fatalf("version, aggregators, filters: %v %v %v", got.Version, got.Aggregators, got.Filters)
 	}
 	if strings.Join(got.Metrics, " ") != "devices.hour.count devices.minute.count devices.minute.mean devices.minute.temp_q" ||

@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/abacus-stream/abacus/query"
 )
 
 // The endpoints of the OpenTSDB-compatible API that describe series rather than read their data
@@ -17,9 +19,9 @@ import (
 
 // version answers /api/version, which OpenTSDB clients probe; the revision fields name abacus, as
 // no OpenTSDB build is behind the answer.
-func (a *OpenTSDB) version(*http.Request) (any, error) {
+func (a *API) version(*http.Request) (any, error) {
 	return map[string]string{
-		"version": OpenTSDBVersion, "short_revision": "abacus", "full_revision": "abacus",
+		"version": Version, "short_revision": "abacus", "full_revision": "abacus",
 		"repo": "github.com/abacus-stream/abacus", "host": "abacus", "user": "abacus",
 		"repo_status": "abacus OpenTSDB-compatible query API", "timestamp": "0",
 	}, nil
@@ -28,7 +30,7 @@ func (a *OpenTSDB) version(*http.Request) (any, error) {
 // tsdbMetric is one OpenTSDB metric: an aggregate of a set of a topology.
 type tsdbMetric struct {
 	name string
-	topo *Served
+	topo *query.Served
 	set  string
 	agg  string
 	// key is the tag key of the set's series: "entity", a rollup's dimension, or "" for a global
@@ -36,7 +38,7 @@ type tsdbMetric struct {
 	key string
 }
 
-// global reports whether the metric is a global rollup's: one series, read from GlobalKey.
+// global reports whether the metric is a global rollup's: one series, read from query.GlobalKey.
 func (m tsdbMetric) global() bool { return m.key == "" }
 
 // seriesTags are the tags of the metric's series of one stored key: {key: value}, or none for a
@@ -59,7 +61,7 @@ func (m tsdbMetric) what() string {
 	return "is a rollup by " + m.key + ": its series have the tag key " + m.key + " (not " + tagEntity + ")"
 }
 
-func (a *OpenTSDB) metrics() []tsdbMetric {
+func (a *API) metrics() []tsdbMetric {
 	var out []tsdbMetric
 	for i := range a.Topologies {
 		t := &a.Topologies[i]
@@ -73,7 +75,7 @@ func (a *OpenTSDB) metrics() []tsdbMetric {
 	return out
 }
 
-func (a *OpenTSDB) metric(name string) (tsdbMetric, error) {
+func (a *API) metric(name string) (tsdbMetric, error) {
 	for _, m := range a.metrics() {
 		if m.name == name {
 			return m, nil
@@ -85,14 +87,14 @@ func (a *OpenTSDB) metric(name string) (tsdbMetric, error) {
 // Tag keys of abacus series; final is a pseudo key that selects data points. The series of a
 // rollup have its dimension instead of entity, and a global rollup's have neither.
 const (
-	tagEntity   = EntityDimension
+	tagEntity   = query.EntityDimension
 	tagQuantile = "quantile"
 	tagFinal    = "final"
 )
 
 // tagKeys lists, sorted, every tag key the served series have: the key of each set (entity, the
 // rollups' dimensions), quantile, and the pseudo key final.
-func (a *OpenTSDB) tagKeys() []string {
+func (a *API) tagKeys() []string {
 	keys := map[string]bool{tagQuantile: true, tagFinal: true}
 	for _, t := range a.Topologies {
 		for _, set := range t.Sets {
@@ -113,7 +115,7 @@ func (a *OpenTSDB) tagKeys() []string {
 // written for another set (entity=... on a rollup by region, any tag on a global rollup) is told
 // why it cannot match rather than answered empty. not_key is accepted on any known key: a series
 // without the key is what it asks for.
-func (a *OpenTSDB) checkTagKeys(met tsdbMetric, filters []tagFilter) error {
+func (a *API) checkTagKeys(met tsdbMetric, filters []tagFilter) error {
 	for _, f := range filters {
 		if f.Tagk == tagQuantile || f.Tagk == tagFinal || (f.Tagk == met.key && !met.global()) {
 			continue
@@ -130,7 +132,7 @@ func (a *OpenTSDB) checkTagKeys(met tsdbMetric, filters []tagFilter) error {
 }
 
 // noSuchTagKey is OpenTSDB's answer to a tag key that no series has, listing those that exist.
-func (a *OpenTSDB) noSuchTagKey(tagk string) error {
+func (a *API) noSuchTagKey(tagk string) error {
 	keys := slices.DeleteFunc(a.tagKeys(), func(k string) bool { return k == tagFinal })
 	return badRequest("No such name for 'tagk': '%s' (abacus series have the tag keys %s, and the pseudo key %s)",
 		tagk, strings.Join(keys, ", "), tagFinal)
@@ -138,7 +140,7 @@ func (a *OpenTSDB) noSuchTagKey(tagk string) error {
 
 // suggest answers /api/suggest: the metrics, tag keys or tag values starting with q, which
 // Grafana's query editor offers as completions.
-func (a *OpenTSDB) suggest(r *http.Request) (any, error) {
+func (a *API) suggest(r *http.Request) (any, error) {
 	q, body, err := params(r, a.MaxBodyBytes)
 	if err != nil {
 		return nil, err
@@ -195,7 +197,7 @@ func (a *OpenTSDB) suggest(r *http.Request) (any, error) {
 // tagValues lists, sorted, the tag values a suggestion may offer: true and false (of final), the
 // quantiles of every set, and the entities that start with prefix, up to MaxLookup of them per
 // topology (a listing stopped at MaxEntityScan gives what it found: suggestions may be partial).
-func (a *OpenTSDB) tagValues(ctx context.Context, prefix string) ([]string, error) {
+func (a *API) tagValues(ctx context.Context, prefix string) ([]string, error) {
 	vals := map[string]bool{"true": true, "false": true}
 	for i := range a.Topologies {
 		t := &a.Topologies[i]
@@ -211,8 +213,8 @@ func (a *OpenTSDB) tagValues(ctx context.Context, prefix string) ([]string, erro
 			}
 		}
 		// Listed up to MaxLookup and cut after sorting, so that the first values come first.
-		list, _, err := t.Reader.ListEntities(ctx, "", EntityOptions{Limit: a.Limits.MaxLookup, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix})
-		if errors.Is(err, ErrEntityScanLimit) {
+		list, _, err := t.Reader.ListEntities(ctx, "", query.EntityOptions{Limit: a.Limits.MaxLookup, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix})
+		if errors.Is(err, query.ErrEntityScanLimit) {
 			err = nil
 		}
 		if err != nil {
@@ -221,11 +223,11 @@ func (a *OpenTSDB) tagValues(ctx context.Context, prefix string) ([]string, erro
 		for _, e := range list {
 			vals[e] = true
 		}
-		if vals[GlobalKey] {
+		if vals[query.GlobalKey] {
 			if keep, err := a.globalKeyIsTagValue(ctx, t); err != nil {
 				return nil, err
 			} else if !keep {
-				delete(vals, GlobalKey)
+				delete(vals, query.GlobalKey)
 			}
 		}
 	}
@@ -237,16 +239,16 @@ func (a *OpenTSDB) tagValues(ctx context.Context, prefix string) ([]string, erro
 	return sorted, nil
 }
 
-// globalKeyIsTagValue reports whether GlobalKey, found among a topology's stored keys, is a tag
-// value: the key of an entity set or of a rollup that has windows under it. Under a global rollup
-// only, it is no tag value, as a global rollup's series has no tags; one one-window read per keyed
-// set tells.
-func (a *OpenTSDB) globalKeyIsTagValue(ctx context.Context, t *Served) (bool, error) {
+// globalKeyIsTagValue reports whether query.GlobalKey, found among a topology's stored keys, is a
+// tag value: the key of an entity set or of a rollup that has windows under it. Under a global
+// rollup only, it is no tag value, as a global rollup's series has no tags; one one-window read
+// per keyed set tells.
+func (a *API) globalKeyIsTagValue(ctx context.Context, t *query.Served) (bool, error) {
 	for _, set := range t.Sets {
 		if set.Global() {
 			continue
 		}
-		ws, err := t.Reader.Windows(ctx, set.Name, GlobalKey, Options{Limit: 1, NoLive: true})
+		ws, err := t.Reader.Windows(ctx, set.Name, query.GlobalKey, query.Options{Limit: 1, NoLive: true})
 		if err != nil || len(ws) > 0 {
 			return err == nil, err
 		}
@@ -281,7 +283,7 @@ type lookupQuery struct {
 // (m=<metric>{entity=*}, or m=<metric>{region=*} for a rollup by region) for its template
 // variables from it. A metric named outright refuses a tag key its series cannot have, as
 // /api/query does; with every metric (* or none), the metrics without the key are left out.
-func (a *OpenTSDB) lookup(r *http.Request) (any, error) {
+func (a *API) lookup(r *http.Request) (any, error) {
 	t0 := time.Now()
 	q, body, err := params(r, a.MaxBodyBytes)
 	if err != nil {
@@ -352,7 +354,7 @@ func parseLookupM(m string) (lookupQuery, error) {
 }
 
 // lookupMetrics is the metric a lookup names, or every metric for "" and *.
-func (a *OpenTSDB) lookupMetrics(name string) ([]tsdbMetric, error) {
+func (a *API) lookupMetrics(name string) ([]tsdbMetric, error) {
 	if name == "" || name == "*" {
 		return a.metrics(), nil
 	}
@@ -366,7 +368,7 @@ func (a *OpenTSDB) lookupMetrics(name string) ([]tsdbMetric, error) {
 // lookupSeries lists up to limit series of metrics that pass filters, in metric order, and counts
 // the matching series it saw; a metric with more entities than limit counts one more, so that the
 // total says there are more than the results even where the rest was not read.
-func (a *OpenTSDB) lookupSeries(ctx context.Context, metrics []tsdbMetric, filters []tagFilter, limit int) ([]lookupResult, int, error) {
+func (a *API) lookupSeries(ctx context.Context, metrics []tsdbMetric, filters []tagFilter, limit int) ([]lookupResult, int, error) {
 	results := []lookupResult{}
 	total := 0
 	for _, f := range filters {
@@ -410,7 +412,7 @@ func (a *OpenTSDB) lookupSeries(ctx context.Context, metrics []tsdbMetric, filte
 
 // seriesTags lists the tags of a metric's series for the given entities (a rollup's keys): one
 // per entity, or one per entity and quantile for a quantile aggregate.
-func (a *OpenTSDB) seriesTags(ctx context.Context, met tsdbMetric, entities []string) ([]map[string]string, error) {
+func (a *API) seriesTags(ctx context.Context, met tsdbMetric, entities []string) ([]map[string]string, error) {
 	kinds, err := a.setKinds(ctx, met.topo.Reader, met.set)
 	if err != nil {
 		return nil, err
@@ -433,16 +435,16 @@ func (a *OpenTSDB) seriesTags(ctx context.Context, met tsdbMetric, entities []st
 
 // setKinds returns, for the aggregates of a set that hold quantiles, their quantiles, read once
 // from the newest window of the first entity found and then cached.
-func (a *OpenTSDB) setKinds(ctx context.Context, r *Reader, set string) (map[string][]float64, error) {
+func (a *API) setKinds(ctx context.Context, r *query.Reader, set string) (map[string][]float64, error) {
 	key := kindsKey{r, set}
 	if v, ok := a.kinds.Load(key); ok {
 		return v.(map[string][]float64), nil
 	}
-	ents, _, err := r.ListEntities(ctx, set, EntityOptions{Limit: 1, MaxRows: a.Limits.MaxEntityScan})
+	ents, _, err := r.ListEntities(ctx, set, query.EntityOptions{Limit: 1, MaxRows: a.Limits.MaxEntityScan})
 	if err != nil || len(ents) == 0 {
 		return nil, err // nothing stored yet: learn later
 	}
-	ws, err := r.Windows(ctx, set, ents[0], Options{Limit: 1, NoLive: true})
+	ws, err := r.Windows(ctx, set, ents[0], query.Options{Limit: 1, NoLive: true})
 	if err != nil || len(ws) == 0 {
 		return nil, err
 	}
@@ -451,7 +453,7 @@ func (a *OpenTSDB) setKinds(ctx context.Context, r *Reader, set string) (map[str
 }
 
 // learnKinds records the quantile aggregates of a window's set.
-func (a *OpenTSDB) learnKinds(key kindsKey, w Window) map[string][]float64 {
+func (a *API) learnKinds(key kindsKey, w query.Window) map[string][]float64 {
 	if v, ok := a.kinds.Load(key); ok {
 		return v.(map[string][]float64)
 	}

@@ -1,5 +1,5 @@
 """Drives abacus's OpenTSDB-compatible API with pyopentsdb, an OpenTSDB client from PyPI, and
-prints what it got as one JSON object for query.TestPyOpenTSDBClient to check.
+prints what it got as one JSON object for opentsdb.TestPyOpenTSDBClient to check.
 
 Usage: python pyopentsdb_client.py BASE_URL START_SECONDS END_SECONDS
 """

@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"encoding/json"
@@ -59,7 +59,7 @@ type subQueryJSON struct {
 // parseQuery reads an /api/query request from its query string or its JSON body, as OpenTSDB
 // takes either, and refuses what abacus cannot answer (writes, calendar downsampling, UIDs) rather
 // than answer something else.
-func (a *OpenTSDB) parseQuery(r *http.Request) (*tsdbRequest, error) {
+func (a *API) parseQuery(r *http.Request) (*tsdbRequest, error) {
 	q, body, err := params(r, a.MaxBodyBytes)
 	if err != nil {
 		return nil, err

@@ -1,4 +1,28 @@
-package query
+// Package opentsdb is the OpenTSDB-compatible API over the readers of package query: the HTTP
+// endpoints that Grafana's OpenTSDB data source calls (version 2.3 or 2.4 mode), which the query
+// server (query/httpapi) mounts on the same listener as /api/v1 so that Grafana can chart abacus
+// aggregates with no plugin.
+//
+// Mapping (README, "Grafana"):
+//   - metric <topology>.<set>.<aggregate>, e.g. devices.minute.max_temp;
+//   - tag entity: one series per entity;
+//   - a rollup set (topology By) has its dimension as tag key instead: region=eu-west, one series
+//     per key; a global rollup (topology Global) is one series with no tag (its rows are stored
+//     under query.GlobalKey, read with no filter). A filter on a tag key the metric's series
+//     cannot have (entity on a rollup by region, any key but quantile and final on a global
+//     rollup) is refused with a message saying which key the metric has, rather than answered
+//     empty: a panel built for another set should say why it shows nothing;
+//   - tag quantile: quantile aggregates are one metric with one series per quantile ("0.5",
+//     "0.95", ...); quantile is always a group-by key, since a sum or average of different
+//     quantiles means nothing;
+//   - pseudo tag final ("true" or "false"): selects finished or still-open windows; it filters
+//     data points and never appears in a series' tags;
+//   - a data point's timestamp is its window's start; open windows (stored or read live from the
+//     processors) are answered beside final ones unless a filter on final leaves them out.
+//
+// Aggregators combine the values of a group's series that share a timestamp, with no
+// interpolation: every entity's windows of a tumbling or hopping set start at the same instants.
+package opentsdb
 
 import (
 	"context"
@@ -12,44 +36,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/abacus-stream/abacus/query"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The OpenTSDB-compatible API: the HTTP endpoints that Grafana's OpenTSDB data source calls
-// (version 2.3 or 2.4 mode), served on the same listener as /api/v1 so that Grafana can chart
-// abacus aggregates with no plugin.
-//
-// Mapping (README, "Grafana"):
-//   - metric <topology>.<set>.<aggregate>, e.g. devices.minute.max_temp;
-//   - tag entity: one series per entity;
-//   - a rollup set (topology By) has its dimension as tag key instead: region=eu-west, one series
-//     per key; a global rollup (topology Global) is one series with no tag (its rows are stored
-//     under GlobalKey, read with no filter). A filter on a tag key the metric's series cannot have
-//     (entity on a rollup by region, any key but quantile and final on a global rollup) is refused
-//     with a message saying which key the metric has, rather than answered empty: a panel built
-//     for another set should say why it shows nothing;
-//   - tag quantile: quantile aggregates are one metric with one series per quantile ("0.5",
-//     "0.95", ...); quantile is always a group-by key, since a sum or average of different
-//     quantiles means nothing;
-//   - pseudo tag final ("true" or "false"): selects finished or still-open windows; it filters
-//     data points and never appears in a series' tags;
-//   - a data point's timestamp is its window's start; open windows (stored or read live from the
-//     processors) are answered beside final ones unless a filter on final leaves them out.
-//
-// Aggregators combine the values of a group's series that share a timestamp, with no
-// interpolation: every entity's windows of a tumbling or hopping set start at the same instants.
-
-// OpenTSDBVersion is the OpenTSDB version /api/version reports; Grafana's data source should be
+// Version is the OpenTSDB version /api/version reports; Grafana's data source should be
 // set to 2.3 (or 2.4 for array data points).
-const OpenTSDBVersion = "2.3.0"
+const Version = "2.3.0"
 
 // limitMaxBodyBytes names the body size limit in messages, as the config spells it (the HTTP
 // server's Limits.MaxBodyBytes, given to the API as MaxBodyBytes).
 const limitMaxBodyBytes = "query.limits.max_body_bytes"
 
-// OpenTSDBLimits bound the work one request to the OpenTSDB-compatible API may cause. A request
+// Limits bound the work one request to the OpenTSDB-compatible API may cause. A request
 // past a limit is answered 400 with a message naming the limit, never cut silently.
-type OpenTSDBLimits struct {
+type Limits struct {
 	// MaxSubQueries is the most sub-queries (metrics) in one /api/query request (default 20).
 	MaxSubQueries int
 	// MaxEntities is the most entities one sub-query may read (default 200).
@@ -72,7 +73,7 @@ type OpenTSDBLimits struct {
 }
 
 // EnsureDefaults fills the limits left at zero.
-func (l *OpenTSDBLimits) EnsureDefaults() {
+func (l *Limits) EnsureDefaults() {
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -105,13 +106,13 @@ func badRequest(format string, args ...any) error {
 	return &tsdbError{Code: http.StatusBadRequest, Message: fmt.Sprintf(format, args...)}
 }
 
-// OpenTSDB serves the OpenTSDB-compatible API over the topologies it is given. Set its fields,
-// then Mount it; it must not be copied after.
-type OpenTSDB struct {
+// API serves the OpenTSDB-compatible API over the topologies it is given. Set its fields, then
+// Mount it; it must not be copied after.
+type API struct {
 	// Topologies are what the API serves, each topology's metrics named after it.
-	Topologies []Served
+	Topologies []query.Served
 	// Limits bound the work of one request (zero: the defaults).
-	Limits OpenTSDBLimits
+	Limits Limits
 	// MaxBodyBytes bounds a POSTed body (query.limits.max_body_bytes; 1 MiB when 0).
 	MaxBodyBytes int64
 	// Now is the clock for relative times ("1h-ago"); time.Now when nil.
@@ -126,7 +127,7 @@ type OpenTSDB struct {
 }
 
 type kindsKey struct {
-	r   *Reader
+	r   *query.Reader
 	set string
 }
 
@@ -136,7 +137,7 @@ type kindsKey struct {
 // answered with a trailing slash, as OpenTSDB does (some clients always send one). Methods are
 // part of the patterns, so that they do not conflict with a "GET /" mounted beside them (the
 // dashboard); other methods get the mux's 405.
-func (a *OpenTSDB) Mount(mux *http.ServeMux, requests *prometheus.CounterVec, latency *prometheus.HistogramVec) {
+func (a *API) Mount(mux *http.ServeMux, requests *prometheus.CounterVec, latency *prometheus.HistogramVec) {
 	a.Limits.EnsureDefaults()
 	if a.MaxBodyBytes <= 0 {
 		a.MaxBodyBytes = 1 << 20
@@ -171,7 +172,7 @@ func (a *OpenTSDB) Mount(mux *http.ServeMux, requests *prometheus.CounterVec, la
 }
 
 // serve runs one endpoint and writes its answer or its error in OpenTSDB's shape.
-func (a *OpenTSDB) serve(w http.ResponseWriter, r *http.Request, h func(*http.Request) (any, error)) int {
+func (a *API) serve(w http.ResponseWriter, r *http.Request, h func(*http.Request) (any, error)) int {
 	if r.Method != http.MethodGet && r.Method != http.MethodPost {
 		w.Header().Set("Allow", "GET, POST")
 		return a.writeError(w, &tsdbError{Code: http.StatusMethodNotAllowed,
@@ -205,11 +206,11 @@ func writeJSON(w http.ResponseWriter, code int, body any) {
 // to keep them in time order).
 type rawJSON []byte
 
-func (a *OpenTSDB) writeError(w http.ResponseWriter, err error) int {
+func (a *API) writeError(w http.ResponseWriter, err error) int {
 	var te *tsdbError
 	switch {
 	case errors.As(err, &te):
-	case errors.Is(err, ErrInvalid):
+	case errors.Is(err, query.ErrInvalid):
 		te = &tsdbError{Code: http.StatusBadRequest, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
 		te = &tsdbError{Code: http.StatusServiceUnavailable,

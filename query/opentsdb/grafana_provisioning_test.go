@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"encoding/json"
@@ -17,7 +17,7 @@ import (
 func TestGrafanaProvisioning(t *testing.T) {
 	read := func(parts ...string) []byte {
 		t.Helper()
-		b, err := os.ReadFile(filepath.Join(append([]string{".."}, parts...)...))
+		b, err := os.ReadFile(filepath.Join(append([]string{"..", ".."}, parts...)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestGrafanaProvisioning(t *testing.T) {
 	for _, v := range g.Volumes {
 		parts := strings.Split(v, ":")
 		mounts[parts[1]] = parts[0]
-		if _, err := os.Stat(filepath.Join("..", parts[0])); err != nil {
+		if _, err := os.Stat(filepath.Join("..", "..", parts[0])); err != nil {
 			t.Fatalf("grafana mounts %s: %v", parts[0], err)
 		}
 	}

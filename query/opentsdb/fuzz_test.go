@@ -1,34 +1,28 @@
-package query
+package opentsdb
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
-	"github.com/abacus-stream/abacus/schema"
-	"github.com/abacus-stream/abacus/store/cellstore"
 )
 
-// FuzzParseTime: the time parameters of both APIs never panic; a plain number is milliseconds
-// (ParseTime), and what tsdbTime accepts as relative lies before now.
-func FuzzParseTime(f *testing.F) {
+// FuzzTSDBTime: the OpenTSDB API's time parameters never panic, and what tsdbTime accepts as
+// relative lies before now. Its seeds and corpus are FuzzParseTime's of package query, whose
+// inputs both APIs meet.
+func FuzzTSDBTime(f *testing.F) {
 	for _, s := range []string{"", "-6h", "1700000000000", "2026-11-30T12:00:00Z", "2026-11-30T12:00:00.5+02:00", "1h-ago",
 		"9223372036854775807y-ago", "1364410924.250", "2026/11/30-12:00:00", "2026/11/30 12:00", "now", "-9223372036854775808ns", "1e9"} {
 		f.Add(s)
 	}
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 	f.Fuzz(func(t *testing.T, v string) {
-		got, err := ParseTime(v, now)
-		if ms, perr := strconv.ParseInt(v, 10, 64); perr == nil && (err != nil || got.UnixMilli() != ms) {
-			t.Fatalf("ParseTime(%q) = %v, %v; want %d ms", v, got, err, ms)
-		}
 		tt, err := tsdbTime(v, now, time.UTC)
 		if err == nil && strings.HasSuffix(strings.TrimSpace(v), "-ago") && tt.After(now) {
 			t.Fatalf("tsdbTime(%q) = %v, after now", v, tt)
@@ -36,34 +30,22 @@ func FuzzParseTime(f *testing.F) {
 	})
 }
 
-// fuzzStore is an embedded store with a few windows: table agg seeded by seed, table tsdb by
-// seedTSDB.
-func fuzzStore(f *testing.F) *cellstore.Store {
-	st, err := cellstore.Open("")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { st.Close() })
-	ctx := context.Background()
-	for _, table := range []string{"agg", "tsdb"} {
-		if err := st.EnsureTable(ctx, schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
-			f.Fatal(err)
-		}
-	}
-	querytest.Seed(f, st, "agg", 4)
-	querytest.SeedTSDB(f, st, "tsdb", 4)
-	return st
+// fuzzStore is an embedded store with a few windows: querytest.SeedTSDB's.
+func fuzzStore(f *testing.F) (querytest.Store, string) {
+	st, table := querytest.CellStore(f)
+	querytest.SeedTSDB(f, st, table, 4)
+	return st, table
 }
 
-// fuzzTSDBHandler is the OpenTSDB API over fuzzStore's table tsdb, with the default limits but a
-// short timeout.
+// fuzzTSDBHandler is the OpenTSDB API over fuzzStore, with the default limits but a short
+// timeout.
 func fuzzTSDBHandler(f *testing.F) http.Handler {
-	st := fuzzStore(f)
-	return tsdbMux(&OpenTSDB{
-		Topologies: []Served{{Name: "devices", Sets: []ServedSet{{Name: "minute", Aggregates: []string{"count", "mean", "temp_q"}}, {Name: "hour", Aggregates: []string{"count"}}},
-			Reader: newReader(f, st, "tsdb")}},
+	st, table := fuzzStore(f)
+	return tsdbMux(&API{
+		Topologies: []query.Served{{Name: "devices", Sets: []query.ServedSet{{Name: "minute", Aggregates: []string{"count", "mean", "temp_q"}}, {Name: "hour", Aggregates: []string{"count"}}},
+			Reader: newReader(f, st, table)}},
 		Now:    func() time.Time { return t0.Add(2 * time.Hour) },
-		Limits: OpenTSDBLimits{Timeout: 5 * time.Second},
+		Limits: Limits{Timeout: 5 * time.Second},
 	})
 }
 

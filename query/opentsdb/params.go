@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"encoding/json"

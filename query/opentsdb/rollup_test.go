@@ -1,4 +1,4 @@
-package query
+package opentsdb
 
 import (
 	"encoding/json"
@@ -9,36 +9,27 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
-	"github.com/abacus-stream/abacus/topology"
 )
 
 // rollupServed is an entity set (Dimension left empty, as callers that predate rollups do), a
 // rollup by region and a global rollup over a seeded table (seedRollups).
-func rollupServed(t *testing.T) Served {
+func rollupServed(t *testing.T) query.Served {
 	t.Helper()
 	st, table := querytest.CellStore(t)
 	querytest.SeedRollups(t, st, table)
-	return Served{Name: "devices", Reader: newReader(t, st, table), Sets: []ServedSet{
+	return query.Served{Name: "devices", Reader: newReader(t, st, table), Sets: []query.ServedSet{
 		{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}},
 		{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
 		{Name: "fleet-minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "temp_q"}, Rollup: true},
 	}}
 }
 
-// The query package keeps its own copies of the topology's names for entity sets and the global
-// key (it needs no topology code); they must not drift apart, or global rollups would be read
-// under a key nothing writes.
-func TestRollupNamesMatchTopology(t *testing.T) {
-	if GlobalKey != topology.GlobalKey || EntityDimension != topology.EntityDimension {
-		t.Fatalf("query has GlobalKey %q and EntityDimension %q, topology %q and %q", GlobalKey, EntityDimension, topology.GlobalKey, topology.EntityDimension)
-	}
-}
-
 // TestRollupOpenTSDB: a rollup's series have its dimension as tag key, a global rollup's none, and
 // every look-up Grafana makes (suggest, lookup, tag filters, group by) follows the set's key.
 func TestRollupOpenTSDB(t *testing.T) {
-	c := tsdbClient{t, serveTSDB(t, &OpenTSDB{Topologies: []Served{rollupServed(t)}, Now: func() time.Time { return t0.Add(time.Hour) }}).URL}
+	c := tsdbClient{t, serveTSDB(t, &API{Topologies: []query.Served{rollupServed(t)}, Now: func() time.Time { return t0.Add(time.Hour) }}).URL}
 	end := t0.Add(10 * time.Minute).Unix()
 	q := func(sub string) string { return fmt.Sprintf(`{"start":%d,"end":%d,"queries":[%s]}`, sec0, end, sub) }
 
