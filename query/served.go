@@ -2,9 +2,9 @@ package query
 
 import "github.com/abacus-stream/abacus/internal/plan"
 
-// Served is what the HTTP API serves of one topology: the aggregate sets it exposes and the reader
-// of their table. (It is not a topology.Topology: the query server needs no topology code, and app
-// builds one from a Topology.)
+// Served is what the HTTP APIs (query/httpapi, query/opentsdb) serve of one topology: the
+// aggregate sets it exposes and the reader of their table. (It is not a topology.Topology: the
+// query server needs no topology code, and app builds one from a Topology.)
 type Served struct {
 	// Name is what requests pick the topology by, and the first part of its OpenTSDB metrics.
 	Name string
