@@ -6,7 +6,8 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/kafkasec"
-	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
+	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/goccy/go-yaml"
 )
 
@@ -222,7 +223,7 @@ type QueryConfig struct {
 	Auth QueryAuth `yaml:"auth"`
 	// ReloadInterval is how often the TLS and auth files are checked for changes (default 10s).
 	ReloadInterval Duration `yaml:"reload_interval"`
-	// Limits bound every request; zero fields take query.Limits' defaults.
+	// Limits bound every request; zero fields take httpapi.Limits' defaults.
 	Limits QueryLimits `yaml:"limits"`
 }
 
@@ -232,13 +233,13 @@ type QueryTLS struct {
 	KeyFile  string `yaml:"key_file"`
 }
 
-// QueryAuth names the query server's credentials files (see query.AuthConfig for their format).
+// QueryAuth names the query server's credentials files (see httpsec.AuthConfig for their format).
 type QueryAuth struct {
 	TokensFile string `yaml:"tokens_file"` // one bearer token per line
 	BasicFile  string `yaml:"basic_file"`  // one user:password per line
 }
 
-// QueryLimits bound what one client can make the query server do (query.Limits; 0: default).
+// QueryLimits bound what one client can make the query server do (httpapi.Limits; 0: default).
 type QueryLimits struct {
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout"` // default 10s; past it: 408
 	ReadTimeout       Duration `yaml:"read_timeout"`        // default 30s
@@ -254,8 +255,8 @@ type QueryLimits struct {
 }
 
 // Limits converts the block, defaults filled.
-func (l QueryLimits) Limits() query.Limits {
-	out := query.Limits{
+func (l QueryLimits) Limits() httpapi.Limits {
+	out := httpapi.Limits{
 		ReadHeaderTimeout: time.Duration(l.ReadHeaderTimeout), ReadTimeout: time.Duration(l.ReadTimeout),
 		WriteTimeout: time.Duration(l.WriteTimeout), IdleTimeout: time.Duration(l.IdleTimeout),
 		RequestTimeout: time.Duration(l.RequestTimeout), MaxHeaderBytes: l.MaxHeaderBytes, MaxBodyBytes: l.MaxBodyBytes,
@@ -265,9 +266,9 @@ func (l QueryLimits) Limits() query.Limits {
 	return out
 }
 
-// AuthConfig is the query.AuthConfig of the block.
-func (a QueryAuth) AuthConfig() query.AuthConfig {
-	return query.AuthConfig{TokensFile: a.TokensFile, BasicFile: a.BasicFile, Prefix: "query.auth"}
+// AuthConfig is the httpsec.AuthConfig of the block.
+func (a QueryAuth) AuthConfig() httpsec.AuthConfig {
+	return httpsec.AuthConfig{TokensFile: a.TokensFile, BasicFile: a.BasicFile, Prefix: "query.auth"}
 }
 
 // Duration is a time.Duration written as "90s" or "1h30m" in YAML.

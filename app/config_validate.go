@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/membership"
-	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/abacus-stream/abacus/schema"
 )
 
@@ -213,12 +213,12 @@ func (c *Config) validateOps(errs *fieldErrors) {
 func (q *QueryConfig) validate() []error {
 	var errs []error
 	if q.TLS.CertFile != "" || q.TLS.KeyFile != "" {
-		if _, err := query.NewCertReloader(q.TLS.CertFile, q.TLS.KeyFile, "query.tls"); err != nil {
+		if _, err := httpsec.NewCertReloader(q.TLS.CertFile, q.TLS.KeyFile, "query.tls"); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if ac := q.Auth.AuthConfig(); ac.Enabled() {
-		if _, err := query.NewAuthenticator(ac); err != nil {
+		if _, err := httpsec.NewAuthenticator(ac); err != nil {
 			errs = append(errs, err)
 		}
 	}

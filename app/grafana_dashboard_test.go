@@ -18,6 +18,7 @@ import (
 
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
@@ -161,7 +162,7 @@ func devicesQueryServer(t *testing.T) (*httptest.Server, time.Time) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &query.Server{Topologies: []query.Served{{Name: topo.Name(), Sets: sets, Reader: r}}}
+	srv := &httpapi.Server{Topologies: []query.Served{{Name: topo.Name(), Sets: sets, Reader: r}}}
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
 	return ts, now

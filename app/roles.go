@@ -11,7 +11,7 @@ import (
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/processors"
-	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -110,7 +110,7 @@ func builtinRoles() []*role {
 			needs: func(c *Config) needs { return needs{store: true, brokers: !c.Query.NoLive} },
 			start: (*roleGroup).startQuery,
 			// The HTTP shutdown waits for the requests in flight.
-			stopWithin: func() time.Duration { return query.ShutdownGrace },
+			stopWithin: func() time.Duration { return httpapi.ShutdownGrace },
 			servesOps:  true,
 		},
 	}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
+	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/abacus-stream/abacus/query/live"
 	"github.com/abacus-stream/abacus/topology"
 )
@@ -38,8 +40,8 @@ func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 }
 
 // queryServer is the query API over r, before TLS and authentication (see secureQueryServer).
-func (d *deployment) queryServer(r *query.Reader) *query.Server {
-	srv := &query.Server{
+func (d *deployment) queryServer(r *query.Reader) *httpapi.Server {
+	srv := &httpapi.Server{
 		Topologies: []query.Served{{Name: d.topo.Name(), Sets: d.sets(), Reader: r}},
 		Registry:   d.reg,
 		Logger:     d.log.With("part", "query"),
@@ -99,19 +101,19 @@ func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 
 // secureQueryServer is the query server with the TLS and authentication of query.tls and
 // query.auth, and what of them reads files that can change.
-func (d *deployment) secureQueryServer(r *query.Reader) (*query.Server, []query.Reloadable, error) {
+func (d *deployment) secureQueryServer(r *query.Reader) (*httpapi.Server, []httpsec.Reloadable, error) {
 	qc := d.cfg.Query
 	srv := d.queryServer(r)
-	var reloadable []query.Reloadable
+	var reloadable []httpsec.Reloadable
 	var err error
 	if qc.TLS.CertFile != "" || qc.TLS.KeyFile != "" {
-		if srv.TLS, err = query.NewCertReloader(qc.TLS.CertFile, qc.TLS.KeyFile, "query.tls"); err != nil {
+		if srv.TLS, err = httpsec.NewCertReloader(qc.TLS.CertFile, qc.TLS.KeyFile, "query.tls"); err != nil {
 			return nil, nil, err
 		}
 		reloadable = append(reloadable, srv.TLS)
 	}
 	if ac := qc.Auth.AuthConfig(); ac.Enabled() {
-		if srv.Auth, err = query.NewAuthenticator(ac); err != nil {
+		if srv.Auth, err = httpsec.NewAuthenticator(ac); err != nil {
 			return nil, nil, err
 		}
 		reloadable = append(reloadable, srv.Auth)
@@ -122,10 +124,10 @@ func (d *deployment) secureQueryServer(r *query.Reader) (*query.Server, []query.
 // watchReloads reads the files of reloadable again when they change (checked every
 // query.reload_interval) and at each signal on hup, until ctx ends. A file that fails to load
 // leaves the one loaded before in use, so a half-written certificate never stops the server.
-func (d *deployment) watchReloads(ctx context.Context, hup <-chan os.Signal, reloadable []query.Reloadable) {
+func (d *deployment) watchReloads(ctx context.Context, hup <-chan os.Signal, reloadable []httpsec.Reloadable) {
 	log := d.log.With("part", "query")
 	for _, rl := range reloadable {
-		go query.Watch(ctx, rl, time.Duration(d.cfg.Query.ReloadInterval), log)
+		go httpsec.Watch(ctx, rl, time.Duration(d.cfg.Query.ReloadInterval), log)
 	}
 	go func() {
 		for {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/keyindex"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
@@ -20,7 +21,7 @@ import (
 // TestListEntitiesFromKeyIndex: once the key index is complete, every listing answers what the walk
 // of the aggregates table answers, from one read of the index; before its marker the reader walks.
 func TestListEntitiesFromKeyIndex(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			st, table := open(t)
@@ -44,14 +45,14 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 			for i := range 40 {
 				e := fmt.Sprintf("e-%02d", (i*17)%40)
 				for m := range int64(3) {
-					put("minute", e, t0.UnixMilli()+m*minute)
+					put("minute", e, querytest.T0.UnixMilli()+m*minute)
 				}
 			}
-			for _, e := range tsdbEntities {
-				put("minute", e, t0.UnixMilli())
-				put("hour", e, t0.UnixMilli())
+			for _, e := range querytest.TSDBEntities {
+				put("minute", e, querytest.T0.UnixMilli())
+				put("hour", e, querytest.T0.UnixMilli())
 			}
-			put("hour", "device-003", t0.UnixMilli())
+			put("hour", "device-003", querytest.T0.UnixMilli())
 			if failed, err := st.Write(ctx, cells); err != nil || len(failed) > 0 {
 				t.Fatalf("write: %v %v", failed, err)
 			}
@@ -82,13 +83,13 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 			if err := keyindex.MarkComplete(ctx, st, agg); err != nil {
 				t.Fatal(err)
 			}
-			cs := &countingSource{Source: st}
+			cs := &querytest.CountingSource{Source: st}
 			r := newReader(t, cs, table)
 			if !r.keyIndexed(ctx) {
 				t.Fatal("the reader does not see the complete index")
 			}
 			for i, c := range cases {
-				cs.scans, cs.rows = 0, 0
+				cs.Reset()
 				if got := result(r, c); got != want[i] {
 					t.Errorf("listing %+v from the index: %s; the walk: %s", c, got, want[i])
 				}
@@ -98,11 +99,11 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 				if c.set == "" {
 					scans, rows = 2*2+1, 2*(c.limit+1)+3
 				}
-				if cs.scans != scans || (c.match == nil && cs.rows > rows) {
-					t.Errorf("listing %+v from the index: %d scans, %d rows; want %d scans of at most %d rows", c, cs.scans, cs.rows, scans, rows)
+				if n := cs.Counts(); n.Scans != scans || (c.match == nil && n.Rows > rows) {
+					t.Errorf("listing %+v from the index: %d scans, %d rows; want %d scans of at most %d rows", c, n.Scans, n.Rows, scans, rows)
 				}
 			}
-			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != errEntityScanLimit {
+			if _, _, err := r.listEntities(ctx, "minute", "", 10, 2, func(string) bool { return false }); err != ErrEntityScanLimit {
 				t.Fatalf("scan bound from the index: %v", err)
 			}
 		})
@@ -112,7 +113,7 @@ func TestListEntitiesFromKeyIndex(t *testing.T) {
 // TestReaderNoticesReindex: a reader that started before the index was complete uses it once
 // the marker is there and keyIndexRecheck has passed, without a restart.
 func TestReaderNoticesReindex(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
+	st, table := querytest.CellStore(t)
 	ctx := context.Background()
 	agg := schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}
 	if err := st.(store.Tables).EnsureTable(ctx, schema.KeyIndexLayout(agg)); err != nil {

@@ -6,16 +6,18 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 )
 
 // TestPageCutsAtTheLimitAndSaysWhereTheNextStarts: Reader.Page holds at most Limit windows per
 // entity, gives Next only for the entities the limit cut (not for one that has exactly Limit
 // windows), and following Next walks every window once, in either order and within From/To.
 func TestPageCutsAtTheLimitAndSaysWhereTheNextStarts(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
-			seed(t, st, table, 4) // windows 0..9 of ab1 and ab12
+			querytest.Seed(t, st, table, 4) // windows 0..9 of ab1 and ab12
 			ctx := context.Background()
 			r := newReader(t, st, table)
 			both := []string{"ab1", "ab12"}
@@ -90,8 +92,8 @@ func TestPageCutsAtTheLimitAndSaysWhereTheNextStarts(t *testing.T) {
 // TestPageOfLiveWindows: a window still open in the processors counts towards the limit like a
 // stored one, so the page's cut and its next page cover it too.
 func TestPageOfLiveWindows(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seed(t, st, table, 4)
+	st, table := querytest.CellStore(t)
+	querytest.Seed(t, st, table, 4)
 	live := fakeLive{"minute/ab1": {{Entity: "ab1", Set: "minute", Start: time.UnixMilli(10 * minute), End: time.UnixMilli(11 * minute), Revision: 1}}}
 	r := newReader(t, st, table).WithLive(live)
 	p, err := r.Page(context.Background(), "minute", []string{"ab1"}, Options{Limit: 2})

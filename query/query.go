@@ -1,6 +1,8 @@
-// Package query reads window aggregates back for dashboards: from the aggregate table that the
-// aggregates sink writes (HBase or the embedded cell store) and, for windows still open, from the
-// processors' live state. It serves them through a Go API and an HTTP/JSON API with a dashboard.
+// Package query reads window aggregates back: from the aggregate table that the aggregates sink
+// writes (HBase or the embedded cell store) and, for windows still open, from the processors'
+// live state (a LiveSource, such as query/live). It is the Go API (Reader, Window, Options, Page)
+// and what the HTTP APIs serve of a topology (Served); the servers themselves are query/httpapi
+// and query/opentsdb.
 //
 // It only reads: it must never write a cell or change a group's state.
 package query
@@ -49,7 +51,29 @@ type Options struct {
 	// Aggregates, when set, reads only these aggregates of each window (and its finality): a
 	// panel that charts one aggregate reads a fraction of the cells. Live windows keep all.
 	Aggregates []string
+	// Budget, when set, bounds the stored windows read over every read that shares it (see
+	// Budget); a read that finds it spent stops with ErrBudget.
+	Budget *Budget
 }
+
+// Budget is a number of stored windows that several reads share: each takes one for every stored
+// window it reads. Reads of several entities running at once (Many, Page) then stop together as
+// soon as their total passes what a request may read, so no more than that plus one row per read
+// is ever held. It is safe for concurrent use.
+type Budget struct{ left atomic.Int64 }
+
+// NewBudget returns a budget of n windows.
+func NewBudget(n int) *Budget {
+	b := &Budget{}
+	b.left.Store(int64(n))
+	return b
+}
+
+// Left is how many windows are left; below zero once a read stopped on it.
+func (b *Budget) Left() int { return int(b.left.Load()) }
+
+// ErrBudget is what a read returns when the Budget of its Options ran out.
+var ErrBudget = errors.New("query: window budget exhausted")
 
 // LiveSource gives the still-open windows of an entity, from the processors' state (goka views).
 type LiveSource interface {
@@ -132,16 +156,6 @@ var ErrInvalid = errors.New("invalid query")
 
 // Windows returns the windows of one entity of a set, newest first unless asked otherwise.
 func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]Window, error) {
-	return r.windows(ctx, set, entity, o, nil)
-}
-
-// errBudget is what a read returns when the window budget it shares with other reads ran out.
-var errBudget = errors.New("query: window budget exhausted")
-
-// windows is Windows, taking each stored window from budget when it is not nil: reads of several
-// entities running at once then stop together as soon as their total passes what the request may
-// read, so no more than that plus one row per read is ever held.
-func (r *Reader) windows(ctx context.Context, set, entity string, o Options, budget *atomic.Int64) ([]Window, error) {
 	if set == "" || entity == "" {
 		return nil, fmt.Errorf("%w: set and entity are required", ErrInvalid)
 	}
@@ -179,8 +193,8 @@ func (r *Reader) windows(ctx context.Context, set, entity string, o Options, bud
 			scanErr = err
 			return false
 		}
-		if budget != nil && budget.Add(-1) < 0 {
-			scanErr = errBudget
+		if o.Budget != nil && o.Budget.left.Add(-1) < 0 {
+			scanErr = ErrBudget
 			return false
 		}
 		out = append(out, w)
@@ -217,26 +231,41 @@ type EntityOptions struct {
 	MaxRows int
 	// Prefix keeps only entities that start with it.
 	Prefix string
+	// Match, when set, keeps only the entities it accepts. The entities it refuses count against
+	// MaxRows all the same.
+	Match func(entity string) bool
 }
 
-// Entities lists, in order, entities that have windows of set, and reports whether the listing
-// stopped at a bound (Limit, or MaxRows) before the end of the table. It reads one row per entity
-// (listEntities), not every window of every entity.
+// ErrEntityScanLimit is what ListEntities returns, with the entities it found, when it looked at
+// EntityOptions.MaxRows entities before the end of the table.
+var ErrEntityScanLimit = errors.New("entity listing stopped at its bound")
+
+// Entities lists, in order, entities that have windows of set (of any set when set is ""), and
+// reports whether the listing stopped at a bound (Limit, or MaxRows) before the end of the table.
+// It reads one row per entity (ListEntities), not every window of every entity.
 func (r *Reader) Entities(ctx context.Context, set string, o EntityOptions) ([]string, bool, error) {
+	list, more, err := r.ListEntities(ctx, set, o)
+	switch {
+	case errors.Is(err, ErrEntityScanLimit):
+		return list, true, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("query: entities of %s: %w", set, err)
+	}
+	return list, more, nil
+}
+
+// ListEntities is Entities for callers that tell its two bounds apart (the OpenTSDB API refuses a
+// filter that did not finish, and answers one cut at its limit): more reports only that more than
+// o.Limit entities matched, and a listing that looked at o.MaxRows entities first returns what it
+// found with ErrEntityScanLimit. Other errors are the store's, unwrapped.
+func (r *Reader) ListEntities(ctx context.Context, set string, o EntityOptions) ([]string, bool, error) {
 	if o.Limit <= 0 {
 		o.Limit = 100
 	}
 	if o.MaxRows <= 0 {
 		o.MaxRows = 200_000
 	}
-	list, more, err := r.listEntities(ctx, set, o.Prefix, o.Limit, o.MaxRows, nil)
-	switch {
-	case errors.Is(err, errEntityScanLimit):
-		return list, true, nil
-	case err != nil:
-		return nil, false, fmt.Errorf("query: entities of %s: %w", set, err)
-	}
-	return list, more, nil
+	return r.listEntities(ctx, set, o.Prefix, o.Limit, o.MaxRows, o.Match)
 }
 
 // Many returns the windows of several entities, each selected by o. It does not say whether
@@ -245,7 +274,7 @@ func (r *Reader) Many(ctx context.Context, set string, entities []string, o Opti
 	if len(entities) == 0 {
 		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
 	}
-	res, err := r.many(ctx, set, entities, o, nil)
+	res, err := r.many(ctx, set, entities, o)
 	if err != nil {
 		return nil, err
 	}
@@ -262,15 +291,15 @@ func (r *Reader) Many(ctx context.Context, set string, entities []string, o Opti
 // in-flight limit, so a dashboard's panel does not crowd out the sinks' writes.
 const manyParallel = 8
 
-// many reads the windows of each entity (in the order given) by o, manyParallel scans at a time,
-// taking them from budget when it is not nil (see windows). The first error ends the reads.
-func (r *Reader) many(ctx context.Context, set string, entities []string, o Options, budget *atomic.Int64) ([][]Window, error) {
+// many reads the windows of each entity (in the order given) by o, manyParallel scans at a time.
+// The first error ends the reads.
+func (r *Reader) many(ctx context.Context, set string, entities []string, o Options) ([][]Window, error) {
 	out := make([][]Window, len(entities))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(manyParallel)
 	for i, e := range entities {
 		g.Go(func() error {
-			ws, err := r.windows(gctx, set, e, o, budget)
+			ws, err := r.Windows(gctx, set, e, o)
 			out[i] = ws
 			return err
 		})
@@ -342,14 +371,14 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 // walk must step over one read at a time (bench/query: a region listing over 1,000 devices took
 // 2,000 reads). Each bucket stops at its own limit+1 matches, so the answer is the first limit in
 // order whichever walk ends first, the same at every call. It examines at most maxExamined
-// entities, and then returns what it found with errEntityScanLimit. more reports that more than
+// entities, and then returns what it found with ErrEntityScanLimit. more reports that more than
 // limit entities matched.
 func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
 	if r.keyIndexed(ctx) {
 		list, more, err := keyindex.List(ctx, r.store, keyindex.Listing{Table: r.table, Family: r.family, Set: set,
 			Prefix: prefix, Limit: limit, MaxExamined: maxExamined, Match: match})
 		if errors.Is(err, keyindex.ErrTooMany) {
-			err = errEntityScanLimit
+			err = ErrEntityScanLimit
 		}
 		return list, more, err
 	}
@@ -388,7 +417,7 @@ func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, ma
 			if entity != last || last == "" {
 				last = entity
 				if examined.Add(1) > int64(maxExamined) {
-					return errEntityScanLimit // ends the other walks too
+					return ErrEntityScanLimit // ends the other walks too
 				}
 			}
 			if set != "" && !bytes.HasPrefix(rest, escSet) {
@@ -417,7 +446,7 @@ func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, ma
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	if werr != nil && !errors.Is(werr, errEntityScanLimit) {
+	if werr != nil && !errors.Is(werr, ErrEntityScanLimit) {
 		return nil, false, werr
 	}
 	var all []string
@@ -426,7 +455,7 @@ func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, ma
 	}
 	sort.Strings(all)
 	if werr != nil {
-		return all[:min(len(all), limit)], false, errEntityScanLimit
+		return all[:min(len(all), limit)], false, ErrEntityScanLimit
 	}
 	if len(all) > limit {
 		return all[:limit], true, nil

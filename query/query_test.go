@@ -2,95 +2,20 @@ package query
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/schema"
-	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/cellstore"
-	"github.com/abacus-stream/abacus/store/hbasestore"
 	"github.com/abacus-stream/abacus/totals"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const minute = int64(60_000)
-
-// seed writes windows 0..9 of minute windows for entities ab1 and ab12 through the aggregates
-// encoder, as the sink does; window i of ab1 has count i and is final except the last.
-func seed(t testing.TB, st store.Writer, table string, buckets int) {
-	t.Helper()
-	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
-	var cells []store.Cell
-	for _, e := range []string{"ab1", "ab12"} {
-		for i := range int64(10) {
-			r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: i * minute, End: (i + 1) * minute,
-				Final: i < 9, Revision: uint64(i + 1), Values: []totals.Value{
-					{Name: "count", Kind: totals.KindInt, Int: i},
-					{Name: "max", Kind: totals.KindFloat, Float: float64(i) / 2},
-					{Name: "p", Kind: totals.KindQuantiles, Quantiles: []totals.Quantile{{Q: 0.5, Value: float64(i)}, {Q: 0.99, Value: float64(i) * 2}}},
-				}}
-			if e == "ab12" {
-				r.Values[0].Int = 1000 + i
-			}
-			var err error
-			cells, err = enc.Encode(&kgo.Record{Value: r.Encode()}, cells)
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	failed, err := st.Write(context.Background(), cells)
-	if err != nil || len(failed) > 0 {
-		t.Fatalf("seed: %v %v", failed, err)
-	}
-}
-
-type cellStore interface {
-	store.Writer
-	Source
-}
-
-// stores gives each test the embedded cell store and, when it runs, the real HBase.
-func stores(t *testing.T) map[string]func(t *testing.T) (cellStore, string) {
-	return map[string]func(t *testing.T) (cellStore, string){
-		"cellstore": func(t *testing.T) (cellStore, string) {
-			s, err := cellstore.Open("")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			if err := s.EnsureTable(context.Background(), schema.TableLayout{Name: "agg", Family: "d", SaltBuckets: 4}); err != nil {
-				t.Fatal(err)
-			}
-			return s, "agg"
-		},
-		"hbase": func(t *testing.T) (cellStore, string) {
-			c := testenv.HBaseClient(t)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			table := fmt.Sprintf("querytest_%d", time.Now().UnixNano())
-			st, err := hbasestore.New(c, hbasestore.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			testenv.DropTableAtEnd(t, c, table)
-			if err := st.EnsureTable(ctx, schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}); err != nil {
-				t.Fatal(err)
-			}
-			return st, table
-		},
-	}
-}
+const minute = querytest.Minute
 
 func newReader(t testing.TB, st Source, table string) *Reader {
 	t.Helper()
@@ -113,7 +38,7 @@ func TestReaderTakesSaltBucketsFromTheTable(t *testing.T) {
 	if err := s.EnsureTable(ctx, schema.TableLayout{Name: "agg7", Family: "d", SaltBuckets: 7}); err != nil {
 		t.Fatal(err)
 	}
-	seed(t, s, "agg7", 7)
+	querytest.Seed(t, s, "agg7", 7)
 	r := newReader(t, s, "agg7")
 	ws, err := r.Windows(ctx, "minute", "ab1", Options{Limit: 1})
 	if err != nil || len(ws) != 1 {
@@ -145,10 +70,10 @@ func (f fakeLive) OpenWindows(_ context.Context, set, entity string) ([]Window, 
 }
 
 func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
-	for name, open := range stores(t) {
+	for name, open := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := open(t)
-			seed(t, st, table, 4)
+			querytest.Seed(t, st, table, 4)
 			ctx := context.Background()
 			r := newReader(t, st, table)
 			cases := []struct {
@@ -201,131 +126,14 @@ func TestWindowsRangesOrderLimitAndLive(t *testing.T) {
 	}
 }
 
-func TestHTTPAPI(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seed(t, st, table, 4)
-	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "max", "p"}}},
-		Reader: newReader(t, st, table)}}}
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
-	get := func(path string) (int, map[string]any) {
-		resp, err := http.Get(ts.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var body map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil && resp.StatusCode != 200 {
-			t.Fatalf("%s: %d with undecodable body", path, resp.StatusCode)
-		}
-		return resp.StatusCode, body
-	}
-	code, body := get("/api/v1/windows?set=minute&entity=ab1,ab12&limit=2")
-	if code != 200 {
-		t.Fatalf("windows: %d %v", code, body)
-	}
-	ents := body["entities"].(map[string]any)
-	ab12 := ents["ab12"].([]any)
-	if len(ab12) != 2 || ab12[0].(map[string]any)["values"].(map[string]any)["count"].(float64) != 1009 {
-		t.Fatalf("ab12 windows %v", ab12)
-	}
-	p := ents["ab1"].([]any)[0].(map[string]any)["values"].(map[string]any)["p"].(map[string]any)
-	if p["0.99"].(float64) != 18 {
-		t.Fatalf("quantiles of ab1's newest window: %v", p)
-	}
-	for path, param := range map[string]string{
-		"/api/v1/windows?entity=ab1":                         "set",
-		"/api/v1/windows?set=nope&entity=ab1":                "set",
-		"/api/v1/windows?set=minute":                         "entity",
-		"/api/v1/windows?set=minute&entity=a&from=yesterday": "from",
-		"/api/v1/windows?set=minute&entity=a&to=1&from=2":    "to",
-		"/api/v1/windows?set=minute&entity=a&limit=0":        "limit",
-		"/api/v1/windows?set=minute&entity=a&order=sideways": "order",
-		"/api/v1/windows?set=minute&entity=a&live=perhaps":   "live",
-		"/api/v1/windows?topology=x&set=minute&entity=a":     "topology",
-		"/api/v1/entities?set=minute&limit=many":             "limit",
-	} {
-		code, body := get(path)
-		if code != 400 || body["parameter"] != param || !strings.Contains(body["error"].(string), param) {
-			t.Fatalf("%s: %d %v, want 400 naming %s", path, code, body, param)
-		}
-	}
-	code, body = get("/api/v1/entities?set=minute")
-	if code != 200 || fmt.Sprint(body["entities"]) != "[ab1 ab12]" {
-		t.Fatalf("entities: %d %v", code, body)
-	}
-	if code, _ := get("/api/v1/topologies"); code != 200 {
-		t.Fatal("topologies failed")
-	}
-	for _, path := range []string{"/healthz", "/readyz"} {
-		if code, _ := get(path); code != 200 {
-			t.Fatalf("%s: %d", path, code)
-		}
-	}
-	resp, err := http.Get(ts.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var sb strings.Builder
-	buf := make([]byte, 1<<16)
-	n, _ := resp.Body.Read(buf)
-	sb.Write(buf[:n])
-	if !strings.Contains(sb.String(), "abacus_query_requests_total") {
-		t.Fatalf("metrics do not count requests:\n%s", sb.String())
-	}
-}
-
-// TestTwoHandlersShareMetrics: a second handler on one registry counts into the same series.
-func TestTwoHandlersShareMetrics(t *testing.T) {
-	st, table := stores(t)["cellstore"](t)
-	seed(t, st, table, 4)
-	reg := prometheus.NewRegistry()
-	srv := &Server{Topologies: []Served{{Name: "t", Sets: []ServedSet{{Name: "minute"}}, Reader: newReader(t, st, table)}}, Registry: reg}
-	for range 2 {
-		ts := httptest.NewServer(srv.Handler())
-		resp, err := http.Get(ts.URL + APIPrefix + "/topologies")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		ts.Close()
-	}
-	n := testutil.ToFloat64(mustCounter(t, reg, "abacus_query_requests_total"))
-	if n != 2 {
-		t.Fatalf("requests counted %v, want 2 (one per handler)", n)
-	}
-}
-
-func mustCounter(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			sum := 0.0
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-			c := prometheus.NewCounter(prometheus.CounterOpts{Name: "sum"})
-			c.Add(sum)
-			return c
-		}
-	}
-	t.Fatalf("no metric %s", name)
-	return nil
-}
-
 // TestEntitiesSkipsFromEntityToEntity: Entities lists each entity of a set once, in order, with a
 // prefix, and says when a limit or its bound on entities stopped it; it reads one row per entity,
 // so a bound far below the number of rows is enough.
 func TestEntitiesSkipsFromEntityToEntity(t *testing.T) {
-	for name, mk := range stores(t) {
+	for name, mk := range querytest.Stores(t) {
 		t.Run(name, func(t *testing.T) {
 			st, table := mk(t)
-			seed(t, st, table, 4) // ab1 and ab12, ten windows each
+			querytest.Seed(t, st, table, 4) // ab1 and ab12, ten windows each
 			r := newReader(t, st, table)
 			ctx := context.Background()
 			list, more, err := r.Entities(ctx, "minute", EntityOptions{MaxRows: 3})

@@ -17,6 +17,7 @@ import (
 	"github.com/abacus-stream/abacus/internal/chaos/stream"
 	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
 	"github.com/abacus-stream/abacus/store/hbasestore"
 )
 
@@ -63,8 +64,8 @@ func watchQueries(t *testing.T, p *pipeline) *queryWatch {
 		sets = append(sets, query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations,
 			Rollup: s.Rollup, Dimension: s.Dimension})
 	}
-	srv := &query.Server{Topologies: []query.Served{{Name: p.topo.Name(), Sets: sets, Reader: r}},
-		Limits: query.Limits{RequestTimeout: queryTimeout}, Logger: testLogger(t)}
+	srv := &httpapi.Server{Topologies: []query.Served{{Name: p.topo.Name(), Sets: sets, Reader: r}},
+		Limits: httpapi.Limits{RequestTimeout: queryTimeout}, Logger: testLogger(t)}
 	w := &queryWatch{t: t, srv: httptest.NewServer(srv.Handler()), stop: make(chan struct{}), done: make(chan struct{}),
 		finals: map[string]string{}}
 	t.Cleanup(w.srv.Close)
@@ -98,7 +99,7 @@ func (w *queryWatch) run() {
 // ask sends one request and checks its answer.
 func (w *queryWatch) ask(q url.Values) {
 	start := time.Now()
-	resp, err := http.Get(w.srv.URL + query.APIPrefix + "/windows?" + q.Encode())
+	resp, err := http.Get(w.srv.URL + httpapi.APIPrefix + "/windows?" + q.Encode())
 	took := time.Since(start)
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -40,7 +40,7 @@ declare -A stage_about=(
   [chaos-cluster]="the failure suite's short form on an HBase cluster of three region servers (bench/chaos -hbase-cluster): region servers and hbase:meta's server SIGKILLed, regions moved, beside the roles' SIGKILLs"
   [kerberos]="an MIT KDC and a Kerberized HBase: HBase's own Java client proves the server, then the TestKerberos* tests, then the client, store, query and sink tests again with Kerberos"
   [fuzz]="each fuzz target (decoders and parsers of what others control) fuzzed for ABACUS_FUZZTIME; their corpora already ran as tests in the unit stage"
-  [browser]="the dashboard pages in Debian's headless Chromium (query: *InChromium)"
+  [browser]="the dashboard pages in Debian's headless Chromium (query/httpapi: *InChromium)"
 )
 # What each stage needs that the run prepares in the background (see the job_ functions):
 # Debian's packages, the Python venv, the Maven jars, the shared Kafka and HBase.
@@ -62,8 +62,9 @@ fuzz_targets="./state FuzzDecode
 ./schema FuzzParseAggregateRow
 ./app FuzzConfig
 ./query FuzzParseTime
-./query FuzzAPIParams
-./query FuzzOpenTSDBParams"
+./query/httpapi FuzzAPIParams
+./query/opentsdb FuzzOpenTSDBParams
+./query/opentsdb FuzzTSDBTime"
 
 log() { printf '[run-tests] %s\n' "$*"; }
 
@@ -154,7 +155,7 @@ job_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${want[@]}"
 }
 
-# job_venv: the Python packages of query.TestPyOpenTSDBClient (testenv/python-requirements.txt).
+# job_venv: the Python packages of opentsdb.TestPyOpenTSDBClient (testenv/python-requirements.txt).
 job_venv() {
   local venv=$root/testenv/.venv
   if "$venv/bin/python" -c "import pyopentsdb" 2>/dev/null; then echo "$venv has pyopentsdb"; return 0; fi
@@ -390,7 +391,7 @@ stage_kerberos() {
   log "tests of the plain HBase, again with Kerberos"
   export ABACUS_HBASE_AUTH=kerberos ABACUS_HBASE_ZK=$ABACUS_SECURE_HBASE_ZK ABACUS_REQUIRE_SERVICES=1
   gotest kerberos-again -timeout 15m -skip "$own_stage_tests|$browser_tests|^TestPyOpenTSDB" \
-    ./internal/testenv/ ./store/hbasestore/ ./query/
+    ./internal/testenv/ ./store/hbasestore/ ./query/ ./query/opentsdb/
   gotest kerberos-sinks -timeout 15m -run '^TestSink' ./sinks/
   "$services" status
 }
@@ -429,7 +430,7 @@ stage_fuzz() {
 
 stage_browser() {
   await packages # Debian's chromium
-  ABACUS_REQUIRE_SERVICES=1 gotest browser -run "$browser_tests" ./query/
+  ABACUS_REQUIRE_SERVICES=1 gotest browser -run "$browser_tests" ./query/httpapi/
 }
 
 # ---- the run ----------------------------------------------------------------------------------

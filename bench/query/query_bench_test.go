@@ -21,6 +21,7 @@ import (
 	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/query/httpapi"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/hbasestore"
@@ -153,7 +154,7 @@ func newPanelBench(b *testing.B) *panelBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &query.Server{Topologies: []query.Served{{Name: topoName, Sets: servedSets(topo), Reader: r}},
+	srv := &httpapi.Server{Topologies: []query.Served{{Name: topoName, Sets: servedSets(topo), Reader: r}},
 		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return end }}
 	hs := httptest.NewServer(srv.HandlerWithDashboard())
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}

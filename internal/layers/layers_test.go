@@ -29,6 +29,10 @@ func deps(t *testing.T, pkg string) []string {
 func TestImportsRunOneWay(t *testing.T) {
 	above := func(forbidden ...string) []string { return forbidden }
 	upper := above("internal/engine", "processors", "sinks", "query", "app", "cmd")
+	// What no package of the read side links (query/live aside, which follows the processor's
+	// table with goka): the write path, the command, the Kafka clients, the tests' seeds.
+	readSide := above("sinks", "processors", "internal/engine", "app", "cmd", "query/internal/querytest",
+		"github.com/twmb/franz-go", "github.com/lovoo/goka", "github.com/IBM/sarama")
 	rules := map[string][]string{
 		// Leaves: nothing of the flow above them.
 		"topology":      upper,
@@ -48,20 +52,31 @@ func TestImportsRunOneWay(t *testing.T) {
 		"internal/engine": above("processors", "sinks", "query", "app", "cmd"),
 		"processors":      above("sinks", "query", "app", "cmd"),
 		"sinks":           above("processors", "internal/engine", "query", "app", "cmd"),
-		// Queries read the schema through the store; they never link the write path.
-		"query":      above("sinks", "processors", "internal/engine", "app", "cmd", "github.com/twmb/franz-go", "github.com/lovoo/goka", "github.com/IBM/sarama"),
-		"query/live": above("sinks", "processors", "internal/engine", "app", "cmd"),
+		// Queries read the schema through the store; they never link the write path, and but for
+		// the live view no Kafka client. The reader (query) is under both APIs and the security
+		// they are served with; the OpenTSDB API is under the HTTP server that mounts it.
+		"query":          slices.Concat(readSide, above("query/httpapi", "query/opentsdb", "query/httpsec", "query/live")),
+		"query/opentsdb": slices.Concat(readSide, above("query/httpapi", "query/httpsec")),
+		"query/httpapi":  readSide,
+		"query/httpsec":  slices.Concat(readSide, above("query")),
+		"query/live":     above("sinks", "processors", "internal/engine", "app", "cmd"),
 		// The key index sits on the store, under both the sinks that write it and the queries
 		// that read it.
 		"keyindex": above("sinks", "processors", "internal/engine", "query", "app", "cmd", "github.com/twmb/franz-go", "github.com/lovoo/goka", "github.com/IBM/sarama"),
 	}
 	// Clients that import nothing else from abacus but utilities, which are leaves themselves.
 	utilities := []string{mod + "internal/smallfile"}
-	for _, leaf := range []string{"hbase", "kafkasec", "deadletter", "partitioner", "internal/wire", "internal/localtable", "windows", "internal/smallfile", "internal/testenv/gate"} {
+	for _, leaf := range []string{"hbase", "kafkasec", "deadletter", "partitioner", "internal/wire", "internal/localtable", "windows", "internal/smallfile", "internal/testenv/gate", "query/httpsec"} {
 		for _, d := range deps(t, leaf) {
 			if strings.HasPrefix(d, mod) && !slices.Contains(utilities, d) {
 				t.Errorf("%s imports %s: it must import nothing else from abacus", leaf, d)
 			}
+		}
+	}
+	// The APIs are built on the reader, not beside it: each imports it.
+	for _, api := range []string{"query/opentsdb", "query/httpapi"} {
+		if !slices.Contains(deps(t, api), mod+"query") {
+			t.Errorf("%s does not import query: an API serves the reader's answers", api)
 		}
 	}
 	for pkg, forbidden := range rules {

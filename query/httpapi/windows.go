@@ -1,0 +1,352 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/abacus-stream/abacus/query"
+	"github.com/abacus-stream/abacus/totals"
+)
+
+func (s *Server) topologies(_ http.ResponseWriter, _ *http.Request) (int, any) {
+	type topo struct {
+		Name string            `json:"name"`
+		Sets []query.ServedSet `json:"sets"`
+	}
+	out := struct {
+		Topologies []topo `json:"topologies"`
+	}{Topologies: []topo{}}
+	for _, t := range s.Topologies {
+		sets := make([]query.ServedSet, len(t.Sets))
+		for i, set := range t.Sets {
+			set.Dimension = set.KeyName() // an entity set always says its dimension
+			sets[i] = set
+		}
+		out.Topologies = append(out.Topologies, topo{t.Name, sets})
+	}
+	return http.StatusOK, out
+}
+
+// pick finds the topology and set a request names; topology may be left out when there is one.
+func (s *Server) pick(r *http.Request) (*query.Served, *query.ServedSet, int, any) {
+	q := r.URL.Query()
+	name := q.Get("topology")
+	var t *query.Served
+	switch {
+	case name == "" && len(s.Topologies) == 1:
+		t = &s.Topologies[0]
+	case name == "":
+		code, body := badParam("topology", "required: %d topologies are served", len(s.Topologies))
+		return nil, nil, code, body
+	default:
+		for i := range s.Topologies {
+			if s.Topologies[i].Name == name {
+				t = &s.Topologies[i]
+			}
+		}
+		if t == nil {
+			code, body := badParam("topology", "no topology %q", name)
+			return nil, nil, code, body
+		}
+	}
+	set := q.Get("set")
+	if set == "" {
+		code, body := badParam("set", "required")
+		return nil, nil, code, body
+	}
+	for i := range t.Sets {
+		if t.Sets[i].Name == set {
+			return t, &t.Sets[i], 0, nil
+		}
+	}
+	code, body := badParam("set", "topology %q has no aggregate set %q", t.Name, set)
+	return nil, nil, code, body
+}
+
+// windowJSON is a window as the API returns it. Values are numbers, or for quantiles an object of
+// quantile to value, or for user-defined aggregations base64 bytes.
+type windowJSON struct {
+	Start     int64          `json:"start"` // ms since the epoch
+	End       int64          `json:"end"`
+	StartTime string         `json:"start_time"`
+	Final     bool           `json:"final"`
+	Live      bool           `json:"live"`
+	Revision  uint64         `json:"revision"`
+	Values    map[string]any `json:"values"`
+}
+
+func toJSON(w query.Window) windowJSON {
+	out := windowJSON{Start: w.Start.UnixMilli(), End: w.End.UnixMilli(), StartTime: w.Start.UTC().Format(time.RFC3339),
+		Final: w.Final, Live: w.Live, Revision: w.Revision, Values: map[string]any{}}
+	for name, v := range w.Values {
+		out.Values[name] = jsonValue(v)
+	}
+	return out
+}
+
+func jsonValue(v totals.Value) any {
+	switch v.Kind {
+	case totals.KindInt:
+		return v.Int
+	case totals.KindFloat:
+		if math.IsNaN(v.Float) || math.IsInf(v.Float, 0) {
+			return nil // JSON has no NaN or infinities
+		}
+		return v.Float
+	case totals.KindQuantiles:
+		m := map[string]any{}
+		for _, q := range v.Quantiles {
+			var val any = q.Value
+			if math.IsNaN(q.Value) || math.IsInf(q.Value, 0) {
+				val = nil
+			}
+			m[strconv.FormatFloat(q.Q, 'f', -1, 64)] = val
+		}
+		return m
+	}
+	return v.Bytes
+}
+
+// windowsJSON is the answer of /api/v1/windows.
+type windowsJSON struct {
+	Topology string `json:"topology"`
+	Set      string `json:"set"`
+	// Dimension is what the keys of Entities are (query.ServedSet.Dimension): "entity", a rollup's
+	// dimension, or "" for a global rollup, whose one key is "all".
+	Dimension string                  `json:"dimension"`
+	Entities  map[string][]windowJSON `json:"entities"`
+	// Truncated says that the limit cut at least one entity's windows; Next gives, for each
+	// such entity, the from and to (ms) of the next page: windows go on past the last one
+	// returned, in the order asked for.
+	Truncated bool                        `json:"truncated"`
+	Next      map[string]map[string]int64 `json:"next,omitempty"`
+}
+
+// windows answers a page of the windows of entities of a set. Every answer is bounded (entities,
+// range, windows): without a limit each entity gets its share of MaxWindows, and the answer says
+// where the next page starts.
+//
+// A rollup set is read as an entity set whose entities are its keys: entity=eu-west, or under the
+// set's dimension name, region=eu-west (one of the two, not both; the dimension name is not taken
+// when it is one of the API's own parameters, such as set or from). A global rollup needs no
+// entity: it reads its one key, "all", the only entity it accepts.
+func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
+	t, set, code, body := s.pick(r)
+	if t == nil {
+		return code, body
+	}
+	q := r.URL.Query()
+	entities, code, body := s.windowsKeys(q, set)
+	if code != 0 {
+		return code, body
+	}
+	var o query.Options
+	if code, body := s.windowsRange(q, &o); code != 0 {
+		return code, body
+	}
+	if code, body := s.windowsLimit(q, &o, len(entities)); code != 0 {
+		return code, body
+	}
+	if code, body := windowsOrderAndLive(q, &o); code != 0 {
+		return code, body
+	}
+	page, err := t.Reader.Page(r.Context(), set.Name, entities, o)
+	if err != nil {
+		return s.windowsFailed(r, set.Name, err)
+	}
+	out := pageJSON(t.Name, set.Name, page)
+	out.Dimension = set.KeyName()
+	return http.StatusOK, out
+}
+
+// windowsParams are the parameters of /api/v1/windows other than the keys: a dimension with one
+// of these names is asked for as entity.
+var windowsParams = map[string]bool{"topology": true, "set": true, "from": true, "to": true, "limit": true, "order": true, "live": true}
+
+// windowsKeys reads the keys a windows request asks for: the entity parameter, or the rollup's
+// dimension name, or for a global rollup its one key.
+func (s *Server) windowsKeys(q url.Values, set *query.ServedSet) ([]string, int, any) {
+	param := "entity"
+	entities := entityList(q["entity"])
+	if dim := set.KeyName(); dim != query.EntityDimension && dim != "" && !windowsParams[dim] {
+		if byDim := entityList(q[dim]); len(byDim) > 0 {
+			if len(entities) > 0 {
+				code, body := badParam(dim, "give the keys of set %q as %s or as entity, not both", set.Name, dim)
+				return nil, code, body
+			}
+			param, entities = dim, byDim
+		}
+	}
+	if set.Global() {
+		for _, e := range entities {
+			if e != query.GlobalKey {
+				code, body := badParam(param, "set %q is a global rollup: its one key is %q, not %q (leave entity out)", set.Name, query.GlobalKey, e)
+				return nil, code, body
+			}
+		}
+		return []string{query.GlobalKey}, 0, nil
+	}
+	if len(entities) == 0 {
+		what := "required (repeat it or separate entities with commas)"
+		if set.Rollup {
+			what = fmt.Sprintf("required: the %s keys of rollup %q, as entity or %s (repeat it or separate keys with commas)", set.Dimension, set.Name, set.Dimension)
+		}
+		code, body := badParam(param, "%s", what)
+		return nil, code, body
+	}
+	if n, most := len(entities), s.Limits.MaxEntities; n > most {
+		code, body := badParam(param, "%d entities asked for, over the limit of %d (%s)", n, most, limitMaxEntities)
+		return nil, code, body
+	}
+	return entities, 0, nil
+}
+
+// entityList reads the entity parameters, each one entity or several separated by commas.
+func entityList(values []string) []string {
+	var entities []string
+	for _, e := range values {
+		for _, part := range strings.Split(e, ",") {
+			if part != "" {
+				entities = append(entities, part)
+			}
+		}
+	}
+	return entities
+}
+
+// windowsRange reads from and to into o, refusing a range longer than MaxRange; an open-ended
+// range counts up to now, so that "from a year ago" cannot ask for more than a bounded one.
+func (s *Server) windowsRange(q url.Values, o *query.Options) (int, any) {
+	var err error
+	if o.From, err = s.parseTime(q.Get("from")); err != nil {
+		return badParam("from", "%v", err)
+	}
+	if o.To, err = s.parseTime(q.Get("to")); err != nil {
+		return badParam("to", "%v", err)
+	}
+	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
+		return badParam("to", "must be after from")
+	}
+	if !o.From.IsZero() {
+		to := o.To
+		if to.IsZero() {
+			to = s.Now()
+		}
+		if span := to.Sub(o.From); span > s.Limits.MaxRange {
+			return badParam("from", "from..to spans %s, over the limit of %s (%s)", span.Round(time.Second), s.Limits.MaxRange, limitMaxRange)
+		}
+	}
+	return 0, nil
+}
+
+// windowsLimit reads limit into o, within MaxWindows for the whole answer.
+func (s *Server) windowsLimit(q url.Values, o *query.Options, entities int) (int, any) {
+	most := s.Limits.MaxWindows
+	v := q.Get("limit")
+	if v == "" {
+		// Without a limit the answer is still bounded: each entity gets its share, and
+		// truncated/next say where the next page starts.
+		o.Limit = max(1, most/entities)
+		return 0, nil
+	}
+	var err error
+	if o.Limit, err = strconv.Atoi(v); err != nil || o.Limit < 1 || o.Limit > most {
+		return badParam("limit", "want a whole number from 1 to %d (%s), got %q", most, limitMaxWindows, v)
+	}
+	if o.Limit*entities > most {
+		return badParam("limit", "%d windows for each of %d entities is %d, over the limit of %d windows per answer (%s)",
+			o.Limit, entities, o.Limit*entities, most, limitMaxWindows)
+	}
+	return 0, nil
+}
+
+// windowsOrderAndLive reads order and live into o.
+func windowsOrderAndLive(q url.Values, o *query.Options) (int, any) {
+	switch q.Get("order") {
+	case "", "newest":
+	case "oldest":
+		o.OldestFirst = true
+	default:
+		return badParam("order", "want newest or oldest, got %q", q.Get("order"))
+	}
+	switch q.Get("live") {
+	case "", "true", "1":
+	case "false", "0":
+		o.NoLive = true
+	default:
+		return badParam("live", "want true or false, got %q", q.Get("live"))
+	}
+	return 0, nil
+}
+
+// windowsFailed answers a read that failed: the request's fault is a 400; running out of the
+// request's time says which limit to ask within; anything else is the store's and is logged.
+func (s *Server) windowsFailed(r *http.Request, set string, err error) (int, any) {
+	if errors.Is(err, query.ErrInvalid) {
+		return http.StatusBadRequest, apiError{Error: err.Error()}
+	}
+	if errors.Is(err, context.DeadlineExceeded) && r.Context().Err() != nil {
+		return http.StatusServiceUnavailable, apiError{Error: fmt.Sprintf(
+			"the request took longer than its limit of %s (%s): ask for fewer entities or a shorter range", s.Limits.RequestTimeout, limitRequestTimeout)}
+	}
+	s.Logger.Error("windows query failed", "set", set, "err", err)
+	return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+}
+
+// pageJSON is a page as /api/v1/windows answers it: each next page as the from and to (ms) to ask
+// with, a bound left out where the request had none.
+func pageJSON(topology, set string, p query.Page) windowsJSON {
+	out := windowsJSON{Topology: topology, Set: set, Entities: map[string][]windowJSON{}, Truncated: p.Truncated()}
+	for e, ws := range p.Windows {
+		js := make([]windowJSON, 0, len(ws))
+		for _, w := range ws {
+			js = append(js, toJSON(w))
+		}
+		out.Entities[e] = js
+	}
+	for e, next := range p.Next {
+		page := map[string]int64{}
+		if !next.From.IsZero() {
+			page["from"] = next.From.UnixMilli()
+		}
+		if !next.To.IsZero() {
+			page["to"] = next.To.UnixMilli()
+		}
+		if out.Next == nil {
+			out.Next = map[string]map[string]int64{}
+		}
+		out.Next[e] = page
+	}
+	return out
+}
+
+// entities lists entities that have windows in a set, scanning at most maxRows rows: meant for
+// pickers on small and medium tables, not for enumerating a large one. For a rollup they are its
+// keys (the answer's dimension says what they are), for a global rollup its one key "all".
+func (s *Server) entities(_ http.ResponseWriter, r *http.Request) (int, any) {
+	t, set, code, body := s.pick(r)
+	if t == nil {
+		return code, body
+	}
+	limit := 100
+	if v := r.URL.Query().Get("limit"); v != "" {
+		var err error
+		if limit, err = strconv.Atoi(v); err != nil || limit < 1 || limit > s.Limits.MaxEntityList {
+			return badParam("limit", "want a whole number from 1 to %d (%s), got %q", s.Limits.MaxEntityList, limitMaxEntityList, v)
+		}
+	}
+	list, truncated, err := t.Reader.Entities(r.Context(), set.Name, query.EntityOptions{Limit: limit})
+	if err != nil {
+		return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+	}
+	return http.StatusOK, map[string]any{"entities": list, "truncated": truncated, "dimension": set.KeyName()}
+}
+
+func (s *Server) parseTime(v string) (time.Time, error) { return query.ParseTime(v, s.Now()) }

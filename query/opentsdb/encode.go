@@ -1,0 +1,103 @@
+package opentsdb
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// encodeResults writes the answer: an array of {metric, tags, aggregateTags, [query], dps}, with
+// dps an object of timestamp to value (or [[t, v], ...] with arrays) in time order.
+func encodeResults(req *tsdbRequest, results []tsdbResult) []byte {
+	var b bytes.Buffer
+	b.WriteByte('[')
+	for i, res := range results {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"metric":`)
+		writeJSONValue(&b, res.metric)
+		b.WriteString(`,"tags":`)
+		writeJSONValue(&b, res.tags)
+		b.WriteString(`,"aggregateTags":`)
+		writeJSONValue(&b, res.aggTags)
+		if req.showQuery {
+			b.WriteString(`,"query":`)
+			writeJSONValue(&b, res.query.echo())
+		}
+		b.WriteString(`,"dps":`)
+		if req.arrays {
+			b.WriteByte('[')
+		} else {
+			b.WriteByte('{')
+		}
+		for j, p := range res.pts {
+			if j > 0 {
+				b.WriteByte(',')
+			}
+			ts := p.t
+			if !req.ms {
+				ts /= 1000
+			}
+			if req.arrays {
+				fmt.Fprintf(&b, "[%d,", ts)
+			} else {
+				fmt.Fprintf(&b, `"%d":`, ts)
+			}
+			writeNumber(&b, p.v)
+			if req.arrays {
+				b.WriteByte(']')
+			}
+		}
+		if req.arrays {
+			b.WriteByte(']')
+		} else {
+			b.WriteByte('}')
+		}
+		b.WriteByte('}')
+	}
+	b.WriteString("]\n")
+	return b.Bytes()
+}
+
+func writeJSONValue(b *bytes.Buffer, v any) {
+	out, err := json.Marshal(v)
+	if err != nil { // maps of strings and slices of strings always marshal
+		out = []byte("null")
+	}
+	b.Write(out)
+}
+
+// writeNumber writes a value as encoding/json would, and NaN or infinities (empty buckets of the
+// nan and null fill policies) as null.
+func writeNumber(b *bytes.Buffer, v float64) {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		b.WriteString("null")
+		return
+	}
+	f := byte('f')
+	if a := math.Abs(v); a != 0 && (a < 1e-6 || a >= 1e21) {
+		f = 'e'
+	}
+	b.Write(strconv.AppendFloat(nil, v, f, -1, 64))
+}
+
+// echo is the sub-query as the answer repeats it with showQuery.
+func (sq *subQuery) echo() map[string]any {
+	filters := sq.filters
+	if filters == nil {
+		filters = []tagFilter{}
+	}
+	return map[string]any{"index": sq.index, "metric": sq.metric, "aggregator": sq.aggregator,
+		"downsample": nullable(sq.dsText), "rate": sq.rate, "rateOptions": sq.rateOptions,
+		"tags": sq.tags, "filters": filters, "explicitTags": sq.explicitTags}
+}
+
+func nullable(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
