@@ -466,15 +466,8 @@ func (p Program) runRoles(ctx context.Context, c *common, roles []string, stdout
 	}
 	defer d.shutdown()
 	d.ops, d.opsOnQuery = o, !separate && addr == "" && cfg.Ops.Listen != "off" && servesOpsIn(roles)
-	if n.store {
-		if err := w.do(ctx, "HBase to check the tables", d.ensureTables); err != nil {
-			return startErr(err)
-		}
-	}
-	if n.kafka {
-		if err := w.do(ctx, "Kafka "+strings.Join(cfg.Kafka.Brokers, ",")+" to check the topics", d.sinkTopics); err != nil {
-			return startErr(err)
-		}
+	if err := d.prepare(ctx, roles, w); err != nil {
+		return startErr(err)
 	}
 	err = d.run(ctx, roles, startOptions{ready: func(url string) { fmt.Fprintf(stdout, "query API and dashboard: %s\n", url) }})
 	if ctx.Err() != nil {

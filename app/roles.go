@@ -50,6 +50,8 @@ type role struct {
 	sink string
 	// table is its sink table's block of the config; nil for none.
 	table func(*Config) *SinkTable
+	// reads is the table it reads and creates nothing in (the query server's); nil for none.
+	reads func(*Config) *SinkTable
 	// holdsAggregates says that its table holds the aggregate sets' windows: the key index
 	// (schema.KeyIndexLayout) goes beside it, and admin verify describes the sets it holds.
 	holdsAggregates bool
@@ -107,6 +109,7 @@ func builtinRoles() []*role {
 			(*deployment).factsEncoder, false),
 		{
 			name: RoleQuery, title: "query server",
+			reads: func(c *Config) *SinkTable { return &c.Sinks.Aggregates },
 			needs: func(c *Config) needs { return needs{store: true, brokers: !c.Query.NoLive} },
 			start: (*roleGroup).startQuery,
 			// The HTTP shutdown waits for the requests in flight.
@@ -223,6 +226,43 @@ func sinkRoles() []*role {
 		}
 	}
 	return out
+}
+
+// prepare makes ready what the named roles need before they start, waiting (w) for servers not
+// reached yet: a process running a sink creates its table (and checks its topics) if
+// `abacus admin create` has not; a process that only reads a table (the query server) waits for
+// it to exist and creates nothing, so it runs with a right to read alone.
+func (d *deployment) prepare(ctx context.Context, names []string, w *waiter) error {
+	rs, err := rolesOf(names)
+	if err != nil {
+		return err
+	}
+	writes := false
+	for _, r := range rs {
+		writes = writes || (r.table != nil && r.enabled(d.cfg))
+	}
+	if writes {
+		if err := w.do(ctx, "HBase to check the tables", d.ensureTables); err != nil {
+			return err
+		}
+		if err := w.do(ctx, "Kafka "+strings.Join(d.cfg.Kafka.Brokers, ",")+" to check the topics", d.sinkTopics); err != nil {
+			return err
+		}
+	}
+	for _, r := range rs {
+		if r.reads == nil || !r.enabled(d.cfg) {
+			continue
+		}
+		t := r.reads(d.cfg)
+		err := w.do(ctx, "table "+t.Table+" (`abacus admin create` makes it)", func(ctx context.Context) error {
+			_, err := d.st.SaltBuckets(ctx, t.Table)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", r.name, err)
+		}
+	}
+	return nil
 }
 
 // run runs the given roles until ctx ends or one fails. Each role reports to the process's ops

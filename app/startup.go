@@ -13,6 +13,7 @@ import (
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/kafkasec"
+	"github.com/abacus-stream/abacus/store"
 )
 
 // Start steps of long-running roles are tried again while a server they need does not answer:
@@ -80,7 +81,8 @@ func waitable(err error) bool {
 		return false
 	case kafkasec.IsUnreachable(err), hbase.IsRetriable(err), kerr.IsRetriable(err),
 		errors.As(err, &op), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded):
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, store.ErrNoSuchTable): // a table admin create has still to make
 		return true
 	}
 	return false
