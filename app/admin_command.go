@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/processors"
@@ -110,15 +111,29 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 		}
 		what := fmt.Sprintf("table %s (family %s, %d salt buckets)", t.Table, t.Family, t.SaltBuckets)
 		err := step(what, func() error {
-			err := d.st.VerifyTable(ctx, d.layout(t))
-			if verb != "create" || !errors.Is(err, store.ErrNoSuchTable) {
-				if err == nil && verb == "create" {
-					outcome = "exists"
-				}
+			l := d.layout(t)
+			err := d.st.VerifyTable(ctx, l)
+			if verb == "create" && errors.Is(err, store.ErrNoSuchTable) {
+				outcome = "created"
+				return d.st.EnsureTable(ctx, l)
+			}
+			if err != nil {
 				return err
 			}
-			outcome = "created"
-			return d.st.EnsureTable(ctx, d.layout(t))
+			if verb == "create" {
+				outcome = "exists"
+			}
+			// Settings that differ from the config do not stop the sinks, but verify says so.
+			settings, err := d.st.FamilySettings(ctx, l.Name, l.Family)
+			if err != nil {
+				return err
+			}
+			if drift := l.Drift(settings); len(drift) > 0 && verb == "verify" {
+				return errors.New(strings.Join(drift, "; "))
+			} else if len(drift) > 0 {
+				outcome = "exists, differing from the config: " + strings.Join(drift, "; ")
+			}
+			return nil
 		})
 		if err != nil {
 			failed = append(failed, err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -163,6 +164,13 @@ func (t SinkTable) validate(errs *fieldErrors, prefix string) {
 	case "", "NONE", "ROW", "ROWCOL":
 	default:
 		errs.bad(prefix+"bloom_filter", "%q is not NONE, ROW or ROWCOL", t.BloomFilter)
+	}
+	if t.Compression != "" && !slices.Contains(schema.Compressions, t.Compression) {
+		msg := fmt.Sprintf("%q is not one of %s", t.Compression, strings.Join(schema.Compressions, ", "))
+		if near := nearest(strings.ToUpper(t.Compression), schema.Compressions); near != "" {
+			msg += " (did you mean " + near + "?)"
+		}
+		errs.bad(prefix+"compression", "%s", msg)
 	}
 }
 

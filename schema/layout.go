@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -70,6 +71,9 @@ func (l *TableLayout) Validate() error {
 	if l.TTL < 0 {
 		errs = append(errs, fmt.Errorf("table %s: negative TTL", l.Name))
 	}
+	if l.Compression != "" && !slices.Contains(Compressions, l.Compression) {
+		errs = append(errs, fmt.Errorf("table %s: compression %q is not one of %s", l.Name, l.Compression, strings.Join(Compressions, ", ")))
+	}
 	return errors.Join(errs...)
 }
 
@@ -111,4 +115,71 @@ func (l *TableLayout) CheckExisting(attrs map[string]string, families []string) 
 		return fmt.Errorf("table %s has families %v, not %q: refusing to run", l.Name, families, l.Family)
 	}
 	return nil
+}
+
+// Compressions are the codecs HBase names (Compression.Algorithm); a region server may still lack
+// the native library of one, which creating the table reports.
+var Compressions = []string{"NONE", "GZ", "SNAPPY", "LZ4", "LZO", "ZSTD", "BZIP2", "LZMA"}
+
+// The family settings abacus sets, as HBase names them.
+const (
+	SettingVersions    = "VERSIONS"
+	SettingTTL         = "TTL"
+	SettingBloomFilter = "BLOOMFILTER"
+	SettingCompression = "COMPRESSION"
+)
+
+// foreverTTL is HBase's TTL of a family that keeps cells for ever (HConstants.FOREVER).
+const foreverTTL = "2147483647"
+
+// FamilySettings are the column family settings the layout asks for, as HBase names them: what a
+// table is created with, and what Drift compares.
+func (l *TableLayout) FamilySettings() map[string]string {
+	l.EnsureDefaults()
+	s := map[string]string{
+		SettingVersions:    strconv.Itoa(l.Versions),
+		SettingBloomFilter: l.BloomFilter,
+		SettingCompression: l.Compression,
+	}
+	if l.TTL > 0 {
+		s[SettingTTL] = strconv.FormatInt(int64(l.TTL/time.Second), 10)
+	}
+	return s
+}
+
+// Drift lists, one sentence each, the family settings of an existing table (as HBase describes
+// them; a setting it leaves out has HBase's default) that differ from the layout's. A drifted
+// table still works, so this is for admin verify to report, not a reason to refuse to run: an
+// operator may have changed a TTL on purpose, and should know the config says otherwise.
+func (l *TableLayout) Drift(family map[string]string) []string {
+	want := l.FamilySettings()
+	defaults := map[string]string{SettingVersions: "1", SettingBloomFilter: "ROW", SettingCompression: "NONE", SettingTTL: foreverTTL}
+	norm := func(k, v string) string {
+		if v == "" {
+			v = defaults[k]
+		}
+		if k == SettingTTL && (v == "FOREVER" || v == "") {
+			v = foreverTTL
+		}
+		return strings.ToUpper(v)
+	}
+	show := func(k, v string) string {
+		if k == SettingTTL {
+			if v == foreverTTL {
+				return "forever"
+			}
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				return (time.Duration(n) * time.Second).String()
+			}
+		}
+		return v
+	}
+	var out []string
+	for _, k := range []string{SettingVersions, SettingTTL, SettingBloomFilter, SettingCompression} {
+		have, cfg := norm(k, family[k]), norm(k, want[k])
+		if have != cfg {
+			out = append(out, fmt.Sprintf("table %s family %s: %s is %s, the configuration says %s", l.Name, l.Family, k, show(k, have), show(k, cfg)))
+		}
+	}
+	return out
 }

@@ -96,6 +96,10 @@ type Tables interface {
 	// SaltBuckets reads the salt bucket count the table was created with; ErrNoSuchTable wraps the
 	// error for a table that does not exist.
 	SaltBuckets(ctx context.Context, table string) (int, error)
+	// FamilySettings reads the settings of a family of the table as HBase names them (VERSIONS,
+	// TTL, BLOOMFILTER, COMPRESSION; schema.TableLayout.Drift compares them); ErrNoSuchTable wraps
+	// the error for a table that does not exist.
+	FamilySettings(ctx context.Context, table, family string) (map[string]string, error)
 }
 
 // Store is a writer, a reader and a table administrator over one cluster (or embedded folder).

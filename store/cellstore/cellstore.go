@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/abacus-stream/abacus/schema"
@@ -124,7 +126,11 @@ func (s *Store) EnsureTable(ctx context.Context, l schema.TableLayout) error {
 	if err := s.CreateTable(l.Name, map[string]int{l.Family: l.Versions}); err != nil {
 		return err
 	}
-	return s.setAttributes(l.Name, l.Attributes())
+	attrs := l.Attributes()
+	for k, v := range l.FamilySettings() {
+		attrs[familyAttr+l.Family+"."+k] = v
+	}
+	return s.setAttributes(l.Name, attrs)
 }
 
 // VerifyTable implements store.Tables.
@@ -161,6 +167,31 @@ func (s *Store) SaltBuckets(_ context.Context, table string) (int, error) {
 		return 0, fmt.Errorf("cellstore: %w", err)
 	}
 	return n, nil
+}
+
+// familyAttr prefixes the family settings kept among a table's attributes (family.<name>.<setting>).
+const familyAttr = "family."
+
+// FamilySettings implements store.Tables: the settings the table was created with (a table of an
+// earlier version of the store has its versions alone).
+func (s *Store) FamilySettings(_ context.Context, table, family string) (map[string]string, error) {
+	fams, ok := s.Families(table)
+	if !ok {
+		return nil, fmt.Errorf("cellstore: table %s: %w", table, store.ErrNoSuchTable)
+	}
+	v, ok := fams[family]
+	if !ok {
+		return nil, fmt.Errorf("cellstore: table %s has no family %s", table, family)
+	}
+	out := map[string]string{schema.SettingVersions: strconv.Itoa(v)}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for k, val := range s.attrs[table] {
+		if name, ok := strings.CutPrefix(k, familyAttr+family+"."); ok {
+			out[name] = val
+		}
+	}
+	return out, nil
 }
 
 func (s *Store) setAttributes(table string, attrs map[string]string) error {

@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"time"
 
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/schema"
@@ -208,6 +206,20 @@ func (s *Store) SaltBuckets(ctx context.Context, table string) (int, error) {
 	return n, nil
 }
 
+// FamilySettings implements store.Tables.
+func (s *Store) FamilySettings(ctx context.Context, table, family string) (map[string]string, error) {
+	spec, err := s.describe(ctx, table)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range spec.Families {
+		if f.Name == family {
+			return f.Attributes, nil
+		}
+	}
+	return nil, fmt.Errorf("hbasestore: table %s has no family %s", table, family)
+}
+
 func (s *Store) describe(ctx context.Context, table string) (*hbase.TableSpec, error) {
 	spec, err := s.c.Admin().DescribeTable(ctx, table)
 	if hbase.IsTableNotFound(err) {
@@ -220,14 +232,7 @@ func (s *Store) describe(ctx context.Context, table string) (*hbase.TableSpec, e
 }
 
 func (s *Store) createTable(ctx context.Context, l schema.TableLayout) error {
-	attrs := map[string]string{
-		"VERSIONS":    strconv.Itoa(l.Versions),
-		"BLOOMFILTER": l.BloomFilter,
-		"COMPRESSION": l.Compression,
-	}
-	if l.TTL > 0 {
-		attrs["TTL"] = strconv.FormatInt(int64(l.TTL/time.Second), 10)
-	}
+	attrs := l.FamilySettings()
 	spec := hbase.TableSpec{
 		Name:       l.Name,
 		Families:   []hbase.FamilySpec{{Name: l.Family, Attributes: attrs}},

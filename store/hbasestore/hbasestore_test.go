@@ -48,6 +48,19 @@ func TestEnsureTableCreatesPreSplitAndRefusesMismatch(t *testing.T) {
 	if spec.Attributes[schema.AttrSaltBuckets] != "8" || len(spec.Families) != 1 || spec.Families[0].Attributes["TTL"] != "2592000" {
 		t.Fatalf("table described as %+v", spec)
 	}
+	// The family settings read back as HBase keeps them: the layout's are no drift, another's is.
+	settings, err := st.FamilySettings(ctx, name, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := l.Drift(settings); len(d) != 0 {
+		t.Fatalf("a table just made with the layout drifts from it: %v (settings %v)", d, settings)
+	}
+	drifted := l
+	drifted.TTL, drifted.Versions, drifted.Compression = 0, 3, "GZ"
+	if d := drifted.Drift(settings); len(d) != 3 || !strings.Contains(strings.Join(d, "\n"), "TTL is 720h0m0s, the configuration says forever") {
+		t.Fatalf("drift from another layout: %q (settings %v)", d, settings)
+	}
 	other := l
 	other.SaltBuckets = 16
 	if err := st.EnsureTable(ctx, other); err == nil || !strings.Contains(err.Error(), "abacus.salt.buckets=8") {
