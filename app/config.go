@@ -91,7 +91,9 @@ type OpsConfig struct {
 // same topics.
 type TopicsConfig struct {
 	// Prefix goes before every topic the topology names (sources, totals, dead-letter, late) that
-	// Names does not rename, and before the default group names. Env ABACUS_TOPIC_PREFIX.
+	// Names does not rename, and before every consumer group and table of the deployment
+	// (processor.group, the sinks' groups and tables, the offsets table), those the file names
+	// included, unless a name starts with it already. Env ABACUS_TOPIC_PREFIX.
 	Prefix string `yaml:"prefix"`
 	// Names renames topics one by one: the name the topology declares -> its name here.
 	Names map[string]string `yaml:"names"`

@@ -47,6 +47,7 @@ func (c *Config) EnsureDefaults() {
 	if c.Sinks.OffsetsTable == "" {
 		c.Sinks.OffsetsTable = "abacus_offsets"
 	}
+	c.applyPrefix()
 	if c.Sinks.Durability == "" {
 		c.Sinks.Durability = "table_default"
 	}
@@ -84,3 +85,26 @@ const DefaultSessionTimeout = 45 * time.Second
 // joined) reaches the others with their next heartbeat, so this bounds how long a clean stop's
 // partitions wait for their new owner; the clients' default is 3 s.
 const heartbeatInterval = time.Second
+
+// applyPrefix puts topics.prefix before every consumer group and table the deployment owns,
+// defaults and names written in the file alike, unless a name has it already: two environments
+// on one Kafka and one HBase (dev- and prod-, from one file) then share no group, changelog,
+// loop topic or table. Before, an explicit processor.group or table was taken as is, and the
+// two environments silently consumed from one group and wrote one table.
+func (c *Config) applyPrefix() {
+	p := c.Topics.Prefix
+	own := func(s *string) {
+		if p != "" && *s != "" && !strings.HasPrefix(*s, p) {
+			*s = p + *s
+		}
+	}
+	for _, r := range roles {
+		if r.group != nil {
+			own(r.group(c))
+		}
+		if r.table != nil {
+			own(&r.table(c).Table)
+		}
+	}
+	own(&c.Sinks.OffsetsTable)
+}

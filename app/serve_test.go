@@ -21,11 +21,34 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/app"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store/cellstore"
 )
 
 // serveInProcess runs `abacus serve` with the config until the test ends and returns the URL it
 // prints and its log.
+// createAggregateTable makes the aggregate table of the config's embedded store, as
+// `abacus admin create` does: the query server only reads, and waits for it.
+func createAggregateTable(t *testing.T, config string) {
+	t.Helper()
+	cfg, err := app.LoadConfig(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.EnsureDefaults()
+	cs, err := cellstore.Open(cfg.HBase.Embedded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	a := cfg.Sinks.Aggregates
+	if err := cs.EnsureTable(context.Background(), schema.TableLayout{Name: a.Table, Family: a.Family, SaltBuckets: a.SaltBuckets}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func serveInProcess(t *testing.T, config string) (string, *testenv.SyncBuffer) {
 	t.Helper()
 	// The configs name an embedded store and no live view: the real services' addresses that
@@ -33,6 +56,7 @@ func serveInProcess(t *testing.T, config string) (string, *testenv.SyncBuffer) {
 	for _, k := range []string{"ABACUS_KAFKA_BROKERS", "ABACUS_HBASE_ZK", "ABACUS_LISTEN"} {
 		t.Setenv(k, "")
 	}
+	createAggregateTable(t, config)
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr testenv.SyncBuffer
 	done := make(chan int, 1)
