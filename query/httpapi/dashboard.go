@@ -14,9 +14,9 @@ import (
 	"time"
 )
 
-// webFiles is the dashboard: plain HTML, CSS and JavaScript with no build step, and uPlot vendored
-// from npm (web/vendor/update-uplot.sh), embedded so that `abacus serve` and `abacus demo` need no
-// npm step, no CDN and no files beside the binary.
+// webFiles is the dashboard: plain HTML, CSS and JavaScript modules with no build step, and uPlot
+// vendored from npm (web/vendor/update-uplot.sh), embedded so that `abacus serve` and `abacus demo`
+// need no npm step, no CDN and no files beside the binary.
 //
 //go:embed web
 var webFiles embed.FS
@@ -25,6 +25,16 @@ var webFiles embed.FS
 // sizes its elements through style attributes; scripts may only come from the embedded files.
 const dashboardCSP = "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
 	"connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// webTypes fixes the Content-Type of the page's own kinds of file rather than taking it from the
+// host's mime.types (which mime.TypeByExtension reads, and which differs between hosts: .js may be
+// application/javascript there, or missing). A browser refuses a module script, and with nosniff
+// any script or stylesheet, that is not served under its type.
+var webTypes = map[string]string{
+	".html": "text/html; charset=utf-8",
+	".js":   "text/javascript; charset=utf-8",
+	".css":  "text/css; charset=utf-8",
+}
 
 type webAsset struct {
 	body  []byte
@@ -45,7 +55,10 @@ var webAssets = sync.OnceValue(func() map[string]webAsset {
 			return err
 		}
 		sum := sha256.Sum256(body)
-		ctype := mime.TypeByExtension(path.Ext(p))
+		ctype := webTypes[path.Ext(p)]
+		if ctype == "" {
+			ctype = mime.TypeByExtension(path.Ext(p))
+		}
 		if ctype == "" {
 			ctype = "text/plain; charset=utf-8" // LICENSE, VERSION
 		}
@@ -83,6 +96,8 @@ func dashboard() http.Handler {
 		h := w.Header()
 		h.Set("Content-Type", a.ctype)
 		h.Set("ETag", a.etag)
+		// Every load revalidates every file (304 when unchanged): the modules import each other by
+		// name, and a browser that kept some of them from an older binary would run a mix.
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")

@@ -9,12 +9,14 @@ import (
 	"image"
 	"image/png"
 	"io"
+	"io/fs"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -126,6 +128,69 @@ func TestDashboardAssets(t *testing.T) {
 	// The API still answers beside the page.
 	if resp, body := get("/api/v1/topologies"); resp.StatusCode != 200 || !strings.Contains(body, `"minute"`) {
 		t.Fatalf("API under the dashboard: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestDashboardModules follows the page's scripts from index.html as a browser would, without one:
+// uPlot is a classic script ahead of the modules (they read it as a global), every module that app.js
+// imports, directly or not, is served as JavaScript (a browser refuses a module that is not), and
+// every module in web/ is imported, so none is left behind unused.
+func TestDashboardModules(t *testing.T) {
+	ts := dashboardServer(t)
+	get := func(p string) (*http.Response, string) {
+		resp, err := http.Get(ts.URL + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	_, index := get("/")
+	var scripts []string
+	for _, m := range regexp.MustCompile(`<script([^>]*)>`).FindAllStringSubmatch(index, -1) {
+		if !strings.Contains(m[1], `type="application/json"`) {
+			scripts = append(scripts, strings.TrimSpace(m[1]))
+		}
+	}
+	if want := []string{`src="vendor/uplot/uPlot.iife.min.js"`, `type="module" src="app.js"`}; strings.Join(scripts, "|") != strings.Join(want, "|") {
+		t.Fatalf("index.html loads scripts %q, want %q", scripts, want)
+	}
+
+	// Imports open a line (so that none in a comment counts) and name a relative path: a bare
+	// specifier would need an import map.
+	importRe := regexp.MustCompile(`(?ms)^import\s[^;]*?\sfrom\s*'([^']*)';`)
+	seen := map[string]bool{"app.js": true}
+	for queue := []string{"app.js"}; len(queue) > 0; queue = queue[1:] {
+		name := queue[0]
+		resp, body := get("/" + name)
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/javascript; charset=utf-8" {
+			t.Fatalf("GET /%s: %d %q", name, resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		for _, m := range importRe.FindAllStringSubmatch(body, -1) {
+			if !strings.HasPrefix(m[1], "./") || !strings.HasSuffix(m[1], ".js") {
+				t.Fatalf("%s imports %q: want a relative path to a .js file", name, m[1])
+			}
+			if dep := path.Join(path.Dir(name), m[1]); !seen[dep] {
+				seen[dep] = true
+				queue = append(queue, dep)
+			}
+		}
+	}
+	err := fs.WalkDir(webFiles, "web", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".js") || strings.HasPrefix(p, "web/vendor/") {
+			return err
+		}
+		if name := strings.TrimPrefix(p, "web/"); !seen[name] {
+			t.Errorf("%s is embedded but no module imports it", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) < 2 {
+		t.Fatalf("app.js imports nothing: %v", seen)
 	}
 }
 
@@ -359,7 +424,7 @@ func TestDashboardInChromium(t *testing.T) {
 }
 
 // checkScreenshot asserts that the screenshot is a full-size PNG with a drawn chart in it: many
-// colours, and lines in the first three series colours (app.js's palette), not only their swatches.
+// colours, and lines in the first three series colours (format.js's palette), not only their swatches.
 func checkScreenshot(t *testing.T, file string) {
 	t.Helper()
 	f, err := os.Open(file)
