@@ -257,7 +257,7 @@ func (ex *expected) panels(pick int) []panel {
 
 	ps = append(ps, lookupPanel(metric(setMinute, "count"), min(s.entities, 1000)), ex.suggestPanel(e))
 
-	// The dashboard page's own requests (query/httpapi/web/app.js): its topology list, its entity list
+	// The dashboard page's own requests (query/httpapi/web/pickers.js and load.js): its topology list, its entity list
 	// (limit 500), and the windows of the chosen entities, newest first, limit 5000 each.
 	ps = append(ps, panel{name: "page topologies", method: http.MethodGet, path: "/api/v1/topologies",
 		check: func(code int, body []byte) error {
