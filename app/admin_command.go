@@ -22,12 +22,17 @@ const adminUsage = `Usage:
   abacus admin create -config FILE [-partitions N]   create the topics and tables that are missing
   abacus admin verify -config FILE                   check that every topic and table is as the config says
   abacus admin reindex -config FILE                  rebuild the aggregates table's key index from its windows
+  abacus admin drop -config FILE -confirm GROUP [-sources]   delete the deployment's groups, topics and tables
 
 Topics: the topology's sources, totals, dead-letter and late topics, the processor group's loop
 topic and table changelog, all with the sources' partition count (or -partitions for new sources)
 and processor.replication. Tables: the sink tables, pre-split on their salt buckets, the
 aggregates table's key index (<table>_keys: one row per set and key, which entity listings read),
 and the offsets table when sinks.offsets is hbase.
+
+admin drop deletes what admin create made and the groups' offsets: the consumer groups (none may
+have live members), the topics the deployment writes (its sources too with -sources) and the sink
+tables. -confirm must name the deployment's processor group, prefix included.
 
 The key index is complete when admin create makes it beside an empty aggregates table. Beside one
 that already holds windows (an upgrade), restart the aggregates sinks so that they write it, then
@@ -38,6 +43,9 @@ run admin reindex once: until then listings walk the aggregates table, a few rea
 func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || isHelp(args[0]) {
 		return groupHelp(args, stdout, adminUsage)
+	}
+	if args[0] == "drop" {
+		return p.drop(ctx, args[1:], stdout, stderr)
 	}
 	if args[0] != "create" && args[0] != "verify" && args[0] != "reindex" {
 		return usagef("unknown subcommand %q\n%s", args[0], adminUsage)

@@ -75,7 +75,7 @@ Usage:
   abacus demo     [flags]           run everything in one process, with no servers (or against real ones)
   abacus run      -config FILE      run processor groups, sinks and the query server of a topology
   abacus serve    -config FILE      run the query API and dashboard only
-  abacus admin    create|verify|reindex -config FILE   create or check topics and tables, rebuild the key index
+  abacus admin    create|verify|reindex|drop -config FILE   create, check or delete topics and tables
   abacus query    -config FILE -set S -entity E   print aggregates as a table or JSON
   abacus offsets  show|lag|rewind -config FILE -sink aggregates|facts
   abacus status   -config FILE [-ops HOST:PORT,...]   lag, members and open windows of every group
