@@ -133,12 +133,19 @@ func openWith(ctx context.Context, cfg *Config, topo *topology.Topology, log *sl
 		return d, nil
 	}
 	var hc *hbase.Client
+	latency, observe := hbaseLatency()
+	if err := d.reg.Register(latency); err != nil {
+		d.shutdown()
+		return nil, err
+	}
 	err = n.wait.do(ctx, "HBase (zookeeper "+cfg.HBase.ZooKeeper+")", func(ctx context.Context) error {
 		limit := time.Duration(cfg.HBase.ConnectTimeout)
 		cctx, cancel := context.WithTimeout(ctx, limit)
 		defer cancel()
 		var err error
-		hc, err = hbase.NewClient(cctx, cfg.HBase.ClientConfig())
+		hcfg := cfg.HBase.ClientConfig()
+		hcfg.ObserveRPC = observe
+		hc, err = hbase.NewClient(cctx, hcfg)
 		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
 			return fmt.Errorf("not reached within %v (hbase.connect_timeout): %w", limit, err)
 		}

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/abacus-stream/abacus/hbase"
@@ -73,4 +75,16 @@ func (h *hbaseCollector) Collect(ch chan<- prometheus.Metric) {
 	st := h.c.Stats()
 	counter(h.lookups, float64(st.RegionLookups))
 	counter(h.relocationsAll, float64(st.Relocations))
+}
+
+// hbaseLatency is the latency histogram of the HBase client's RPCs, per server and method, and
+// the hook (hbase.Config.ObserveRPC) that fills it: a mean per server hides the slow tail that
+// holds a sink's flush, and a scan's latency is not a Multi's.
+func hbaseLatency() (*prometheus.HistogramVec, func(server, method string, took time.Duration)) {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "abacus", Subsystem: "hbase", Name: "rpc_duration_seconds",
+		Help:    "Latency of the HBase client's RPCs, answered or failed, by server and method (Multi, Scan, Get, ...).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}, []string{"server", "method"})
+	return h, func(server, method string, took time.Duration) {
+		h.WithLabelValues(server, method).Observe(took.Seconds())
+	}
 }

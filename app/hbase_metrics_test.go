@@ -84,3 +84,55 @@ func sumOver(t *testing.T, reg *prometheus.Registry, name string) prometheus.Gau
 	}
 	return g
 }
+
+// TestHBaseLatencyHistogram: every RPC of the client lands in the latency histogram under its
+// server and method, on the real HBase.
+func TestHBaseLatencyHistogram(t *testing.T) {
+	h, observe := hbaseLatency()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(h)
+	cfg := testenv.HBaseConfig(t)
+	cfg.ObserveRPC = observe
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	hc, err := hbase.NewClient(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hc.Close()
+	table := fmt.Sprintf("app_hblatency_%d", time.Now().UnixNano())
+	if err := hc.Admin().CreateTable(ctx, hbase.TableSpec{Name: table, Families: []hbase.FamilySpec{{Name: "f"}}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.DropTableAtEnd(t, hc, table)
+	var ms []*hbase.Mutation
+	for i := range 10 {
+		ms = append(ms, hbase.NewPut(table, []byte(fmt.Sprint(i))).Add("f", []byte("q"), 1, []byte("v")))
+	}
+	if err := hc.Apply(ctx, ms); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	methods := map[string]uint64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if !strings.Contains(labels["server"], ":") {
+				t.Errorf("a series without a server address: %v", labels)
+			}
+			methods[labels["method"]] += m.GetHistogram().GetSampleCount()
+		}
+	}
+	if methods["Multi"] < 1 {
+		t.Errorf("no Multi in the latency histogram: %v", methods)
+	}
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Errorf("metric lint: %v %v", problems, err)
+	}
+}
