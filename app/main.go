@@ -79,6 +79,7 @@ Usage:
   abacus query    -config FILE -set S -entity E   print aggregates as a table or JSON
   abacus offsets  show|lag|rewind -config FILE -sink aggregates|facts
   abacus status   -config FILE [-ops HOST:PORT,...]   lag, members and open windows of every group
+  abacus generate -config FILE [-for D]   produce the example's sample events into Kafka
   abacus version
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
@@ -97,13 +98,14 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		return 2
 	}
 	cmds := map[string]func(context.Context, []string, io.Writer, io.Writer) error{
-		"demo":    p.demo,
-		"run":     p.runCmd,
-		"serve":   p.serve,
-		"admin":   p.admin,
-		"query":   p.query,
-		"offsets": p.offsets,
-		"status":  p.status,
+		"demo":     p.demo,
+		"run":      p.runCmd,
+		"serve":    p.serve,
+		"admin":    p.admin,
+		"query":    p.query,
+		"offsets":  p.offsets,
+		"status":   p.status,
+		"generate": p.generate,
 		"version": func(_ context.Context, args []string, out, errOut io.Writer) error {
 			if err := parse(flag.NewFlagSet("version", flag.ContinueOnError), args, errOut); err != nil {
 				return err

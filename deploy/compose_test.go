@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -267,4 +268,28 @@ func readDatasources(t *testing.T, path string) []datasource {
 		t.Fatalf("%s: %v", path, err)
 	}
 	return f.Datasources
+}
+
+// TestComposeRunsTheTestedVersions: the compose file's Kafka is the version the tests run
+// (testenv/kafka/pom.xml), and the image build leaves out the test services' data.
+func TestComposeRunsTheTestedVersions(t *testing.T) {
+	pom, err := os.ReadFile(filepath.Join(root, "testenv", "kafka", "pom.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`<kafka.version>([^<]+)</kafka.version>`).FindSubmatch(pom)
+	if m == nil {
+		t.Fatal("testenv/kafka/pom.xml names no kafka.version")
+	}
+	p := loadCompose(t)
+	if got, want := p.Services["kafka"].Image, "apache/kafka:"+string(m[1]); got != want {
+		t.Errorf("docker-compose.yml runs %s; the tests run %s", got, want)
+	}
+	ignore, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
+	if err != nil {
+		t.Fatalf("no .dockerignore: the build context takes testenv/.data (hundreds of MB): %v", err)
+	}
+	if !slices.Contains(strings.Fields(string(ignore)), "testenv/.data") {
+		t.Error(".dockerignore leaves testenv/.data in the build context")
+	}
 }
