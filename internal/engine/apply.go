@@ -14,11 +14,14 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// update is a running total to emit once the event's state is written.
+// update is a running total to emit once the event's state is written, or, deferred, one an
+// EarlyEvery set holds back until its interval has passed (due: wall-clock ms).
 type update struct {
-	set    *plan.Set
-	window state.Window
-	values []totals.Value
+	set      *plan.Set
+	window   state.Window
+	values   []totals.Value
+	deferred bool
+	due      int64
 }
 
 // apply applies one source event to its entity, exactly once. User code (accumulators) runs
@@ -106,6 +109,10 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		pt.entities.Inc()
 	}
 	for i := range ups {
+		if ups[i].deferred {
+			pt.earlyAt(ctx.Key(), ups[i].due)
+			continue
+		}
 		e.emit(ctx, ctx.Key(), ups[i].set, &ups[i].window, ups[i].values, false)
 	}
 	for _, c := range contribs {
@@ -389,6 +396,8 @@ func addUpdate(set *plan.Set, w *state.Window, accs []plan.Accumulator, now time
 	case plan.EmitEveryUpdate:
 	case plan.EmitEarly:
 		if w.LastEmit != 0 && now.Sub(time.UnixMilli(w.LastEmit)) < set.EmitEvery {
+			// Fired by the tick once due, whether or not another event comes (fireEarly).
+			*ups = append(*ups, update{set: set, deferred: true, due: w.LastEmit + set.EmitEvery.Milliseconds()})
 			return
 		}
 		w.LastEmit = now.UnixMilli()

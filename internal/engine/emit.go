@@ -388,3 +388,49 @@ func (pt *partition) prune(entity string, ent *state.Entity) bool {
 	}
 	return pruned > 0
 }
+
+// earlyAt records that entity holds back an early total due at wall-clock ms due.
+func (pt *partition) earlyAt(entity string, due int64) {
+	if at, ok := pt.early[entity]; !ok || due < at {
+		pt.early[entity] = due
+	}
+}
+
+// visitDueEarly sends a close message, the entity's maintenance visit, to each entity whose held
+// back early total is due: on a quiet entity it would otherwise wait for the next event, and the
+// totals topic (and the table) would lag what the processor's open window (live view) shows.
+func (pt *partition) visitDueEarly(ctx goka.Context, now time.Time) {
+	for entity, due := range pt.early {
+		if due <= now.UnixMilli() {
+			delete(pt.early, entity)
+			ctx.Loopback(entity, (&loopMsg{kind: loopClose}).encode())
+		}
+	}
+}
+
+// fireEarly emits the running totals of ent's open windows of EarlyEvery entity sets whose
+// interval has passed since their last firing, and reports whether it fired any (the state then
+// records when). A window stream time has closed is left to its final: its early total would
+// come after it.
+func (pt *partition) fireEarly(ctx goka.Context, entity string, ent *state.Entity, now time.Time) bool {
+	if isOwnerKey(entity) {
+		return false
+	}
+	st, fired := pt.closeST(), false
+	for i := range ent.Windows {
+		w := &ent.Windows[i]
+		set := pt.e.plan.Sets[w.Set]
+		if set.Emit != plan.EmitEarly || set.Rollup != nil || w.Key != "" || pt.windowClosesAt(w) <= st ||
+			len(w.Absent) == len(set.Aggs) || (w.LastEmit != 0 && now.Sub(time.UnixMilli(w.LastEmit)) < set.EmitEvery) {
+			continue
+		}
+		values, err := pt.e.values(set, ent, i)
+		if err != nil {
+			continue // user code refused the state: the final's path reports it
+		}
+		w.LastEmit = now.UnixMilli()
+		pt.e.emit(ctx, entity, set, w, values, false)
+		fired = true
+	}
+	return fired
+}

@@ -47,6 +47,11 @@ type origin struct {
 // partition is the in-memory view of one assigned partition. Only that partition's goroutine
 // touches it (goka runs one goroutine per partition for all its topics).
 type partition struct {
+	// early holds, per entity, when an EarlyEvery window it holds back a running total of is
+	// due (wall-clock ms): the tick visits it then. In memory only: after a restart the next
+	// event or the final brings the total.
+	early map[string]int64
+
 	e     *Engine
 	id    int32
 	label string
@@ -154,7 +159,7 @@ func (e *Engine) partition(id int32) (*partition, error) {
 	if st == nil {
 		return nil, fmt.Errorf("partition %d: no storage for the group table", id)
 	}
-	pt = &partition{e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64, metaIdleST: math.MinInt64,
+	pt = &partition{early: map[string]int64{}, e: e, id: id, label: strconv.Itoa(int(id)), tbl: st, eventST: math.MinInt64, idleST: math.MinInt64, st: math.MinInt64, metaST: math.MinInt64, metaIdleST: math.MinInt64,
 		origins: map[originKey]*origin{}, layouts: map[uint32]*conversion{}, metaWM: map[originKey]int64{}, metaDone: map[originKey]int64{},
 		lates: map[string][]state.Pending{}, floors: slices.Repeat([]floor{noFloor}, len(e.plan.Sets)), liveFrom: slices.Repeat([]int64{minTime}, len(e.plan.Sets)),
 		writes: map[string]uint64{}, emitted: map[string][]emission{}, queued: map[string]bool{}, due: newCloseHeap(),

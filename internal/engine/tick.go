@@ -60,6 +60,7 @@ func (pt *partition) onTick(ctx goka.Context) {
 		pt.writeRecord(ctx)
 	}
 	pt.catchUp(ctx) // an in-memory store acknowledges at once
+	pt.visitDueEarly(ctx, now)
 	if e.rollups {
 		pt.sendDueEarly(ctx, now)
 		pt.pruneContributions(ctx, now)
@@ -237,7 +238,8 @@ func (pt *partition) closeEntity(ctx goka.Context) {
 	if ent == nil {
 		return
 	}
-	changed := pt.prune(ctx.Key(), ent)
+	fired := pt.fireEarly(ctx, ctx.Key(), ent, pt.e.cfg.Now())
+	changed := pt.prune(ctx.Key(), ent) || fired
 	if len(ent.Windows) == 0 {
 		if pt.covered(ent) {
 			ctx.Delete()
