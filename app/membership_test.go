@@ -149,10 +149,12 @@ func (e *rolesEnv) command(args ...string) string {
 	e.t.Helper()
 	cmd := exec.Command(e.bin, args...)
 	cmd.Env = append(os.Environ(), "ABACUS_TEST_STATE="+filepath.Join(e.dir, "admin-state"))
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	// Stdout alone is the answer (status -json): warnings, such as the test services' ABACUS_*
+	// variables abacus does not read, go to stderr.
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		e.t.Fatalf("abacus %s: %v\n%s", strings.Join(args, " "), err, out.String())
+		e.t.Fatalf("abacus %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
 	}
 	return out.String()
 }
