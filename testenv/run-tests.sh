@@ -304,6 +304,9 @@ stage_main() {
     log "go test ./... (every test but those of other stages)"
     gotest main -p 4 -timeout 30m -skip "$own_stage_tests|$browser_tests" ./...
   fi
+  # The benchmarks' loader writes from several goroutines: a small load, under the race detector.
+  log "go test -race the benchmark loader (bench/query TestLoadSmall)"
+  gotest main-race -race -timeout 10m -run '^TestLoadSmall$' ./bench/query
 }
 
 # disruptive_tests NAME PORTS GO-TEST-ARGS...: `go test GO-TEST-ARGS` with ABACUS_DISRUPTIVE=1 on a

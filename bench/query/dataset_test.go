@@ -242,9 +242,14 @@ func load(ctx context.Context, c *hbase.Client, s size, progress func(string)) (
 			return loadStats{}, false, err
 		}
 	}
-	// The sink's encoder with its key index, as a deployment made by `abacus admin create` has.
-	enc := &sinks.AggregatesEncoder{Table: s.table(), Family: family, SaltBuckets: buckets, KeyIndex: schema.KeyIndexTable(s.table())}
-	if err := enc.Check(); err != nil {
+	// The sink's encoder with its key index, as a deployment made by `abacus admin create` has:
+	// one per writer, as a sink has one per consumer (Encode is not safe for concurrent use;
+	// eight writers sharing one raced on its buffers and wrote windows that did not decode).
+	newEncoder := func() (*sinks.AggregatesEncoder, error) {
+		enc := &sinks.AggregatesEncoder{Table: s.table(), Family: family, SaltBuckets: buckets, KeyIndex: schema.KeyIndexTable(s.table())}
+		return enc, enc.Check()
+	}
+	if _, err := newEncoder(); err != nil {
 		return loadStats{}, false, err
 	}
 	t0 := time.Now()
@@ -272,6 +277,7 @@ func load(ctx context.Context, c *hbase.Client, s size, progress func(string)) (
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
+			enc, _ := newEncoder() // checked above
 			w := &writer{enc: enc, st: st, total: &total}
 			mine := map[string]*rollup{}
 			all := newRollup(s.minutes())
@@ -328,6 +334,7 @@ func load(ctx context.Context, c *hbase.Client, s size, progress func(string)) (
 		return loadStats{}, false, err
 	default:
 	}
+	enc, _ := newEncoder()
 	w := &writer{enc: enc, st: st, total: &total}
 	for m := range s.minutes() {
 		start := s.start() + int64(m)*60_000
