@@ -137,8 +137,8 @@ type HBaseConfig struct {
 
 // HBaseClient holds the HBase client's timeouts, retries and in-flight limits; zero means the
 // default of hbase.Config. On a cluster these decide how soon a dead or paused region server is
-// noticed and how much of the sinks' writing one slow server can hold up (README, "HBase on a
-// cluster").
+// noticed and how much of the sinks' writing one slow server can hold up (docs/OPERATIONS.md,
+// "HBase on a cluster").
 type HBaseClient struct {
 	RPCTimeout           Duration `yaml:"rpc_timeout"`              // default 60s (hbase.rpc.timeout)
 	DialTimeout          Duration `yaml:"dial_timeout"`             // default 5s

@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// handover times partition moves, for operators and for the scale-out tests (the README quotes
-// them). A partition this instance did not own before is assigned to it, its table is restored
+// handover times partition moves, for operators and for the scale-out tests (docs/OPERATIONS.md
+// quotes them). A partition this instance did not own before is assigned to it, its table is restored
 // from the changelog, and its first source event is processed: the log line "partition taken
 // over" says how long each step took and how many changelog records were restored, and
 // abacus_processor_partition_takeover_seconds observes assignment to first event. The other side

@@ -38,10 +38,10 @@ const (
 func digitOf(dev string) string { return "digit-" + dev[len(dev)-1:] }
 
 // scenarioV2Topology is scenarioTopology as a later version of the user's code has it, with a
-// change of each kind a running group accepts (README, "Upgrading a topology"): a set added first
-// (every set of the first version has another position) and a rollup added last; the rollups
-// reordered; aggregations reordered, and one added to the fleet rollup; the tumbling set's grace,
-// and its rollups', raised; the session set's lowered; the hopping set's emission changed.
+// change of each kind a running group accepts (docs/OPERATIONS.md, "Upgrading a topology"): a set
+// added first (every set of the first version has another position) and a rollup added last; the
+// rollups reordered; aggregations reordered, and one added to the fleet rollup; the tumbling set's
+// grace, and its rollups', raised; the session set's lowered; the hopping set's emission changed.
 func scenarioV2Topology(t testing.TB, name, input string) *topology.Topology {
 	t.Helper()
 	b := topology.New(name)
@@ -124,7 +124,7 @@ func TestRollingRolloutRealKafka(t *testing.T) {
 
 	// Static members, as abacus run makes them: an instance SIGKILLed and started again takes its
 	// partitions back, rather than lending them to an instance of the other version meanwhile
-	// (README, "Upgrading a topology", says what that would do).
+	// (docs/OPERATIONS.md, "Upgrading a topology", says what that would do).
 	member := func(c scaleChild, id string) scaleChild {
 		c.InstanceID = id
 		return c

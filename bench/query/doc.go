@@ -4,6 +4,6 @@
 // and the dashboard page send, through the query server's HTTP handler, at 1 and at 16 concurrent
 // dashboards. BenchmarkOpenTSDB puts the same fleet's readings as raw points into OpenTSDB 2.4.1
 // on the same HBase and asks it the same panels, for the side-by-side table. It holds benchmarks
-// only; run.sh (and opentsdb/run.sh for both) loads once and runs them (README, Performance,
+// only; run.sh (and opentsdb/run.sh for both) loads once and runs them (docs/BENCHMARKS.md,
 // "Dashboards at fleet scale").
 package querybench

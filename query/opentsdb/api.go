@@ -3,7 +3,7 @@
 // server (query/httpapi) mounts on the same listener as /api/v1 so that Grafana can chart abacus
 // aggregates with no plugin.
 //
-// Mapping (README, "Grafana"):
+// Mapping (docs/QUERYING.md, "Grafana"):
 //   - metric <topology>.<set>.<aggregate>, e.g. devices.minute.max_temp;
 //   - tag entity: one series per entity;
 //   - a rollup set (topology By) has its dimension as tag key instead: region=eu-west, one series

@@ -5,7 +5,7 @@
 # (BenchmarkOpenTSDB starts a TSD on 127.0.0.1:24242 and stops it after), asks both the same
 # panels from 1 and 16 dashboards, and prints both tables and each store's bytes on disk.
 #
-#   ABACUS_BENCH_ENTITIES=100 ABACUS_BENCH_ROUNDS=3 bench/query/opentsdb/run.sh   what the README used
+#   ABACUS_BENCH_ENTITIES=100 ABACUS_BENCH_ROUNDS=3 bench/query/opentsdb/run.sh   what docs/BENCHMARKS.md used
 #
 # Start HBase with HBASE_HEAP=3g (testenv/services.sh): at the default 1g its region server ran out
 # of heap under the TSD's load and aborted.
