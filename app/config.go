@@ -111,6 +111,10 @@ type KafkaConfig struct {
 	// SASL: mechanism (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), username, and password (best as
 	// ${VAR}) or password_file. The password is a kafkasec.Secret: it never prints.
 	SASL kafkasec.SASL `yaml:"sasl"`
+	// ConnectTimeout bounds the check at start that the brokers answer with these settings
+	// (default 10s): a broker that does not answer fails a command within it, naming the address
+	// and why. Long-running roles keep trying after it, and say in /readyz what they wait for.
+	ConnectTimeout Duration `yaml:"connect_timeout"`
 }
 
 // Security is the kafkasec configuration of the block, with errors naming fields under kafka.

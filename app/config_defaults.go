@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/abacus-stream/abacus/kafkasec"
 	"github.com/abacus-stream/abacus/membership"
 	"github.com/abacus-stream/abacus/processors"
 )
@@ -56,6 +57,9 @@ func (c *Config) EnsureDefaults() {
 	}
 	if c.Query.ReloadInterval == 0 {
 		c.Query.ReloadInterval = Duration(10 * time.Second)
+	}
+	if c.Kafka.ConnectTimeout == 0 {
+		c.Kafka.ConnectTimeout = Duration(kafkasec.DefaultCheckTimeout)
 	}
 	if c.HBase.ConnectTimeout == 0 {
 		c.HBase.ConnectTimeout = Duration(30 * time.Second)

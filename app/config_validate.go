@@ -78,6 +78,9 @@ func (c *Config) validateHBase(errs *fieldErrors) {
 	case c.HBase.ZooKeeper != "" && c.HBase.Embedded != "":
 		errs.bad("hbase", "hbase.zookeeper and hbase.embedded are both set: choose one")
 	}
+	if c.Kafka.ConnectTimeout < 0 {
+		errs.bad("kafka.connect_timeout", "must not be negative, got %v", time.Duration(c.Kafka.ConnectTimeout))
+	}
 	if c.HBase.ConnectTimeout < 0 {
 		errs.bad("hbase.connect_timeout", "must not be negative, got %v", time.Duration(c.HBase.ConnectTimeout))
 	}

@@ -99,8 +99,15 @@ func openWith(ctx context.Context, cfg *Config, topo *topology.Topology, log *sl
 	}
 	d.sec = sec
 	if n.kafka || n.brokers {
-		cctx, cancel := context.WithTimeout(ctx, kafkasec.DefaultCheckTimeout)
+		limit := time.Duration(cfg.Kafka.ConnectTimeout)
+		if limit <= 0 {
+			limit = kafkasec.DefaultCheckTimeout
+		}
+		cctx, cancel := context.WithTimeout(ctx, limit)
 		err := sec.Check(cctx, cfg.Kafka.Brokers)
+		if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+			err = fmt.Errorf("no answer within %v (kafka.connect_timeout): %w", limit, err)
+		}
 		cancel()
 		switch {
 		case err == nil:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,5 +67,39 @@ func TestVerifyReportsDrift(t *testing.T) {
 	write("{compression: snapy}")
 	if code, out := run("admin", "verify", "-config", conf); code == 0 || !strings.Contains(out, `sinks.aggregates.compression: "snapy" is not one of NONE, GZ, SNAPPY`) || !strings.Contains(out, "did you mean SNAPPY?") {
 		t.Errorf("an unknown codec: exit %d\n%s", code, out)
+	}
+}
+
+// TestKafkaSilentFailsInBound: a broker address that takes connections and never answers fails a
+// command within kafka.connect_timeout, naming the address and the setting.
+func TestKafkaSilentFailsInBound(t *testing.T) {
+	for _, v := range EnvVars() {
+		t.Setenv(v, "")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accept and say nothing
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	conf := filepath.Join(t.TempDir(), "abacus.yaml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, "topology: devices\nkafka: {brokers: [%q], connect_timeout: 1s}\nhbase: {embedded: cells}\n", ln.Addr().String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := Program{Topologies: []func() (*topology.Topology, error){devices.Topology}}
+	var out bytes.Buffer
+	t0 := time.Now()
+	code := p.Run(context.Background(), []string{"admin", "create", "-config", conf}, &out, &out)
+	if took := time.Since(t0); code != 1 || took > 15*time.Second || !strings.Contains(out.String(), ln.Addr().String()) ||
+		!strings.Contains(out.String(), "no answer within 1s (kafka.connect_timeout)") {
+		t.Fatalf("a silent broker: exit %d after %v:\n%s", code, took, out.String())
 	}
 }
