@@ -99,7 +99,7 @@ func newRolesEnv(t *testing.T, mode string) *rolesEnv {
 	hc := testenv.HBaseClient(t)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	e := &rolesEnv{t: t, bin: buildAbacus(t), dir: t.TempDir(), prefix: "memb-" + run + "-", brokers: brokers}
-	agg, facts := "memb_"+run+"_agg", "memb_"+run+"_facts"
+	agg, facts := e.prefix+"agg", e.prefix+"facts" // the prefix goes before every table anyway
 	testenv.DropTableAtEnd(t, hc, agg)
 	testenv.DropTableAtEnd(t, hc, facts)
 	testenv.DropTableAtEnd(t, hc, schema.KeyIndexTable(agg))

@@ -310,9 +310,9 @@ func (d *driver) deployment(ctx context.Context, bin, name, prefix string) (*run
 	if topo, err = topo.WithTopicNames(prefix, names); err != nil {
 		return nil, err
 	}
-	tbl := strings.ReplaceAll(strings.TrimSuffix(prefix, "-"), "-", "_")
+	// Every group and table starts with the prefix, which abacus would otherwise put before them.
 	rc := &runCfg{name: name, topo: topo, procGroup: prefix + "processor", aggGroup: prefix + "aggregates-sink",
-		factsGroup: prefix + "facts-sink", aggTable: tbl + "_aggregates", factsTable: tbl + "_facts",
+		factsGroup: prefix + "facts-sink", aggTable: prefix + "aggregates", factsTable: prefix + "facts",
 		config: filepath.Join(d.dir, name+".yaml")}
 	cfg := fmt.Sprintf(`# %s pipeline of chaos run %s, written by bench/chaos
 topology: %s
