@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -42,6 +43,11 @@ func (p Program) generate(ctx context.Context, args []string, stdout, stderr io.
 		return err
 	}
 	defer d.shutdown()
+	// The generator writes the topics the topology declares: renamed ones would get nothing, and
+	// a topic of that name, another environment's, the events.
+	if declared, renamed := p.declaredSources(d.cfg.Topology), d.topo.SourceTopics(); !slices.Equal(declared, renamed) {
+		return fmt.Errorf("abacus generate writes the topology's declared source topics %v, which this config renames to %v (topics.prefix, topics.names): run it without them", declared, renamed)
+	}
 	// Keys go to partitions as goka places them, or the processor would see entities split.
 	cl, err := kgo.NewClient(d.kgoOpts(kgo.RecordPartitioner(franz.Partitioner()))...)
 	if err != nil {
@@ -54,4 +60,14 @@ func (p Program) generate(ctx context.Context, args []string, stdout, stderr io.
 		return nil // stopped, as asked
 	}
 	return err
+}
+
+// declaredSources are the source topics of topology name as the program declares them, before
+// any renaming.
+func (p Program) declaredSources(name string) []string {
+	topos, _, err := p.topologies()
+	if t, ok := topos[name]; err == nil && ok {
+		return t.SourceTopics()
+	}
+	return nil
 }

@@ -70,6 +70,13 @@ func TestGenerate(t *testing.T) {
 	if n < 100 {
 		t.Fatalf("generate produced %d readings in 2 s at 200 a second", n)
 	}
+	// A config that renames the sources: the generator would write the declared names.
+	t.Setenv("ABACUS_TOPIC_PREFIX", "dev-")
+	out.Reset()
+	if code := p.Run(context.Background(), []string{"generate", "-config", conf}, &out, &out); code != 1 || !strings.Contains(out.String(), "renames to [dev-device-readings]") {
+		t.Fatalf("generate under a prefix: exit %d\n%s", code, out.String())
+	}
+	t.Setenv("ABACUS_TOPIC_PREFIX", "")
 	if code := (Program{Topologies: p.Topologies}).Run(context.Background(), []string{"generate", "-config", conf}, &out, &out); code != 2 {
 		t.Fatalf("generate without a generator: exit %d, want a usage error", code)
 	}
