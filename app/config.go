@@ -231,6 +231,10 @@ type QueryConfig struct {
 	ReloadInterval Duration `yaml:"reload_interval"`
 	// Limits bound every request; zero fields take httpapi.Limits' defaults.
 	Limits QueryLimits `yaml:"limits"`
+	// MaxScans is how many window scans the server runs at once over all requests (default 16),
+	// shared so that a request holding fewer gets the next: a one-entity panel is not queued
+	// behind fleet panels' scans.
+	MaxScans int `yaml:"max_scans"`
 }
 
 // QueryTLS names the query server's certificate and key files.

@@ -78,6 +78,9 @@ func (c *Config) validateHBase(errs *fieldErrors) {
 	case c.HBase.ZooKeeper != "" && c.HBase.Embedded != "":
 		errs.bad("hbase", "hbase.zookeeper and hbase.embedded are both set: choose one")
 	}
+	if c.Query.MaxScans < 0 {
+		errs.bad("query.max_scans", "must not be negative, got %d", c.Query.MaxScans)
+	}
 	if c.Kafka.ConnectTimeout < 0 {
 		errs.bad("kafka.connect_timeout", "must not be negative, got %v", time.Duration(c.Kafka.ConnectTimeout))
 	}

@@ -36,7 +36,11 @@ func servedSets(sets []topology.SetInfo) []query.ServedSet {
 // reader reads the aggregate table, with the salt buckets the table was created with.
 func (d *deployment) reader(ctx context.Context) (*query.Reader, error) {
 	t := d.cfg.Sinks.Aggregates
-	return query.NewReader(ctx, d.st, t.Table, t.Family)
+	r, err := query.NewReader(ctx, d.st, t.Table, t.Family)
+	if err != nil {
+		return nil, err
+	}
+	return r.WithMaxScans(d.cfg.Query.MaxScans), nil
 }
 
 // queryServer is the query API over r, before TLS and authentication (see secureQueryServer).

@@ -95,6 +95,7 @@ type Reader struct {
 	live    LiveSource
 
 	index *indexState // shared by the readers WithLive makes
+	slots *scanSlots  // the scans it runs at once, shared fairly among requests (and WithLive's copies)
 }
 
 // indexState is what a reader knows of its table's key index.
@@ -136,7 +137,7 @@ func NewReader(ctx context.Context, src Source, table, family string) (*Reader, 
 	if err != nil {
 		return nil, fmt.Errorf("query: aggregate table %s: %w", table, err)
 	}
-	r := &Reader{store: src, table: table, family: family, buckets: n, index: &indexState{}}
+	r := &Reader{store: src, table: table, family: family, buckets: n, index: &indexState{}, slots: newScanSlots(DefaultMaxScans)}
 	r.keyIndexed(ctx)
 	return r, nil
 }
@@ -145,6 +146,14 @@ func NewReader(ctx context.Context, src Source, table, family string) (*Reader, 
 func (r *Reader) WithLive(live LiveSource) *Reader {
 	c := *r
 	c.live = live
+	return &c
+}
+
+// WithMaxScans returns a reader that runs at most n window scans at once (DefaultMaxScans when n
+// is 0 or less), shared among its requests so that a request holding fewer goes first.
+func (r *Reader) WithMaxScans(n int) *Reader {
+	c := *r
+	c.slots = newScanSlots(n)
 	return &c
 }
 
@@ -187,7 +196,11 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 		out     []Window
 		scanErr error
 	)
-	err := r.store.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
+	sctx, user := requestSlots(ctx)
+	if err := r.slots.acquire(sctx, user); err != nil {
+		return nil, fmt.Errorf("query: windows of %s in %s: %w", entity, set, err)
+	}
+	err := r.store.Scan(sctx, spec, func(row []byte, cells []store.Cell) bool {
 		w, err := windowFromRow(row, cells)
 		if err != nil {
 			scanErr = err
@@ -202,6 +215,7 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 		// back into it.
 		return o.Limit == 0 || len(out) < o.Limit
 	})
+	r.slots.release(user)
 	if err == nil {
 		err = scanErr
 	}
@@ -295,6 +309,7 @@ const manyParallel = 8
 // The first error ends the reads.
 func (r *Reader) many(ctx context.Context, set string, entities []string, o Options) ([][]Window, error) {
 	out := make([][]Window, len(entities))
+	ctx, _ = requestSlots(ctx) // the request's scans share its place among the others
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(manyParallel)
 	for i, e := range entities {
