@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
 	"github.com/goccy/go-yaml/parser"
 )
@@ -80,9 +81,18 @@ func walkFields(n ast.Node, t reflect.Type, path string, lines configLines, errs
 			continue
 		}
 		lines[name] = line
-		if mv.Value != nil {
-			walkFields(mv.Value, ft, name, lines, errs)
+		if mv.Value == nil {
+			continue
 		}
+		if isLeaf(ft) {
+			// Each value decoded alone: the decoder stops at the first that does not fit its
+			// field, and a file with three should not take three runs to mend.
+			if err := decodeLeaf(mv.Value, ft); err != nil {
+				*errs = append(*errs, fmt.Errorf("line %d: %s: %s", line, name, leafError(err, ft, mv.Value)))
+			}
+			continue
+		}
+		walkFields(mv.Value, ft, name, lines, errs)
 	}
 }
 
@@ -150,7 +160,8 @@ func (l configLines) at(file string, err error) string {
 	return strings.Join(out, "\n")
 }
 
-// unknownFields are the keys of a file that are no field, every one of them.
+// unknownFields are the keys of a file that are no field and the values that do not fit theirs,
+// every one of them.
 type unknownFields []error
 
 func (u unknownFields) Error() string { return errors.Join(u...).Error() }
@@ -158,4 +169,70 @@ func (u unknownFields) Error() string { return errors.Join(u...).Error() }
 // in words the errors for the file at path: "path:12: kafka.brokerz: unknown field (...)".
 func (u unknownFields) in(path string) string {
 	return lineRe.ReplaceAllStringFunc(u.Error(), func(m string) string { return path + ":" + m[5:] })
+}
+
+// isLeaf says whether a field of type t is decoded as one value (a scalar, a list, a map, or a
+// type that decodes itself) rather than walked key by key.
+func isLeaf(t reflect.Type) bool {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if _, custom := reflect.PointerTo(t).MethodByName("UnmarshalYAML"); custom {
+		return true
+	}
+	return t.Kind() != reflect.Struct
+}
+
+// leafError is a decode error of value v of a field of type t, in words rather than Go type
+// names, without the decoder's position and quoted lines: the caller says where.
+func leafError(err error, t reflect.Type, v ast.Node) string {
+	msg := err.Error()
+	if strings.Contains(msg, "cannot unmarshal") {
+		got := ""
+		switch v.(type) {
+		case *ast.SequenceNode:
+			got = "a list "
+		case *ast.MappingNode, *ast.MappingValueNode:
+			got = "a mapping "
+		default:
+			if tk := v.GetToken(); tk != nil {
+				got = fmt.Sprintf("%q ", tk.Value)
+			}
+		}
+		switch t.Kind() {
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+			reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			return got + "is not a whole number"
+		case reflect.Float32, reflect.Float64:
+			return got + "is not a number"
+		case reflect.Bool:
+			return got + "is not true or false"
+		case reflect.Slice:
+			return got + "is not a list ([a, b] or one item a line under -)"
+		case reflect.Map:
+			return got + "is not a mapping ({key: value})"
+		case reflect.String:
+			return got + "is not text"
+		}
+	}
+	if i := strings.Index(msg, "\n"); i >= 0 {
+		msg = msg[:i]
+	}
+	if strings.HasPrefix(msg, "[") {
+		if i := strings.Index(msg, "] "); i >= 0 {
+			msg = msg[i+2:]
+		}
+	}
+	return msg
+}
+
+// decodeLeaf decodes v into a value of type t, the decoder's panics turned into errors (it
+// dereferences nil on some tags without values; see unmarshalYAML).
+func decodeLeaf(v ast.Node, t reflect.Type) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("could not be read (%v): look for a tag (!...) or a construct the decoder does not take", p)
+		}
+	}()
+	return yaml.NodeToValue(v, reflect.New(t).Interface())
 }

@@ -57,6 +57,9 @@ func ParseConfig(b []byte, lookup func(string) (string, bool)) (*Config, error) 
 	}
 	lines, unknown := fileFields(b)
 	if len(unknown) > 0 {
+		for i, err := range unknown { // a value that does not fit may be a password
+			unknown[i] = errors.New(redactSecrets(err.Error(), b))
+		}
 		return nil, unknownFields(unknown)
 	}
 	var c Config

@@ -101,7 +101,7 @@ func TestConfigErrorsNeverShowPasswords(t *testing.T) {
 		{"typo beside an expanded password", "kafka:\n  sasl:\n    mechanism: PLAIN\n    username: u\n    password: ${PW}\n    passwrd: x\n", `line 6: kafka.sasl.passwrd: unknown field (did you mean password?)`},
 		{"flow style, syntax error", "kafka:\n  sasl: {mechanism: PLAIN, password: ${PW}, username: [1}\n", "must be specified"},
 		{"written in the file", "kafka:\n  sasl:\n    password: \"" + secret + "\"\n    mechanism: [PLAIN]\n", "mechanism"},
-		{"wrong type", "kafka:\n  sasl:\n    password: [" + secret + "]\n", "kafkasec.Secret"},
+		{"wrong type", "kafka:\n  sasl:\n    password: [" + secret + "]\n", "line 3: kafka.sasl.password: a list is not text"},
 		{"block scalar, syntax error", "kafka:\n  sasl:\n    password: |\n      " + secret + "\n  x: 1\nbad: [\n", "not found"},
 		{"quoted key", "kafka:\n  sasl:\n    \"password\": '" + secret + "'\n    nope: 1\n", `line 4: kafka.sasl.nope: unknown field`},
 	} {
