@@ -13,21 +13,12 @@ import (
 
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
+	"github.com/abacus-stream/abacus/query/internal/servedtest"
 	"github.com/abacus-stream/abacus/totals"
 )
 
-// rollupServed is an entity set (Dimension left empty, as callers that predate rollups do), a
-// rollup by region and a global rollup over a seeded table (seedRollups).
-func rollupServed(t *testing.T) query.Served {
-	t.Helper()
-	st, table := querytest.CellStore(t)
-	querytest.SeedRollups(t, st, table)
-	return query.Served{Name: "devices", Reader: newReader(t, st, table), Sets: []query.ServedSet{
-		{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}},
-		{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
-		{Name: "fleet-minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "temp_q"}, Rollup: true},
-	}}
-}
+// rollupServed is servedtest.Rollups: an entity set, a rollup by region and a global rollup.
+var rollupServed = servedtest.Rollups
 
 // rollupServer serves rollupServed through the HTTP API.
 func rollupServer(t *testing.T) *httptest.Server {

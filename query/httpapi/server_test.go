@@ -13,6 +13,7 @@ import (
 
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
+	"github.com/abacus-stream/abacus/query/internal/servedtest"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -22,14 +23,8 @@ const minute = querytest.Minute
 // t0 is the start of the first window of querytest's SeedTSDB and SeedRollups.
 var t0 = querytest.T0
 
-func newReader(t testing.TB, st query.Source, table string) *query.Reader {
-	t.Helper()
-	r, err := query.NewReader(context.Background(), st, table, "d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
+// newReader is servedtest.Reader, the name the tests read best.
+var newReader = servedtest.Reader
 
 // fakeLive serves open windows by set/entity, as the processors' live state would.
 type fakeLive map[string][]query.Window

@@ -2,7 +2,6 @@ package opentsdb
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
+	"github.com/abacus-stream/abacus/query/internal/servedtest"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -26,14 +26,8 @@ var t0 = querytest.T0
 
 const minute = querytest.Minute
 
-func newReader(t testing.TB, st query.Source, table string) *query.Reader {
-	t.Helper()
-	r, err := query.NewReader(context.Background(), st, table, "d")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
+// newReader is servedtest.Reader, the name the tests read best.
+var newReader = servedtest.Reader
 
 // tsdbServer serves the OpenTSDB API over the seeded table (seedTSDB) with the given limits, its
 // clock an hour after t0.

@@ -10,21 +10,11 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/query"
-	"github.com/abacus-stream/abacus/query/internal/querytest"
+	"github.com/abacus-stream/abacus/query/internal/servedtest"
 )
 
-// rollupServed is an entity set (Dimension left empty, as callers that predate rollups do), a
-// rollup by region and a global rollup over a seeded table (seedRollups).
-func rollupServed(t *testing.T) query.Served {
-	t.Helper()
-	st, table := querytest.CellStore(t)
-	querytest.SeedRollups(t, st, table)
-	return query.Served{Name: "devices", Reader: newReader(t, st, table), Sets: []query.ServedSet{
-		{Name: "minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}},
-		{Name: "region-minute", Window: "tumbling 1m0s", Aggregates: []string{"count"}, Rollup: true, Dimension: "region"},
-		{Name: "fleet-minute", Window: "tumbling 1m0s", Aggregates: []string{"count", "temp_q"}, Rollup: true},
-	}}
-}
+// rollupServed is servedtest.Rollups: an entity set, a rollup by region and a global rollup.
+var rollupServed = servedtest.Rollups
 
 // TestRollupOpenTSDB: a rollup's series have its dimension as tag key, a global rollup's none, and
 // every look-up Grafana makes (suggest, lookup, tag filters, group by) follows the set's key.
