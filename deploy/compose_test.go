@@ -62,10 +62,10 @@ func abacusServices(t *testing.T, p *types.Project, img image) []abacusService {
 		}
 	}) {
 		svc := p.Services[name]
-		if svc.Build == nil {
-			continue
+		if svc.Build == nil || svc.Build.Dockerfile == "deploy/hbase/Dockerfile" {
+			continue // an image of its own, or the HBase one (TestComposeRunsTheTestedVersions)
 		}
-		if svc.Build.Context != abs {
+		if svc.Build.Context != abs || (svc.Build.Dockerfile != "" && svc.Build.Dockerfile != "Dockerfile") {
 			t.Errorf("service %s builds %s, not the repository's Dockerfile", name, svc.Build.Context)
 			continue
 		}
@@ -271,7 +271,8 @@ func readDatasources(t *testing.T, path string) []datasource {
 }
 
 // TestComposeRunsTheTestedVersions: the compose file's Kafka is the version the tests run
-// (testenv/kafka/pom.xml), and the image build leaves out the test services' data.
+// (testenv/kafka/pom.xml), its HBase is built from the jars the tests run (testenv/hbase/pom.xml),
+// and the image build leaves out the test services' data.
 func TestComposeRunsTheTestedVersions(t *testing.T) {
 	pom, err := os.ReadFile(filepath.Join(root, "testenv", "kafka", "pom.xml"))
 	if err != nil {
@@ -284,6 +285,23 @@ func TestComposeRunsTheTestedVersions(t *testing.T) {
 	p := loadCompose(t)
 	if got, want := p.Services["kafka"].Image, "apache/kafka:"+string(m[1]); got != want {
 		t.Errorf("docker-compose.yml runs %s; the tests run %s", got, want)
+	}
+	// HBase: built from the jars the tests' HBase comes from (internal/testenv's
+	// TestComposeHBaseImageServes runs the image's command).
+	hb := p.Services["hbase"]
+	if hb.Build == nil || hb.Build.Dockerfile != "deploy/hbase/Dockerfile" {
+		t.Errorf("docker-compose.yml's hbase is %q, build %+v: want it built from deploy/hbase/Dockerfile, the tested HBase", hb.Image, hb.Build)
+	} else {
+		df, err := os.ReadFile(filepath.Join(root, "deploy", "hbase", "Dockerfile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(df), "COPY testenv/hbase/pom.xml ") {
+			t.Error("deploy/hbase/Dockerfile does not resolve HBase from testenv/hbase/pom.xml")
+		}
+		if v := hb.Environment["HBASE_HOSTNAME"]; v == nil || *v != "hbase" {
+			t.Errorf("hbase's HBASE_HOSTNAME is %v: the master and region server must tell other containers a name they resolve (the service's, hbase)", v)
+		}
 	}
 	ignore, err := os.ReadFile(filepath.Join(root, ".dockerignore"))
 	if err != nil {

@@ -434,17 +434,8 @@ kill_hbase() {
   log "killed hbase (pid $pid, SIGKILL)"
 }
 
-hbase_java_opts=(
-  -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true
-  --add-modules jdk.unsupported
-  --add-opens java.base/java.io=ALL-UNNAMED --add-opens java.base/java.nio=ALL-UNNAMED
-  --add-opens java.base/sun.nio.ch=ALL-UNNAMED --add-opens java.base/java.lang=ALL-UNNAMED
-  --add-opens java.base/jdk.internal.ref=ALL-UNNAMED --add-opens java.base/java.lang.reflect=ALL-UNNAMED
-  --add-opens java.base/java.util=ALL-UNNAMED --add-opens java.base/java.util.concurrent=ALL-UNNAMED
-  --add-exports java.base/jdk.internal.misc=ALL-UNNAMED
-  --add-exports java.security.jgss/sun.security.krb5=ALL-UNNAMED
-  --add-exports java.base/sun.net.dns=ALL-UNNAMED --add-exports java.base/sun.net.util=ALL-UNNAMED
-)
+# The JVM options every HBase JVM here starts with, in a java @-file the compose image reads too.
+hbase_java_opts=("@$here/hbase/jvm.options")
 
 start_hbase() {
   local dir=$data/hbase logf=$data/hbase/hbase.log
