@@ -223,33 +223,6 @@ func downsample(pts []point, ds *downsampleSpec, start, end int64) []point {
 	return out
 }
 
-// aggregateSeries combines a group's series at each timestamp where one of them has a value.
-func aggregateSeries(g []series, fn aggFunc) []point {
-	if len(g) == 1 {
-		return g[0].pts
-	}
-	byT := map[int64][]float64{}
-	for _, s := range g {
-		for _, p := range s.pts {
-			if !math.IsNaN(p.v) {
-				byT[p.t] = append(byT[p.t], p.v)
-			} else if _, ok := byT[p.t]; !ok {
-				byT[p.t] = nil // a filled empty bucket stays empty unless a series has a value
-			}
-		}
-	}
-	out := make([]point, 0, len(byT))
-	for t, vals := range byT {
-		v := math.NaN()
-		if len(vals) > 0 {
-			v = fn(vals)
-		}
-		out = append(out, point{t, v})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].t < out[j].t })
-	return out
-}
-
 // rate turns values into their change per second, as OpenTSDB's rate option does.
 func rate(pts []point, o rateOptions) []point {
 	var out []point

@@ -53,9 +53,12 @@ const limitMaxBodyBytes = "query.limits.max_body_bytes"
 type Limits struct {
 	// MaxSubQueries is the most sub-queries (metrics) in one /api/query request (default 20).
 	MaxSubQueries int
-	// MaxEntities is the most entities one sub-query may read (default 200).
+	// MaxEntities is the most entities one sub-query may read (default 100,000). They are read a
+	// few at a time and folded into the answer's groups as they come, so memory does not grow
+	// with it: it bounds work, as MaxWindows and Timeout do.
 	MaxEntities int
-	// MaxWindows is the most windows one request reads, over all its sub-queries (default 200,000).
+	// MaxWindows is the most windows one request reads, over all its sub-queries (default
+	// 5,000,000: about ten seconds of HBase scans on the project's two-core test machine).
 	MaxWindows int
 	// MaxPoints is the most data points one answer holds, after downsampling and fill
 	// (default 500,000).
@@ -65,8 +68,8 @@ type Limits struct {
 	// MaxLookup is the most results of /api/search/lookup and /api/suggest (default 1,000).
 	MaxLookup int
 	// MaxEntityScan is the most entities examined when a filter has to list entities rather than
-	// name them (wildcards, regexps, no entity filter), each costing one or two one-row reads
-	// (default 5,000).
+	// name them (wildcards, regexps, no entity filter): one key-index row each, or one or two
+	// one-row reads each where the table has no complete key index (default 100,000).
 	MaxEntityScan int
 	// Timeout bounds one request (default 30 s).
 	Timeout time.Duration
@@ -80,11 +83,11 @@ func (l *Limits) EnsureDefaults() {
 		}
 	}
 	def(&l.MaxSubQueries, 20)
-	def(&l.MaxEntities, 200)
-	def(&l.MaxWindows, 200_000)
+	def(&l.MaxEntities, 100_000)
+	def(&l.MaxWindows, 5_000_000)
 	def(&l.MaxPoints, 500_000)
 	def(&l.MaxLookup, 1000)
-	def(&l.MaxEntityScan, 5000)
+	def(&l.MaxEntityScan, 100_000)
 	if l.MaxRange <= 0 {
 		l.MaxRange = 366 * 24 * time.Hour
 	}

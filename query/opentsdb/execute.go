@@ -3,13 +3,11 @@ package opentsdb
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"net/http"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/query"
@@ -35,45 +33,82 @@ type tsdbResult struct {
 	query   *subQuery
 }
 
-// reqState is what one request has read and may still read.
+// reqState is what one request may still read and answer.
 type reqState struct {
-	windowsLeft int
-	pointsLeft  int
-	read        map[string][]query.Window // by topology, set and entity: sub-queries share reads
-	aggs        map[string][]string       // by topology and set: the aggregates the sub-queries ask of it
+	budget     *query.Budget // windows the request may still read, over all its sub-queries
+	pointsLeft int
 }
 
 // setKey names a served set within a request.
 func setKey(m tsdbMetric) string { return m.topo.Name + "\x00" + m.set }
 
-// query answers /api/query: each sub-query in turn, sharing the request's reads and its limits.
+// prepared is a sub-query ready to read: its metric, aggregator, entities and window filters.
+type prepared struct {
+	sq           *subQuery
+	met          tsdbMetric
+	agg          aggFunc
+	entities     []string // in order: the order its series meet in
+	finalFilters []tagFilter
+	fold         *folder
+}
+
+// chunkEntities is how many entities' windows are read before they are folded and let go: two
+// rounds of query.Reader.Many's parallel scans, few enough that a wildcard over any number of
+// entities holds one chunk's windows at most (16 entities' week of minute windows: 161,280).
+const chunkEntities = 16
+
+// query answers /api/query. Every sub-query is prepared first (metric, aggregator, entities);
+// then each set the sub-queries ask is read once, a chunk of entities at a time, every aggregate
+// any of them asks of it in one pass, and each chunk is folded into the sub-queries that take its
+// entities before the next is read; then each sub-query's groups make its answer, in order.
 func (a *API) query(r *http.Request) (any, error) {
 	req, err := a.parseQuery(r)
 	if err != nil {
 		return nil, err
 	}
-	st := &reqState{windowsLeft: a.Limits.MaxWindows, pointsLeft: a.Limits.MaxPoints, read: map[string][]query.Window{}, aggs: map[string][]string{}}
-	// Every aggregate the sub-queries ask of a set is read in one pass over an entity's windows,
-	// so that two panels' metrics of one entity cost one read and one share of the window budget.
-	for _, sq := range req.queries {
-		if m, err := a.metric(sq.metric); err == nil && !slices.Contains(st.aggs[setKey(m)], m.agg) {
-			st.aggs[setKey(m)] = append(st.aggs[setKey(m)], m.agg)
-		}
-	}
-	var results []tsdbResult
+	ctx := r.Context()
+	st := &reqState{budget: query.NewBudget(a.Limits.MaxWindows), pointsLeft: a.Limits.MaxPoints}
+	subs := make([]*prepared, len(req.queries))
+	var sets []string                 // in the order the sub-queries first ask them
+	bySet := map[string][]*prepared{} // the sub-queries of each set
+	aggs := map[string][]string{}     // the aggregates the sub-queries ask of each set
 	for i := range req.queries {
-		res, err := a.run(r.Context(), st, req, &req.queries[i])
+		p, err := a.prepare(ctx, req, &req.queries[i])
 		if err != nil {
 			return nil, err
 		}
-		results = append(results, res...)
+		subs[i] = p
+		k := setKey(p.met)
+		if _, ok := bySet[k]; !ok {
+			sets = append(sets, k)
+		}
+		bySet[k] = append(bySet[k], p)
+		if !slices.Contains(aggs[k], p.met.agg) {
+			aggs[k] = append(aggs[k], p.met.agg)
+		}
+	}
+	for _, k := range sets {
+		if err := a.readSet(ctx, st, req, bySet[k], aggs[k]); err != nil {
+			return nil, err
+		}
+	}
+	var results []tsdbResult
+	for _, p := range subs {
+		for _, g := range p.fold.results() {
+			res := combine(req, p.sq, p.met, p.agg, g)
+			st.pointsLeft -= len(res.pts)
+			if st.pointsLeft < 0 {
+				return nil, badRequest("the answer has more than %d data points, the limit: downsample to a longer interval, shorten the range or name fewer entities", a.Limits.MaxPoints)
+			}
+			results = append(results, res)
+		}
 	}
 	return rawJSON(encodeResults(req, results)), nil
 }
 
-// run answers one sub-query: the metric's series of the entities its filters select, downsampled,
-// grouped and aggregated as it asks, within what the request may still read and answer.
-func (a *API) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *subQuery) ([]tsdbResult, error) {
+// prepare resolves a sub-query: its metric, its aggregator, the entities its filters select and
+// its filters on final, and checks that one series of it fits the answer's points.
+func (a *API) prepare(ctx context.Context, req *tsdbRequest, sq *subQuery) (*prepared, error) {
 	met, err := a.metric(sq.metric)
 	if err != nil {
 		return nil, err
@@ -93,31 +128,73 @@ func (a *API) run(ctx context.Context, st *reqState, req *tsdbRequest, sq *subQu
 	if err != nil {
 		return nil, err
 	}
-	if err := a.read(ctx, st, met, ents.list, req.start, req.end); err != nil {
-		return nil, err
+	// With a fill policy every bucket of the range is a point of every series: an interval too
+	// fine for the range is refused before anything is read.
+	if ds := sq.downsample; ds != nil && ds.fill != "none" && ds.interval > 0 {
+		buckets := (req.end.UnixMilli()-floorTo(req.start.UnixMilli(), ds.interval))/ds.interval + 1
+		if buckets > int64(a.Limits.MaxPoints) {
+			return nil, badRequest("queries[%d]: downsample %s with fill %s over this range makes %d points per series, more than the limit of %d points: use a longer interval or a shorter range",
+				sq.index, sq.dsText, ds.fill, buckets, a.Limits.MaxPoints)
+		}
 	}
-	var raw []series
-	for _, e := range ents.list {
-		ws := st.read[setKey(met)+"\x00"+e]
-		for _, s := range entitySeries(met, e, ws, finalFilters) {
-			if matchSeries(sq.filters, s.tags, sq.explicitTags) {
-				raw = append(raw, s)
+	list := slices.Clone(ents.list)
+	sort.Strings(list)
+	return &prepared{sq: sq, met: met, agg: agg, entities: list, finalFilters: finalFilters, fold: newFolder(sq, agg, a.Limits.MaxPoints)}, nil
+}
+
+// readSet reads the windows of one set's entities that the sub-queries ps ask, whose start is in
+// the request's range, a chunk at a time (query.Reader.Many: several scans at once, within the
+// request's window budget), and folds each entity's series into every sub-query that takes it.
+// Only the aggregates asked are read, and each scan runs forward (newest first) and is turned
+// around here: HBase's reversed scan seeks back row by row and took six times as long per cell as
+// a forward one in bench/query (one entity's week, 431 ms against 70 ms for half the cells
+// forward).
+func (a *API) readSet(ctx context.Context, st *reqState, req *tsdbRequest, ps []*prepared, aggs []string) error {
+	var all []string
+	takes := make([]map[string]bool, len(ps))
+	for i, p := range ps {
+		takes[i] = make(map[string]bool, len(p.entities))
+		for _, e := range p.entities {
+			takes[i][e] = true
+		}
+		all = append(all, p.entities...)
+	}
+	sort.Strings(all)
+	all = slices.Compact(all)
+	met := ps[0].met
+	for len(all) > 0 {
+		chunk := all[:min(chunkEntities, len(all))]
+		all = all[len(chunk):]
+		res, err := met.topo.Reader.Many(ctx, met.set, chunk, query.Options{From: req.start, To: req.end.Add(time.Millisecond),
+			Aggregates: aggs, Budget: st.budget})
+		if errors.Is(err, query.ErrBudget) {
+			return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.Limits.MaxWindows)
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range chunk {
+			ws := res[e]
+			slices.Reverse(ws)
+			for i, p := range ps {
+				if !takes[i][e] {
+					continue
+				}
+				for _, s := range entitySeries(p.met, e, ws, p.finalFilters) {
+					if !matchSeries(p.sq.filters, s.tags, p.sq.explicitTags) {
+						continue
+					}
+					if ds := p.sq.downsample; ds != nil {
+						s.pts = downsample(s.pts, ds, req.start.UnixMilli(), req.end.UnixMilli())
+					}
+					if err := p.fold.add(s); err != nil {
+						return err
+					}
+				}
 			}
 		}
 	}
-	if err := a.downsampleSeries(st, req, sq, raw); err != nil {
-		return nil, err
-	}
-	var out []tsdbResult
-	for _, g := range groupSeries(raw, sq.filters, agg != nil) {
-		res := combine(req, sq, met, agg, g)
-		st.pointsLeft -= len(res.pts)
-		if st.pointsLeft < 0 {
-			return nil, badRequest("the answer has more than %d data points, the limit: downsample to a longer interval, shorten the range or name fewer entities", a.Limits.MaxPoints)
-		}
-		out = append(out, res)
-	}
-	return out, nil
+	return nil
 }
 
 // aggregatorFunc is the sub-query's aggregator; nil for none. A sub-query without one gets sum,
@@ -199,77 +276,11 @@ func entitySeries(met tsdbMetric, entity string, ws []query.Window, finalFilters
 	return out
 }
 
-// downsampleSeries downsamples each series in place. With a fill policy every bucket of the range
-// is a point, so the points are counted first: an interval too fine for the range is refused
-// before any is made.
-func (a *API) downsampleSeries(st *reqState, req *tsdbRequest, sq *subQuery, raw []series) error {
-	ds := sq.downsample
-	if ds == nil {
-		return nil
-	}
-	if ds.fill != "none" && ds.interval > 0 {
-		buckets := (req.end.UnixMilli()-floorTo(req.start.UnixMilli(), ds.interval))/ds.interval + 1
-		if buckets*int64(max(len(raw), 1)) > int64(st.pointsLeft) {
-			return badRequest("queries[%d]: downsample %s with fill %s over this range makes %d points per series, more than the limit of %d points: use a longer interval or a shorter range",
-				sq.index, sq.dsText, ds.fill, buckets, a.Limits.MaxPoints)
-		}
-	}
-	for i := range raw {
-		raw[i].pts = downsample(raw[i].pts, ds, req.start.UnixMilli(), req.end.UnixMilli())
-	}
-	return nil
-}
-
-// groupSeries groups series by the group-by keys of the filters, and always by quantile (a sum of
-// different quantiles means nothing), in key order. Without aggregation (aggregator none) every
-// series is a group of its own, in the order given.
-func groupSeries(raw []series, filters []tagFilter, aggregate bool) [][]series {
-	groupBy := map[string]bool{tagQuantile: true}
-	for _, f := range filters {
-		if f.GroupBy && f.Tagk != tagFinal {
-			groupBy[f.Tagk] = true
-		}
-	}
-	// The group-by keys in order: the set's key (entity or a rollup's dimension), quantile.
-	keys := make([]string, 0, len(groupBy))
-	for k := range groupBy {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	groups := map[string][]series{}
-	var order []string
-	for i, s := range raw {
-		k := fmt.Sprintf("%09d", i)
-		if aggregate {
-			var b strings.Builder
-			for _, gk := range keys {
-				fmt.Fprintf(&b, "%s=%s\x00", gk, s.tags[gk])
-			}
-			k = b.String()
-		}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], s)
-	}
-	sort.Strings(order)
-	out := make([][]series, 0, len(order))
-	for _, k := range order {
-		out = append(out, groups[k])
-	}
-	return out
-}
-
-// combine makes one answered series of a group: its series aggregated (agg nil: the group's one
+// combine makes one answered series of a folded group: its points (agg nil: the group's one
 // series), then the rate, then timestamps in seconds unless the request asked for milliseconds.
-func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g []series) tsdbResult {
-	res := tsdbResult{metric: met.name, query: sq}
-	res.tags, res.aggTags = commonTags(g)
-	if agg == nil {
-		res.pts = g[0].pts
-	} else {
-		res.pts = aggregateSeries(g, agg)
-	}
+func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g foldedGroup) tsdbResult {
+	res := tsdbResult{metric: met.name, query: sq, pts: g.pts}
+	res.tags, res.aggTags = commonTags(g.tags)
 	if sq.rate {
 		res.pts = rate(res.pts, sq.rateOptions)
 	}
@@ -277,37 +288,4 @@ func combine(req *tsdbRequest, sq *subQuery, met tsdbMetric, agg aggFunc, g []se
 		res.pts = toSeconds(res.pts, agg)
 	}
 	return res
-}
-
-// read reads the windows of the entities whose start is in [start, end] into st.read, oldest
-// first, once per request: several scans at once (query.Reader.Many), within the request's window
-// budget. Only the aggregates the request asks of the set are read, and each scan runs forward
-// (newest first) and is turned around here: HBase's reversed scan seeks back row by row and took
-// six times as long per cell as a forward one in bench/query (one entity's week, 431 ms against
-// 70 ms for half the cells forward).
-func (a *API) read(ctx context.Context, st *reqState, met tsdbMetric, entities []string, start, end time.Time) error {
-	var todo []string
-	for _, e := range entities {
-		if _, ok := st.read[setKey(met)+"\x00"+e]; !ok && !slices.Contains(todo, e) {
-			todo = append(todo, e)
-		}
-	}
-	if len(todo) == 0 {
-		return nil
-	}
-	budget := query.NewBudget(st.windowsLeft)
-	res, err := met.topo.Reader.Many(ctx, met.set, todo, query.Options{From: start, To: end.Add(time.Millisecond),
-		Aggregates: st.aggs[setKey(met)], Budget: budget})
-	if errors.Is(err, query.ErrBudget) {
-		return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.Limits.MaxWindows)
-	}
-	if err != nil {
-		return err
-	}
-	st.windowsLeft = budget.Left()
-	for _, e := range todo {
-		slices.Reverse(res[e])
-		st.read[setKey(met)+"\x00"+e] = res[e]
-	}
-	return nil
 }
