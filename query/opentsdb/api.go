@@ -127,7 +127,14 @@ type API struct {
 	// quantiles, learned from stored windows: the topology description does not say, and a
 	// running topology never changes an aggregate's kind.
 	kinds sync.Map // kindsKey -> map[string][]float64 (aggregate -> quantiles; nil for numbers)
+	// kindsMissed holds, per aggregate table and set, when a look for a stored window found none:
+	// the look is not repeated for kindsRecheck, since without a complete key index it walks
+	// every entity's rows (600 reads at every suggestion for a set with nothing stored yet).
+	kindsMissed sync.Map // kindsKey -> time.Time
 }
+
+// kindsRecheck is how long a set found with no stored window is not looked at again.
+const kindsRecheck = 30 * time.Second
 
 type kindsKey struct {
 	r   *query.Reader

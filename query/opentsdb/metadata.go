@@ -179,7 +179,7 @@ func (a *API) suggest(r *http.Request) (any, error) {
 			add(k)
 		}
 	case "tagv":
-		vals, err := a.tagValues(r.Context(), prefix)
+		vals, err := a.tagValues(r.Context(), prefix, maxN)
 		if err != nil {
 			return nil, err
 		}
@@ -195,9 +195,12 @@ func (a *API) suggest(r *http.Request) (any, error) {
 }
 
 // tagValues lists, sorted, the tag values a suggestion may offer: true and false (of final), the
-// quantiles of every set, and the entities that start with prefix, up to MaxLookup of them per
-// topology (a listing stopped at MaxEntityScan gives what it found: suggestions may be partial).
-func (a *API) tagValues(ctx context.Context, prefix string) ([]string, error) {
+// quantiles of every set, and the first entities that start with prefix (a listing stopped at
+// MaxEntityScan gives what it found: suggestions may be partial). Entities are listed in order, so
+// the first n+1 of each topology are all the first n suggestions can take (one more, for the
+// global key that may turn out to be no tag value): an entity picker reads a few key-index rows,
+// not a thousand.
+func (a *API) tagValues(ctx context.Context, prefix string, n int) ([]string, error) {
 	vals := map[string]bool{"true": true, "false": true}
 	for i := range a.Topologies {
 		t := &a.Topologies[i]
@@ -212,8 +215,8 @@ func (a *API) tagValues(ctx context.Context, prefix string) ([]string, error) {
 				}
 			}
 		}
-		// Listed up to MaxLookup and cut after sorting, so that the first values come first.
-		list, _, err := t.Reader.ListEntities(ctx, "", query.EntityOptions{Limit: a.Limits.MaxLookup, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix})
+		// Cut after sorting with the other values, so that the first values come first.
+		list, _, err := t.Reader.ListEntities(ctx, "", query.EntityOptions{Limit: n + 1, MaxRows: a.Limits.MaxEntityScan, Prefix: prefix})
 		if errors.Is(err, query.ErrEntityScanLimit) {
 			err = nil
 		}
@@ -440,13 +443,22 @@ func (a *API) setKinds(ctx context.Context, r *query.Reader, set string) (map[st
 	if v, ok := a.kinds.Load(key); ok {
 		return v.(map[string][]float64), nil
 	}
-	ents, _, err := r.ListEntities(ctx, set, query.EntityOptions{Limit: 1, MaxRows: a.Limits.MaxEntityScan})
-	if err != nil || len(ents) == 0 {
-		return nil, err // nothing stored yet: learn later
+	if at, ok := a.kindsMissed.Load(key); ok && time.Since(at.(time.Time)) < kindsRecheck {
+		return nil, nil
 	}
-	ws, err := r.Windows(ctx, set, ents[0], query.Options{Limit: 1, NoLive: true})
-	if err != nil || len(ws) == 0 {
+	ents, _, err := r.ListEntities(ctx, set, query.EntityOptions{Limit: 1, MaxRows: a.Limits.MaxEntityScan})
+	if err != nil {
 		return nil, err
+	}
+	var ws []query.Window
+	if len(ents) > 0 {
+		if ws, err = r.Windows(ctx, set, ents[0], query.Options{Limit: 1, NoLive: true}); err != nil {
+			return nil, err
+		}
+	}
+	if len(ws) == 0 {
+		a.kindsMissed.Store(key, time.Now()) // nothing stored yet: learn later
+		return nil, nil
 	}
 	kinds := a.learnKinds(key, ws[0])
 	return kinds, nil

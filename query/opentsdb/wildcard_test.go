@@ -2,6 +2,7 @@ package opentsdb
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,4 +67,28 @@ func TestWildcardOverManyEntities(t *testing.T) {
 	fewWindows := tsdbClient{t, tsdbServer(t, st, table, Limits{MaxWindows: entities*minutes - 1}).URL}
 	fewWindows.fails("POST", "/api/query", fmt.Sprintf(`{"start":%d,"end":%d,"queries":[{"metric":"devices.minute.count","aggregator":"sum","tags":{"entity":"*"}}]}`, sec0, sec1),
 		400, fmt.Sprintf("reads more than %d windows", entities*minutes-1))
+}
+
+// TestSuggestReadsWhatItAnswers: the entity picker's suggestion (max 5 of 600 entities) answers
+// the first five in order, and lists a few entities for them, not every entity up to MaxLookup.
+func TestSuggestReadsWhatItAnswers(t *testing.T) {
+	st, table := querytest.CellStore(t)
+	var recs []totals.Record
+	for n := range 600 {
+		recs = append(recs, totals.Record{Topology: "devices", Set: "minute", Entity: fmt.Sprintf("dev-%04d", n),
+			Start: t0.UnixMilli(), End: t0.UnixMilli() + minute, Final: true, Revision: 1,
+			Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: 1}}})
+	}
+	querytest.WriteTotals(t, st, table, 4, recs)
+	src := &querytest.CountingSource{Source: st}
+	c := tsdbClient{t, tsdbServer(t, src, table, Limits{}).URL}
+	c.do("GET", "/api/suggest?type=tagv&q=dev-&max=5", "") // learns the sets' quantiles once
+	src.Reset()
+	code, body := c.do("GET", "/api/suggest?type=tagv&q=dev-01&max=5", "")
+	if want := `["dev-0100","dev-0101","dev-0102","dev-0103","dev-0104"]`; code != 200 || strings.TrimSpace(string(body)) != want {
+		t.Fatalf("suggest dev-01, max 5: %d %s, want %s", code, body, want)
+	}
+	if n := src.Counts(); n.Rows > 50 {
+		t.Errorf("a suggestion of 5 entities read %d rows (%+v)", n.Rows, n)
+	}
 }
