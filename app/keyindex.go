@@ -25,12 +25,15 @@ func (d *deployment) ensureKeyIndex(ctx context.Context, t SinkTable) (string, e
 // keyIndexState says whether the key index of t is complete; with mark, it marks an index beside
 // an empty aggregates table complete.
 func (d *deployment) keyIndexState(ctx context.Context, t SinkTable, mark bool) (string, error) {
-	ok, err := keyindex.Complete(ctx, d.st, t.Table, t.Family)
+	v, err := keyindex.Version(ctx, d.st, t.Table, t.Family)
 	if err != nil {
 		return "", err
 	}
-	if ok {
+	switch {
+	case v >= schema.KeyIndexVersion:
 		return "complete", nil
+	case v >= 1:
+		return fmt.Sprintf("complete for each set's keys (version %d, made before its rows of every set's keys): tag value suggestions list set by set until `abacus admin reindex` has run", v), nil
 	}
 	empty, err := keyindex.Empty(ctx, d.st, t.Table)
 	if err != nil {

@@ -22,24 +22,33 @@ import (
 )
 
 // Complete reports whether the key index of the aggregates table agg (its family is family) is
-// complete: the table exists and holds the marker. A missing table is no error: the index is
-// simply not there.
+// complete for each set's keys: the table exists and holds a marker of any version. A missing
+// table is no error: the index is simply not there.
 func Complete(ctx context.Context, r store.Reader, agg, family string) (bool, error) {
-	found := false
+	v, err := Version(ctx, r, agg, family)
+	return v >= 1, err
+}
+
+// Version returns the version of the complete key index of the aggregates table agg (its family
+// is family), schema.KeyIndexVersion or an earlier one, or 0 when the index is not complete (or
+// not there). Version 2 and later also list every set's keys in one scan (Listing.EverySet).
+func Version(ctx context.Context, r store.Reader, agg, family string) (int, error) {
+	v := 0
 	err := r.Scan(ctx, store.ScanSpec{Table: schema.KeyIndexTable(agg), Family: family,
 		Start: schema.KeyIndexMarkerRow, Stop: append(bytes.Clone(schema.KeyIndexMarkerRow), 0), Limit: 1},
 		func(_ []byte, cells []store.Cell) bool {
 			for _, c := range cells {
-				if string(c.Qualifier) == schema.KeyIndexMarkerQualifier && len(c.Value) == 1 && c.Value[0] == schema.KeyIndexVersion {
-					found = true
+				if string(c.Qualifier) == schema.KeyIndexMarkerQualifier && len(c.Value) == 1 &&
+					c.Value[0] >= 1 && c.Value[0] <= schema.KeyIndexVersion {
+					v = int(c.Value[0])
 				}
 			}
 			return false
 		})
 	if errors.Is(err, store.ErrNoSuchTable) {
-		return false, nil
+		return 0, nil
 	}
-	return found, err
+	return v, err
 }
 
 // MarkComplete writes the marker that vouches for the index of the aggregates table laid out by agg.
@@ -86,7 +95,7 @@ func Empty(ctx context.Context, r store.Reader, table string) (bool, error) {
 
 // Stats say what a rebuild did.
 type Stats struct {
-	Keys  int64 // index rows written: one per set and key
+	Keys  int64 // set and key pairs indexed (two rows each: the set's, and the key's among every set's)
 	Reads int64 // reads of the aggregates table
 }
 
@@ -120,7 +129,7 @@ func Rebuild(ctx context.Context, st interface {
 				if err := write(gctx, st, batch); err != nil {
 					return err
 				}
-				keys.Add(int64(len(batch)))
+				keys.Add(int64(len(batch) / 2)) // a set and key pair is two rows: its own and among every set's
 				batch = batch[:0]
 				if progress != nil {
 					mu.Lock()
@@ -156,8 +165,11 @@ func Rebuild(ctx context.Context, st interface {
 					cursor = append(row, 0) // not an abacus window row: step over it
 					continue
 				}
-				batch = append(batch, store.Cell{Table: keysTable, Row: schema.KeyIndexRow(set, key), Family: fam,
-					Qualifier: []byte(schema.KeyIndexQualifier), Timestamp: schema.KeyIndexTimestamp(newest, agg.TTL), Value: []byte{}})
+				ts := schema.KeyIndexTimestamp(newest, agg.TTL)
+				for _, s := range []string{set, schema.KeyIndexEverySet} {
+					batch = append(batch, store.Cell{Table: keysTable, Row: schema.KeyIndexRow(s, key), Family: fam,
+						Qualifier: []byte(schema.KeyIndexQualifier), Timestamp: ts, Value: []byte{}})
+				}
 				if len(batch) >= 1000 {
 					if err := flush(); err != nil {
 						return err
@@ -190,6 +202,9 @@ type Listing struct {
 	// ErrTooMany.
 	MaxExamined int
 	Match       func(key string) bool // only keys it passes; nil: all
+	// EverySet, with Set "", lists every set's keys from the rows that repeat them all
+	// (schema.KeyIndexEverySet): one scan. Only for an index of version 2 or later (Version).
+	EverySet bool
 }
 
 // List returns, sorted, the first Limit keys of the listing, and whether more matched. Call it
@@ -202,9 +217,12 @@ func List(ctx context.Context, r store.Reader, q Listing) ([]string, bool, error
 	l := &lister{r: r, table: schema.KeyIndexTable(q.Table), family: q.Family, prefix: q.Prefix, limit: q.Limit,
 		budget: q.MaxExamined, match: q.Match, seen: map[string]bool{}}
 	var err error
-	if q.Set != "" {
+	switch {
+	case q.Set != "":
 		err = l.listSet(ctx, q.Set)
-	} else {
+	case q.EverySet:
+		err = l.listSet(ctx, schema.KeyIndexEverySet)
+	default:
 		err = l.listAll(ctx)
 	}
 	if err != nil && !errors.Is(err, ErrTooMany) {
@@ -282,6 +300,9 @@ func (l *lister) listAll(ctx context.Context) error {
 		if err != nil || set == "" {
 			cursor = append(row, 0) // not an index row: step over it
 			continue
+		}
+		if set == schema.KeyIndexEverySet {
+			return nil // every set's rows sort before these, which repeat their keys
 		}
 		if err := l.listSet(ctx, set); err != nil {
 			return err

@@ -101,6 +101,7 @@ type Reader struct {
 // indexState is what a reader knows of its table's key index.
 type indexState struct {
 	complete  atomic.Bool  // the key index is complete: listings read it (never unset)
+	everySet  atomic.Bool  // and it lists every set's keys in one scan (version 2; never unset)
 	checkedAt atomic.Int64 // unix ns of the last look for the index's marker that found none
 }
 
@@ -112,18 +113,23 @@ const keyIndexRecheck = 30 * time.Second
 // marker when the last look found none keyIndexRecheck ago. A failed look counts as none: the
 // listing then walks the aggregates table, which answers the same, slower.
 func (r *Reader) keyIndexed(ctx context.Context) bool {
-	if r.index.complete.Load() {
+	complete := r.index.complete.Load()
+	if complete && r.index.everySet.Load() {
 		return true
 	}
+	// Not complete, or complete at version 1: a rebuild may make it complete, or version 2.
 	if last := r.index.checkedAt.Load(); last != 0 && time.Since(time.Unix(0, last)) < keyIndexRecheck {
-		return false
+		return complete
 	}
-	ok, err := keyindex.Complete(ctx, r.store, r.table, r.family)
+	v, err := keyindex.Version(ctx, r.store, r.table, r.family)
 	r.index.checkedAt.Store(time.Now().UnixNano())
-	if err == nil && ok {
+	if err == nil && v >= 2 {
+		r.index.everySet.Store(true)
+	}
+	if err == nil && v >= 1 {
 		r.index.complete.Store(true)
 	}
-	return ok && err == nil
+	return complete || (v >= 1 && err == nil)
 }
 
 // NewReader returns a reader of an aggregate table. The salt bucket count is read from the table
@@ -391,7 +397,7 @@ func clone(b []byte) []byte { return append([]byte(nil), b...) }
 func (r *Reader) listEntities(ctx context.Context, set, prefix string, limit, maxExamined int, match func(string) bool) ([]string, bool, error) {
 	if r.keyIndexed(ctx) {
 		list, more, err := keyindex.List(ctx, r.store, keyindex.Listing{Table: r.table, Family: r.family, Set: set,
-			Prefix: prefix, Limit: limit, MaxExamined: maxExamined, Match: match})
+			Prefix: prefix, Limit: limit, MaxExamined: maxExamined, Match: match, EverySet: set == "" && r.index.everySet.Load()})
 		if errors.Is(err, keyindex.ErrTooMany) {
 			err = ErrEntityScanLimit
 		}

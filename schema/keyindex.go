@@ -20,6 +20,8 @@ import (
 //	timestamp:  KeyIndexTimestamp(window end): the same for every window of a day, so a replay
 //	            rewrites identical cells and the newest is that of the key's newest window
 //
+//	every-set row: KeyIndexEverySet | key, the same cell, written with each set's row of the key
+//
 // The index is only trusted once it is complete: KeyIndexMarkerRow holds KeyIndexMarkerQualifier
 // when every key of the aggregates table has its row, written when the index was made beside an
 // empty aggregates table or by a rebuild (`abacus admin reindex`) that walked the whole table.
@@ -34,8 +36,18 @@ const KeyIndexQualifier = "k"
 // KeyIndexMarkerQualifier is the marker row's qualifier; its value is KeyIndexVersion.
 const KeyIndexMarkerQualifier = "complete"
 
-// KeyIndexVersion is the marker's value: the layout of index rows it vouches for.
-const KeyIndexVersion = 1
+// KeyIndexVersion is the marker's value: the layout of index rows it vouches for. Version 1 has a
+// row per set and key; version 2 adds a row per key under KeyIndexEverySet, so that listing the
+// keys of every set (the OpenTSDB API's tag value suggestion) is one scan, not two per set.
+// Readers take a version-1 index as complete for a set's keys.
+const KeyIndexVersion = 2
+
+// KeyIndexEverySet is the set name of the index rows that list every key of any set, one row per
+// key (KeyIndexRow(KeyIndexEverySet, key)). It is not valid UTF-8, so no set has it (topology
+// refuses such names), and its rows sort after every set's: a reader that lists set by set stops
+// before them, and one that knows no version 2 takes them for one more set, whose keys are all
+// keys anyway.
+const KeyIndexEverySet = "\xff"
 
 // KeyIndexMarkerTimestamp is the marker cell's timestamp. It must outlive any TTL the table has
 // (a cell expires once its timestamp is a TTL in the past), so it is far in the future; it is a

@@ -23,7 +23,8 @@ import (
 //
 // The cells hold absolute totals, so a replayed totals record rewrites identical cells.
 //
-// With KeyIndex set it also writes the key index (schema.KeyIndexTable): the row of a set and key
+// With KeyIndex set it also writes the key index (schema.KeyIndexTable): the row of a set and key,
+// and the key's row among every set's keys (schema.KeyIndexEverySet), each
 // whenever no batch of this encoder has landed it yet for the window's refresh period
 // (schema.KeyIndexTimestamp). It learns what landed from the sink (a write that failed or was
 // dropped leaves the key to be written again), so a listing never misses a key whose windows
@@ -36,8 +37,9 @@ type AggregatesEncoder struct {
 	KeyIndex string
 	// KeyIndexTTL is the tables' TTL, which sets how often a key's index row is written again.
 	KeyIndexTTL time.Duration
-	// KeyIndexCache bounds how many keys the encoder remembers as indexed (default 1<<20, about
-	// 64 MiB at most); when full it forgets them all and writes each again once.
+	// KeyIndexCache bounds how many index rows (two per key, and one more per further set of it)
+	// the encoder remembers as landed (default 1<<20, about 64 MiB at most); when full it forgets
+	// them all and writes each again once.
 	KeyIndexCache int
 
 	mu      sync.Mutex
@@ -117,9 +119,14 @@ func (a *AggregatesEncoder) Encode(rec *kgo.Record, dst []store.Cell) ([]store.C
 	mq := cut(&buf, func(b []byte) []byte { return append(b, schema.MetaQualifier...) })
 	dst = append(dst, store.Cell{Table: a.Table, Row: row, Family: fam, Qualifier: mq, Timestamp: r.End, Value: meta})
 	if a.KeyIndex != "" {
-		if ts := schema.KeyIndexTimestamp(r.End, a.KeyIndexTTL); a.toIndex(r.Set, r.Entity, ts) {
-			dst = append(dst, store.Cell{Table: a.KeyIndex, Row: schema.KeyIndexRow(r.Set, r.Entity), Family: fam,
-				Qualifier: []byte(schema.KeyIndexQualifier), Timestamp: ts, Value: []byte{}})
+		// The key's row of its set, and its row among every set's keys: each written once per
+		// refresh period, whichever set's window brings the key.
+		ts := schema.KeyIndexTimestamp(r.End, a.KeyIndexTTL)
+		for _, set := range []string{r.Set, schema.KeyIndexEverySet} {
+			if a.toIndex(set, r.Entity, ts) {
+				dst = append(dst, store.Cell{Table: a.KeyIndex, Row: schema.KeyIndexRow(set, r.Entity), Family: fam,
+					Qualifier: []byte(schema.KeyIndexQualifier), Timestamp: ts, Value: []byte{}})
+			}
 		}
 	}
 	return dst, nil

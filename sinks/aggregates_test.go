@@ -37,20 +37,25 @@ func TestKeyIndexWrittenUntilLanded(t *testing.T) {
 		return idx
 	}
 	first := encode("minute", "dev-1", t0)
-	if len(first) != 1 || string(first[0].Row) != string(schema.KeyIndexRow("minute", "dev-1")) ||
-		first[0].Timestamp != schema.KeyIndexTimestamp(t0+60_000, 0) || string(first[0].Qualifier) != schema.KeyIndexQualifier {
-		t.Fatalf("first window of a key: index cells %+v", first)
+	if len(first) != 2 || string(first[0].Row) != string(schema.KeyIndexRow("minute", "dev-1")) ||
+		string(first[1].Row) != string(schema.KeyIndexRow(schema.KeyIndexEverySet, "dev-1")) {
+		t.Fatalf("first window of a key: index cells %+v, want its set's row and its row among every set's keys", first)
+	}
+	for _, c := range first {
+		if c.Timestamp != schema.KeyIndexTimestamp(t0+60_000, 0) || string(c.Qualifier) != schema.KeyIndexQualifier {
+			t.Fatalf("first window of a key: index cell %+v", c)
+		}
 	}
 	if got := encode("minute", "dev-1", t0+60_000); len(got) != 0 {
 		t.Fatalf("a second window while the first's batch is in flight wrote %d index cells", len(got))
 	}
-	if got := encode("hour", "dev-1", t0); len(got) != 1 {
-		t.Fatalf("the same key in another set: %d index cells, want 1", len(got))
+	if got := encode("hour", "dev-1", t0); len(got) != 1 || string(got[0].Row) != string(schema.KeyIndexRow("hour", "dev-1")) {
+		t.Fatalf("the same key in another set: index cells %+v, want the new set's row alone", got)
 	}
 	enc.batchesDropped()
 	again := encode("minute", "dev-1", t0+120_000)
-	if len(again) != 1 {
-		t.Fatalf("after the batch was dropped: %d index cells, want the key written again", len(again))
+	if len(again) != 2 {
+		t.Fatalf("after the batch was dropped: %d index cells, want the key's two rows written again", len(again))
 	}
 	enc.batchLanded(again)
 	if got := encode("minute", "dev-1", t0+180_000); len(got) != 0 {
@@ -61,11 +66,12 @@ func TestKeyIndexWrittenUntilLanded(t *testing.T) {
 		t.Fatalf("a drop after the landing made the key be written again: %d cells", len(got))
 	}
 	next := encode("minute", "dev-1", t0+day)
-	if len(next) != 1 || next[0].Timestamp <= again[0].Timestamp {
-		t.Fatalf("a window of the next day: %+v, want one index cell with a later timestamp than %d", next, again[0].Timestamp)
+	if len(next) != 2 || next[0].Timestamp <= again[0].Timestamp || next[1].Timestamp != next[0].Timestamp {
+		t.Fatalf("a window of the next day: %+v, want the key's two rows with a later timestamp than %d", next, again[0].Timestamp)
 	}
-	// The cache holds 3 keys: landing a 4th forgets all, so each is written once more.
-	enc = &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 4, KeyIndex: "agg_keys", KeyIndexCache: 3}
+	// The cache holds 6 index rows, 3 keys' two each: landing a 4th key forgets all, so each is
+	// written once more.
+	enc = &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 4, KeyIndex: "agg_keys", KeyIndexCache: 6}
 	var landed []store.Cell
 	for _, k := range []string{"a", "b", "c"} {
 		landed = append(landed, encode("minute", k, t0)...)
@@ -75,11 +81,11 @@ func TestKeyIndexWrittenUntilLanded(t *testing.T) {
 		t.Fatalf("a key the cache holds was written again")
 	}
 	enc.batchLanded(encode("minute", "d", t0))
-	if len(enc.landed) > 3 {
-		t.Fatalf("the cache holds %d keys, limit 3", len(enc.landed))
+	if len(enc.landed) > 6 {
+		t.Fatalf("the cache holds %d index rows, limit 6", len(enc.landed))
 	}
-	if got := encode("minute", "a", t0); len(got) != 1 {
-		t.Fatalf("after the cache was full a forgotten key wrote %d index cells, want 1", len(got))
+	if got := encode("minute", "a", t0); len(got) != 2 {
+		t.Fatalf("after the cache was full a forgotten key wrote %d index cells, want its two rows", len(got))
 	}
 	// Without KeyIndex no index cell is ever written.
 	plain := &AggregatesEncoder{Table: "agg", Family: "d", SaltBuckets: 4}

@@ -252,7 +252,7 @@ func (p *pipeline) verify() {
 	if o.Open() != 0 {
 		t.Fatalf("%d windows open after the flush events", o.Open())
 	}
-	newest := map[string]int64{} // set | key of every aggregate row -> its newest window end
+	newest := map[string]int64{} // index row of every aggregate row's set | key and key -> its newest window end
 	for _, tc := range []struct {
 		table string
 		want  *stream.Cells
@@ -262,8 +262,10 @@ func (p *pipeline) verify() {
 			cmp.Cell(cl.Row, cl.Family, cl.Qualifier, cl.Timestamp, cl.Value)
 			if tc.table == p.aggTable {
 				if e, set, _, err := schema.ParseAggregateRow(cl.Row); err == nil {
-					k := string(schema.KeyIndexRow(set, e))
-					newest[k] = max(newest[k], cl.Timestamp)
+					for _, s := range []string{set, schema.KeyIndexEverySet} { // its set's row and its row among all keys
+						k := string(schema.KeyIndexRow(s, e))
+						newest[k] = max(newest[k], cl.Timestamp)
+					}
 				}
 			}
 		})
@@ -296,7 +298,8 @@ func (p *pipeline) scanCells(s hbase.Scan, fn func(*hbase.Cell)) {
 }
 
 // verifyKeyIndex checks the key index the aggregates sink wrote against the aggregates table:
-// one row for every set and key that has windows, none for any other, each (newest version)
+// one row for every set and key that has windows and one for every key among all sets
+// (schema.KeyIndexEverySet), none for any other, each (newest version)
 // with the timestamp its newest window gives it, whatever crashes and retries came between.
 func (p *pipeline) verifyKeyIndex(newest map[string]int64) {
 	t := p.t

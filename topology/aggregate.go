@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/abacus-stream/abacus/accum"
 	"github.com/abacus-stream/abacus/internal/plan"
@@ -302,6 +303,10 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	where := fmt.Sprintf("aggregate set %q", a.setName)
 	if a.setName == "" {
 		errs = append(errs, fmt.Errorf("aggregate set on %q: name is empty", a.src.topic))
+	} else if !utf8.ValidString(a.setName) {
+		// Names appear in JSON and metric names, and the key index keeps one byte that is no
+		// UTF-8 (schema.KeyIndexEverySet) for itself.
+		errs = append(errs, fmt.Errorf("%s: the name is not valid UTF-8", where))
 	}
 	if err := a.spec.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: window: %w", where, err))

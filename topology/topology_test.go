@@ -372,3 +372,14 @@ func TestRollupBuildErrors(t *testing.T) {
 		t.Fatalf("set infos: %+v %+v %+v", r, g, e)
 	}
 }
+
+// TestSetNameMustBeUTF8: a set's name that is not valid UTF-8 is refused at Build, naming it:
+// names appear in JSON and metric names, and the key index keeps such a name for itself.
+func TestSetNameMustBeUTF8(t *testing.T) {
+	b := topology.New("t")
+	src := topology.NewSource(b, "in", topology.Raw(), func(e []byte) string { return "k" }, func(e []byte) time.Time { return time.UnixMilli(0) })
+	src.Aggregate("bad\xff", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+	if _, err := b.Build(); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+		t.Fatalf("Build with a set named %q: %v", "bad\xff", err)
+	}
+}

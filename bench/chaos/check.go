@@ -88,7 +88,8 @@ func (t *setTally) cell(row []byte, right bool) {
 }
 
 // keyTally derives, from an aggregates table as a comparison reads it, the key index the sink
-// must have written beside it: one row per set and key, stamped from the key's newest window.
+// must have written beside it: one row per set and key and one per key among every set's, stamped
+// from the key's newest window.
 type keyTally struct {
 	newest map[string]int64 // index row -> newest window end
 	family string
@@ -101,8 +102,10 @@ func (k *keyTally) cell(c *hbase.Cell) {
 	if err != nil {
 		return
 	}
-	row := string(schema.KeyIndexRow(set, e))
-	k.newest[row] = max(k.newest[row], c.Timestamp)
+	for _, s := range []string{set, schema.KeyIndexEverySet} { // its set's row, and its row among every set's keys
+		row := string(schema.KeyIndexRow(s, e))
+		k.newest[row] = max(k.newest[row], c.Timestamp)
+	}
 	k.family = string(c.Family)
 }
 
