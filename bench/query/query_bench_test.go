@@ -150,6 +150,9 @@ func newPanelBench(b *testing.B) *panelBench {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if n, err := strconv.Atoi(os.Getenv("ABACUS_BENCH_MAX_SCANS")); err == nil {
+		r = r.WithMaxScans(n) // the query server's query.max_scans
+	}
 	topo, err := fleetTopology()
 	if err != nil {
 		b.Fatal(err)
