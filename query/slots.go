@@ -9,17 +9,19 @@ import (
 const DefaultMaxScans = 16
 
 // scanSlots share a reader's concurrent scans among the requests that want them. A freed slot
-// goes to the waiting request that holds the fewest, the oldest first: a one-entity panel's scan
-// waits for one scan to end, not behind every scan of the fleet panels that asked before it
-// (with a first-come queue, sixteen dashboards put a one-entity panel behind a hundred scans).
+// goes to the waiting request that has taken the fewest so far, the oldest first: a one-entity
+// panel's scan waits for one scan to end, not behind every scan of the fleet panels that asked
+// before it (with a first-come queue, sixteen dashboards put a one-entity panel behind a hundred
+// scans). Counting the scans taken, not those held, matters between a fleet request's scans: one
+// that holds none for a moment has still taken dozens, and a one-entity panel goes first.
 type scanSlots struct {
 	mu      sync.Mutex
 	free    int
 	waiting []*slotWaiter
 }
 
-// slotUser is one request: the scans it holds.
-type slotUser struct{ held int }
+// slotUser is one request: the scans it holds, and how many it has taken in all.
+type slotUser struct{ held, taken int }
 
 type slotWaiter struct {
 	u     *slotUser
@@ -39,6 +41,7 @@ func (s *scanSlots) acquire(ctx context.Context, u *slotUser) error {
 	if s.free > 0 {
 		s.free--
 		u.held++
+		u.taken++
 		s.mu.Unlock()
 		return nil
 	}
@@ -64,7 +67,7 @@ func (s *scanSlots) acquire(ctx context.Context, u *slotUser) error {
 	}
 }
 
-// release gives back a slot of u, to the waiting request that holds the fewest.
+// release gives back a slot of u, to the waiting request that has taken the fewest.
 func (s *scanSlots) release(u *slotUser) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -75,13 +78,14 @@ func (s *scanSlots) release(u *slotUser) {
 	}
 	best := 0
 	for i, w := range s.waiting {
-		if w.u.held < s.waiting[best].u.held {
+		if w.u.taken < s.waiting[best].u.taken {
 			best = i
 		}
 	}
 	w := s.waiting[best]
 	s.waiting = append(s.waiting[:best], s.waiting[best+1:]...)
 	w.u.held++
+	w.u.taken++
 	close(w.ready)
 }
 

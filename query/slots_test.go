@@ -114,3 +114,33 @@ func TestReaderBoundsScans(t *testing.T) {
 		t.Fatalf("%d scans ran at once, want at most 3 (and more than one)", src.most)
 	}
 }
+
+// TestScanSlotsCountWhatWasTaken: a fleet request that holds no slot for a moment, between its
+// scans, has still taken many: a freed slot goes to a one-entity request that asked after it.
+func TestScanSlotsCountWhatWasTaken(t *testing.T) {
+	s := newScanSlots(1)
+	ctx := context.Background()
+	fleet, other, panel := &slotUser{}, &slotUser{}, &slotUser{}
+	for range 5 { // the fleet request's earlier scans, each ended
+		if err := s.acquire(ctx, fleet); err != nil {
+			t.Fatal(err)
+		}
+		s.release(fleet)
+	}
+	if err := s.acquire(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *slotUser, 2)
+	for _, u := range []*slotUser{fleet, panel} { // the fleet asks first, holding none
+		go func() {
+			if err := s.acquire(ctx, u); err == nil {
+				got <- u
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.release(other)
+	if u := <-got; u != panel {
+		t.Fatalf("the freed slot went to the request that had taken %d scans, not to the one that had taken none", u.taken)
+	}
+}
