@@ -46,21 +46,9 @@ func foldStep(name string) func(c *foldCell, x float64) {
 	case "squareSum":
 		return func(c *foldCell, x float64) { c.acc += x * x }
 	case "min", "mimmin":
-		return func(c *foldCell, x float64) {
-			if c.n == 0 {
-				c.acc = x
-			} else {
-				c.acc = math.Min(c.acc, x)
-			}
-		}
+		return extreme(math.Min)
 	case "max", "mimmax":
-		return func(c *foldCell, x float64) {
-			if c.n == 0 {
-				c.acc = x
-			} else {
-				c.acc = math.Max(c.acc, x)
-			}
-		}
+		return extreme(math.Max)
 	case "first":
 		return func(c *foldCell, x float64) {
 			if c.n == 0 {
@@ -73,6 +61,17 @@ func foldStep(name string) func(c *foldCell, x float64) {
 		return func(*foldCell, float64) {}
 	}
 	return nil
+}
+
+// extreme keeps the first value, then pick of it and each next one, as minOf and maxOf do.
+func extreme(pick func(a, b float64) float64) func(c *foldCell, x float64) {
+	return func(c *foldCell, x float64) {
+		if c.n == 0 {
+			c.acc = x
+		} else {
+			c.acc = pick(c.acc, x)
+		}
+	}
 }
 
 // foldValue is a cell's value once every series is in.
