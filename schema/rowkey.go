@@ -35,6 +35,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -83,6 +84,10 @@ func AppendComponent(dst []byte, s string) []byte {
 // ReadComponent reads one component written by AppendComponent from the front of b and returns
 // it with the rest of b.
 func ReadComponent(b []byte) (string, []byte, error) {
+	// Nearly every component has nothing escaped: one string, no buffer.
+	if i := bytes.IndexByte(b, 0); i >= 0 && i+1 < len(b) && b[i+1] == 1 {
+		return string(b[:i]), b[i+2:], nil
+	}
 	out := make([]byte, 0, len(b))
 	for i := 0; i < len(b); i++ {
 		if b[i] != 0 {
