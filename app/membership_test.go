@@ -53,15 +53,25 @@ func buildAbacus(t *testing.T) string {
 	return bin
 }
 
-// freeAddr is a loopback address no one listens on (for a process the test starts next).
+// handedOut are the addresses freeAddr gave in this test binary: the system may give a port it
+// just let go to the next listener on port 0, and two processes of one test then got one port.
+var handedOut sync.Map
+
+// freeAddr is a loopback address no one listens on (for a process the test starts next), one
+// that it has not given before.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
+			return addr
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // rolesEnv is a deployment of the devices topology on the real servers, under names of its own.

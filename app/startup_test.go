@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,42 +13,34 @@ import (
 	"github.com/abacus-stream/abacus/internal/testenv/gate"
 )
 
-// lateProxy forwards TCP connections from addr to a server, once opened: until then nothing
-// listens on addr, as when the server has not started yet. Kafka's and ZooKeeper's answers name
-// the real servers, so only the first contact goes through it.
+// lateProxy forwards TCP connections from addr to a server, once opened: until then it accepts
+// none, so a client's connection waits unanswered, as with a server that has not come up yet. It
+// holds addr from the start: a port found free and let go was taken, between the two, by a role's
+// own ops listener (also on a port the system picks), and the role's Kafka client then read HTTP.
+// (Closing each connection instead is no stand-in: a reset is an answer, which the roles report
+// as a wrong setting rather than wait out.) Kafka's and ZooKeeper's answers name the real
+// servers, so only the first contact goes through it.
 type lateProxy struct {
 	t      *testing.T
+	ln     net.Listener
 	addr   string
 	target string
-	mu     sync.Mutex
-	ln     net.Listener
 }
 
 func newLateProxy(t *testing.T, target string) *lateProxy {
-	p := &lateProxy{t: t, addr: freeAddr(t), target: target}
-	t.Cleanup(func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.ln != nil {
-			p.ln.Close()
-		}
-	})
-	return p
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return &lateProxy{t: t, ln: ln, addr: ln.Addr().String(), target: target}
 }
 
-// open starts listening and forwarding.
+// open starts accepting and forwarding.
 func (p *lateProxy) open() {
-	p.t.Helper()
-	ln, err := net.Listen("tcp", p.addr)
-	if err != nil {
-		p.t.Fatalf("proxy to %s on %s: %v", p.target, p.addr, err)
-	}
-	p.mu.Lock()
-	p.ln = ln
-	p.mu.Unlock()
 	go func() {
 		for {
-			c, err := ln.Accept()
+			c, err := p.ln.Accept()
 			if err != nil {
 				return
 			}
