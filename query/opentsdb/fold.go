@@ -10,9 +10,9 @@ import (
 // folder builds one sub-query's answer while its entities are read, a chunk at a time: each
 // entity's series are filtered and downsampled at once and folded into their group, so that a
 // wildcard over any number of entities holds its groups' points, never every entity's windows.
-// The answer is the one aggregateSeries gives over all the series at once, to the bit: values meet
-// in the order of the series (the entities in order), and the aggregators that cannot fold a value
-// at a time (dev, the percentiles) keep their values until the end.
+// The answer is the one aggregating all the series at once gives (the tests' aggregateSeries), to
+// the bit: values meet in the order of the series (the entities in order), and the aggregators
+// that cannot fold a value at a time (dev, the percentiles) keep their values until the end.
 type folder struct {
 	sq        *subQuery
 	agg       aggFunc // nil: aggregator none, every series answered on its own
@@ -161,7 +161,7 @@ func (f *folder) fold(g *seriesGroup, pts []point) {
 	}
 }
 
-// groups returns the folded groups in key order, each as its answered points and its series'
+// results returns the folded groups in key order, each as its answered points and its series'
 // tags.
 func (f *folder) results() []foldedGroup {
 	keys := make([]string, 0, len(f.groups))
