@@ -32,20 +32,22 @@ type PartitionLag struct {
 
 // Show lists every partition of topics with the group's committed offset and lag.
 func (a OffsetsAdmin) Show(ctx context.Context, group string, topics ...string) ([]PartitionLag, error) {
+	starts, err := a.Kafka.ListStartOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("sinks: start offsets of %v: %w", topics, err)
+	}
+	// Committed offsets before the ends: a sink commits while this runs, and an end read first
+	// could be passed by a commit read after it, showing a committed offset past the end.
+	committed, err := a.committed(ctx, group)
+	if err != nil {
+		return nil, err
+	}
 	ends, err := a.Kafka.ListEndOffsets(ctx, topics...)
 	if err != nil {
 		return nil, fmt.Errorf("sinks: end offsets of %v: %w", topics, err)
 	}
 	if err := ends.Error(); err != nil {
 		return nil, fmt.Errorf("sinks: end offsets of %v: %w", topics, err)
-	}
-	starts, err := a.Kafka.ListStartOffsets(ctx, topics...)
-	if err != nil {
-		return nil, fmt.Errorf("sinks: start offsets of %v: %w", topics, err)
-	}
-	committed, err := a.committed(ctx, group, ends)
-	if err != nil {
-		return nil, err
 	}
 	var out []PartitionLag
 	ends.Each(func(o kadm.ListedOffset) {
@@ -70,7 +72,7 @@ func (a OffsetsAdmin) Show(ctx context.Context, group string, topics ...string) 
 	return out, nil
 }
 
-func (a OffsetsAdmin) committed(ctx context.Context, group string, parts kadm.ListedOffsets) (map[string]map[int32]StoredOffset, error) {
+func (a OffsetsAdmin) committed(ctx context.Context, group string) (map[string]map[int32]StoredOffset, error) {
 	out := map[string]map[int32]StoredOffset{}
 	put := func(s StoredOffset) {
 		if out[s.Topic] == nil {
