@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/abacus-stream/abacus/internal/engine"
+	"github.com/abacus-stream/abacus/internal/memtable"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/topology"
@@ -83,7 +84,7 @@ type Driver struct {
 	tickKeys []string
 
 	logs      map[string][][]record // topic -> partition -> records (sources and the loop)
-	tables    []*memStorage         // per partition
+	tables    []*memtable.Table     // per partition
 	changelog [][]change            // per partition, every write in order
 	queue     []delivery
 	out       []Message
@@ -155,7 +156,7 @@ func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 	d.logs[d.loopTopic()] = make([][]record, opts.Partitions)
 	d.done = map[string][][]bool{}
 	for range opts.Partitions {
-		d.tables = append(d.tables, newMemStorage())
+		d.tables = append(d.tables, memtable.New())
 		d.changelog = append(d.changelog, nil)
 	}
 	d.start(d.allPartitions())
@@ -340,7 +341,7 @@ func (d *Driver) restart(topo *topology.Topology, loseStorage bool, partitions [
 	}
 	if loseStorage {
 		for _, part := range partitions {
-			st := newMemStorage()
+			st := memtable.New()
 			for _, c := range d.changelog[part] {
 				if c.value == nil {
 					_ = st.Delete(c.key)

@@ -289,7 +289,7 @@ func (d *Driver) Windows(set, entity string) []Window {
 func (d *Driver) Entities() int {
 	n := 0
 	for _, st := range d.tables {
-		for k := range st.m {
+		for k := range st.Keys() {
 			if !plan.ReservedKey(k) {
 				n++
 			}
