@@ -132,3 +132,23 @@ func TestSaltIsStable(t *testing.T) {
 		}
 	}
 }
+
+// TestFactQualifierRoundTrip: backfill reads each fact's source position back from its qualifier,
+// whatever its type holds, and refuses what a facts sink never wrote.
+func TestFactQualifierRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		typ       string
+		partition int32
+		offset    int64
+	}{{"", 0, 0}, {"reading", 3, 1162}, {"a:b:1:2", 2147483647, 9223372036854775807}} {
+		typ, p, o, err := ParseFactQualifier(AppendFactQualifier(nil, c.typ, c.partition, c.offset))
+		if err != nil || typ != c.typ || p != c.partition || o != c.offset {
+			t.Errorf("ParseFactQualifier(AppendFactQualifier(%q, %d, %d)) = %q, %d, %d, %v", c.typ, c.partition, c.offset, typ, p, o, err)
+		}
+	}
+	for _, q := range []string{"", "x", "x:1", ":1", "t:-1:2", "t:1:x", "t:1:-2", "t:2147483648:1"} {
+		if _, _, _, err := ParseFactQualifier([]byte(q)); err == nil {
+			t.Errorf("ParseFactQualifier(%q) took it", q)
+		}
+	}
+}

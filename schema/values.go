@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/abacus-stream/abacus/totals"
 )
@@ -118,4 +119,24 @@ func AppendFactQualifier(b []byte, eventType string, partition int32, offset int
 	b = strconv.AppendInt(b, int64(partition), 10)
 	b = append(b, ':')
 	return strconv.AppendInt(b, offset, 10)
+}
+
+// ParseFactQualifier reads event type, source partition and offset back from a fact qualifier.
+// The type may itself hold ':': the last two fields are the position.
+func ParseFactQualifier(q []byte) (eventType string, partition int32, offset int64, err error) {
+	s := string(q)
+	j := strings.LastIndexByte(s, ':')
+	i := -1
+	if j > 0 {
+		i = strings.LastIndexByte(s[:j], ':')
+	}
+	if i < 0 {
+		return "", 0, 0, fmt.Errorf("schema: fact qualifier %q is not type:partition:offset", q)
+	}
+	p, perr := strconv.ParseInt(s[i+1:j], 10, 32)
+	o, oerr := strconv.ParseInt(s[j+1:], 10, 64)
+	if perr != nil || oerr != nil || p < 0 || o < 0 {
+		return "", 0, 0, fmt.Errorf("schema: fact qualifier %q is not type:partition:offset", q)
+	}
+	return s[:i], int32(p), o, nil
 }
