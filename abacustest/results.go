@@ -314,3 +314,23 @@ func (d *Driver) Fences(entity string) int {
 	}
 	return len(ent.Fences)
 }
+
+// PartitionRecord is what partition p of the processor keeps about itself under its own key: its
+// stream time, its inputs' watermarks, and each set's grace and live start (state.SetGrace). It is
+// what a backfill reads from the group table to know which windows the processor owns. False when
+// the partition has written none yet.
+func (d *Driver) PartitionRecord(p int32) (*state.Partition, bool) {
+	d.t.Helper()
+	if p < 0 || int(p) >= len(d.tables) {
+		d.t.Fatalf("abacustest: no partition %d", p)
+	}
+	b, _ := d.tables[p].Get(d.tickKeys[p])
+	if b == nil {
+		return nil, false
+	}
+	rec, err := state.DecodePartition(b)
+	if err != nil {
+		d.t.Fatalf("abacustest: record of partition %d: %v", p, err)
+	}
+	return rec, true
+}

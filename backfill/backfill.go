@@ -1,0 +1,444 @@
+// Package backfill computes aggregate windows from the facts table: the history of a set added
+// after its events went by, or of a set whose aggregation was fixed.
+//
+// The facts sink keeps every raw event in HBase with its entity, event time and source position
+// (partition and offset). Backfill reads them back, puts each source partition's events in offset
+// order, which is the order the processor read them in, and runs the processor's own engine over
+// them in memory: the topology's decoder, Where, types, windows and aggregations, with the same
+// lateness decisions (an event is late by its own partition's earlier events, so the same events
+// are late as live). The finals of the windows asked for go through the aggregates sink's encoder
+// (sinks.AggregatesEncoder) to the aggregates table and its key index: a cell written here is the
+// cell the live path writes for that window, byte for byte.
+//
+// What the live path decided from the wall clock is not replayed: a partition's idle advance made
+// the events that came after it late by a clock, which backfill, reading all of them at once, does
+// not have. At the end of the facts backfill closes what is still open as an idle partition would.
+//
+// Rollup sets (keyed by anything but the entity) are not backfilled yet: their partials cross
+// partitions through the loop topic, which this in-memory run does not carry. Topologies of more
+// than one source neither: a fact does not record its source topic.
+package backfill
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/totals"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Options say what to backfill, from where, and to where.
+type Options struct {
+	// Topology is the topology whose sets are backfilled, as the processor runs it.
+	Topology *topology.Topology
+	// Sets are the names of the sets to write; empty: every set backfill can write.
+	Sets []string
+	// Live is, per source partition, the processor's record of it (read from the group table):
+	// each set's live start and grace, and the partition's stream time. A window belongs to the
+	// processor unless it started before the set's live start on the entity's partition; backfill
+	// writes only the others, once that stream time has closed them (every event the processor
+	// counts for them is then in the facts table). A set the processor ran from the group's start
+	// is the processor's alone: backfill refuses it.
+	Live []*state.Partition
+	// From and Until, when set, bound the windows written further: those that start at or after
+	// From and end at or before Until. An Until past every window backfill may write is refused,
+	// naming the live start.
+	From, Until time.Time
+	// Partitions is the source topic's partition count (default: the highest partition a fact
+	// names, plus one). Every fact must be in the partition goka's partitioner gives its entity.
+	Partitions int
+
+	// Facts reads the facts table, FactsTable, family Family.
+	Facts      store.Reader
+	FactsTable string
+	Family     string
+	// Out receives the cells, which Encoder makes (its Table, KeyIndex, SaltBuckets: the
+	// aggregates sink's own settings).
+	Out     store.Writer
+	Encoder *sinks.AggregatesEncoder
+	// BatchCells bounds the cells of one write (default 2000).
+	BatchCells int
+	// Progress, if set, is told of each stage's progress.
+	Progress func(Progress)
+}
+
+// Progress is what a run has done so far.
+type Progress struct {
+	Stage        string // "read" or "write"
+	Facts        int64  // facts read (for windows in range and the events after them)
+	Partitions   int    // source partitions run through the engine
+	Windows      int64  // finals written
+	Cells        int64  // cells written (windows and key index rows)
+	Undecodable  int64  // facts whose row or qualifier could not be read
+	DeadLetters  int64  // facts the engine refused (the live path dead-lettered them too)
+	NotClosed    int64  // windows before the live start that the processor has not closed yet: run again later
+	OutsideRange int64  // facts too early to touch a window in range
+}
+
+// Summary is what a run did.
+type Summary = Progress
+
+// Run backfills the sets of opts and returns what it did.
+func Run(ctx context.Context, opts Options) (Summary, error) {
+	b, err := prepare(opts)
+	if err != nil {
+		return Summary{}, err
+	}
+	if err := b.read(ctx); err != nil {
+		return b.sum, err
+	}
+	b.report("read")
+	if err := b.runAll(ctx); err != nil {
+		return b.sum, err
+	}
+	if err := b.flush(ctx); err != nil {
+		return b.sum, err
+	}
+	b.report("write")
+	return b.sum, nil
+}
+
+// backfill is one run.
+type backfill struct {
+	opts     Options
+	plan     *plan.Plan // the topology's, reduced to the sets asked for
+	want     map[string]bool
+	from     int64 // ms; windows start at or after
+	until    int64 // ms; windows end at or before
+	readFrom int64 // ms; facts earlier than this touch no window in range
+	parts    map[int32][]fact
+	live     [][]owner // per set of plan, per partition
+	nParts   int
+	dec      totals.Decoder
+	batch    []store.Cell
+	sum      Summary
+}
+
+// fact is one event read back from the facts table.
+type fact struct {
+	offset int64
+	entity string
+	time   int64
+	value  []byte
+}
+
+func prepare(opts Options) (*backfill, error) {
+	p := plan.Of(opts.Topology)
+	if p == nil {
+		return nil, errors.New("backfill: topology is nil or zero (make it with topology.Builder.Build)")
+	}
+	var errs []error
+	if len(p.Sources) != 1 {
+		errs = append(errs, fmt.Errorf("backfill: topology %s has %d sources; backfill reads topologies of one (a fact does not record its source topic)", p.Name, len(p.Sources)))
+	}
+	if opts.Facts == nil || opts.FactsTable == "" || opts.Family == "" {
+		errs = append(errs, errors.New("backfill: no facts table to read (Facts, FactsTable, Family)"))
+	}
+	if opts.Out == nil || opts.Encoder == nil {
+		errs = append(errs, errors.New("backfill: nowhere to write (Out, Encoder)"))
+	} else if err := opts.Encoder.Check(); err != nil {
+		errs = append(errs, fmt.Errorf("backfill: %w", err))
+	}
+	if !opts.From.IsZero() && !opts.Until.IsZero() && !opts.From.Before(opts.Until) {
+		errs = append(errs, fmt.Errorf("backfill: the range from %s until %s is empty", opts.From.Format(time.RFC3339), opts.Until.Format(time.RFC3339)))
+	}
+	if opts.Partitions < 0 {
+		errs = append(errs, fmt.Errorf("backfill: %d partitions", opts.Partitions))
+	}
+	want := map[string]bool{}
+	for _, s := range opts.Sets {
+		want[s] = true
+	}
+	byName := map[string]*plan.Set{}
+	for _, s := range p.Sets {
+		byName[s.Name] = s
+	}
+	var names []string
+	for s := range want {
+		names = append(names, s)
+	}
+	slices.Sort(names)
+	for _, s := range names {
+		set := byName[s]
+		switch {
+		case set == nil:
+			var known []string
+			for _, k := range p.Sets {
+				known = append(known, k.Name)
+			}
+			errs = append(errs, fmt.Errorf("backfill: topology %s has no set %q (it has %s)", p.Name, s, strings.Join(known, ", ")))
+		case set.Rollup != nil:
+			errs = append(errs, fmt.Errorf("backfill: set %q is a rollup (by %s); backfill writes sets keyed by the entity only, for now", s, rollupName(set.Rollup)))
+		}
+	}
+	if len(want) == 0 {
+		for _, s := range p.Sets {
+			if s.Rollup == nil {
+				want[s.Name] = true
+			}
+		}
+		if len(want) == 0 {
+			errs = append(errs, fmt.Errorf("backfill: topology %s has no set keyed by the entity", p.Name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	reduced := reduce(p, want)
+	b := &backfill{opts: opts, plan: reduced, want: want, from: minInt64, until: maxInt64,
+		parts: map[int32][]fact{}, nParts: opts.Partitions}
+	if !opts.From.IsZero() {
+		b.from = opts.From.UnixMilli()
+	}
+	if !opts.Until.IsZero() {
+		b.until = opts.Until.UnixMilli()
+	}
+	if err := b.owners(); err != nil {
+		return nil, err
+	}
+	b.readFrom = b.from
+	for _, s := range reduced.Sets {
+		if s.Window.Size() == 0 { // sessions merge back as far as their events reach
+			b.readFrom = minInt64
+			break
+		}
+		// An event this early still reaches no window in range; its lateness never decides one
+		// there either (it moves its partition's watermark below every window that is).
+		if b.from != minInt64 {
+			b.readFrom = min(b.readFrom, b.from-s.Window.Size()-s.Grace)
+		}
+	}
+	if b.opts.BatchCells <= 0 {
+		b.opts.BatchCells = 2000
+	}
+	return b, nil
+}
+
+const (
+	minInt64 = math.MinInt64
+	maxInt64 = math.MaxInt64
+)
+
+// owners reads, from the processor's partition records, from when each set is the processor's
+// on each partition, and refuses what backfill may not write.
+func (b *backfill) owners() error {
+	if b.nParts == 0 {
+		b.nParts = len(b.opts.Live)
+	}
+	if len(b.opts.Live) == 0 || len(b.opts.Live) != b.nParts {
+		return fmt.Errorf("backfill: the processor's records of %d partitions, for a source of %d: backfill must know which windows the processor owns", len(b.opts.Live), b.nParts)
+	}
+	var errs []error
+	b.live = make([][]owner, len(b.plan.Sets))
+	for i, set := range b.plan.Sets {
+		b.live[i] = make([]owner, b.nParts)
+		lastEnd := int64(minInt64) // the end of the latest window backfill may write
+		latest, latestPart := int64(minInt64), 0
+		for p, rec := range b.opts.Live {
+			var g *state.SetGrace
+			if rec != nil {
+				for j := range rec.Graces {
+					if rec.Graces[j].Set == set.Name {
+						g = &rec.Graces[j]
+					}
+				}
+			}
+			switch {
+			case g == nil:
+				errs = append(errs, fmt.Errorf("backfill: set %q does not run on partition %d yet: deploy the topology with it, then backfill what came before", set.Name, p))
+				continue
+			case g.LiveFrom == minInt64:
+				errs = append(errs, fmt.Errorf("backfill: set %q ran from the processor group's start on partition %d: every window of it is the processor's", set.Name, p))
+				continue
+			}
+			b.live[i][p] = owner{liveFrom: g.LiveFrom, closed: max(rec.StreamTime, rec.IdleStreamTime) - max(g.Grace, set.Grace)}
+			lastEnd = max(lastEnd, lastWindowEnd(set, g.LiveFrom))
+			if g.LiveFrom > latest {
+				latest, latestPart = g.LiveFrom, p
+			}
+		}
+		if b.until != maxInt64 && b.until > lastEnd && lastEnd != minInt64 {
+			errs = append(errs, fmt.Errorf("backfill: set %q: later windows are the processor's (it runs the set from %s on partition %d); backfill until %s at the latest", set.Name,
+				stamp(latest), latestPart, stamp(lastEnd)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func stamp(ms int64) string { return time.UnixMilli(ms).UTC().Format(time.RFC3339Nano) }
+
+// owner is what a partition's record says of one set: windows that start before liveFrom are
+// backfill's, once they end at or before closed.
+type owner struct{ liveFrom, closed int64 }
+
+// lastWindowEnd is the end of the last window of set that starts before liveFrom.
+func lastWindowEnd(set *plan.Set, liveFrom int64) int64 {
+	if set.Window.Size() == 0 {
+		return liveFrom // sessions: as far as the live start
+	}
+	ws := set.Window.Assign(liveFrom-1, nil)
+	end := liveFrom
+	for _, w := range ws {
+		end = max(end, w.End)
+	}
+	return end
+}
+
+func rollupName(r *plan.Rollup) string {
+	if r.Global() {
+		return "one key for all"
+	}
+	return r.Dimension
+}
+
+// reduce returns a copy of p that runs only the sets in want: the engine then spends nothing on
+// the others, and no rollup partial crosses partitions.
+func reduce(p *plan.Plan, want map[string]bool) *plan.Plan {
+	out := *p
+	out.Sets = nil
+	index := map[uint16]uint16{}
+	for _, s := range p.Sets {
+		if !want[s.Name] {
+			continue
+		}
+		c := *s
+		c.Index = uint16(len(out.Sets))
+		index[s.Index] = c.Index
+		out.Sets = append(out.Sets, &c)
+	}
+	out.Sources = nil
+	for _, src := range p.Sources {
+		c := *src
+		c.Sets = nil
+		for _, i := range src.Sets {
+			if j, ok := index[i]; ok {
+				c.Sets = append(c.Sets, j)
+			}
+		}
+		out.Sources = append(out.Sources, &c)
+	}
+	return &out
+}
+
+// read scans the facts table and keeps, per source partition, the facts late enough to matter.
+func (b *backfill) read(ctx context.Context) error {
+	spec := store.ScanSpec{Table: b.opts.FactsTable, Family: b.opts.Family}
+	var ferr error
+	err := b.opts.Facts.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
+		entity, t, err := schema.ParseFactRow(row)
+		if err != nil {
+			b.sum.Undecodable += int64(len(cells))
+			return true
+		}
+		if t < b.readFrom {
+			b.sum.OutsideRange += int64(len(cells))
+			return true
+		}
+		for _, c := range cells {
+			_, part, offset, err := schema.ParseFactQualifier(c.Qualifier)
+			if err != nil {
+				b.sum.Undecodable++
+				continue
+			}
+			b.parts[part] = append(b.parts[part], fact{offset: offset, entity: entity, time: t, value: c.Value})
+			b.sum.Facts++
+		}
+		if b.sum.Facts%100000 == 0 {
+			b.report("read")
+		}
+		return ctx.Err() == nil
+	})
+	if err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("backfill: read facts table %s: %w", b.opts.FactsTable, err)
+	}
+	return ferr
+}
+
+// emit takes a totals record of the engine: a final of a window in range goes to the table.
+func (b *backfill) emit(ctx context.Context, part int32, value []byte) error {
+	r, err := b.dec.Decode(value)
+	if err != nil {
+		return fmt.Errorf("backfill: the engine wrote a totals record this version cannot read: %w", err)
+	}
+	if !r.Final || !b.want[r.Set] || r.Start < b.from || r.End > b.until {
+		return nil
+	}
+	o := b.live[b.plan.SetByName(r.Set).Index][part]
+	if r.Start >= o.liveFrom {
+		return nil // the processor's
+	}
+	if r.End > o.closed {
+		b.sum.NotClosed++ // the processor has not closed it: facts may still come
+		return nil
+	}
+	b.batch, err = b.opts.Encoder.Encode(&kgo.Record{Value: value}, b.batch)
+	if err != nil {
+		return fmt.Errorf("backfill: window %s of %q at %d: %w", r.Set, r.Entity, r.Start, err)
+	}
+	b.sum.Windows++
+	if len(b.batch) >= b.opts.BatchCells {
+		return b.flush(ctx)
+	}
+	return nil
+}
+
+// flush writes the cells held, resending those that failed for a cause that may pass.
+func (b *backfill) flush(ctx context.Context) error {
+	cells := b.batch
+	for attempt := 0; len(cells) > 0; attempt++ {
+		failed, err := b.opts.Out.Write(ctx, cells)
+		if err != nil {
+			if attempt >= 10 || ctx.Err() != nil {
+				return fmt.Errorf("backfill: write %d cells: %w", len(cells), err)
+			}
+			sleep(ctx, attempt)
+			continue
+		}
+		b.sum.Cells += int64(len(cells) - len(failed))
+		var again []store.Cell
+		for _, f := range failed {
+			if f.Permanent || attempt >= 10 {
+				c := cells[f.Index]
+				return fmt.Errorf("backfill: write cell %x/%s of table %s: %w", c.Row, c.Qualifier, c.Table, f.Err)
+			}
+			again = append(again, cells[f.Index])
+		}
+		cells = again
+		if len(cells) > 0 {
+			sleep(ctx, attempt)
+		}
+	}
+	b.batch = b.batch[:0]
+	return nil
+}
+
+func sleep(ctx context.Context, attempt int) {
+	t := time.NewTimer(min(time.Duration(attempt+1)*200*time.Millisecond, 5*time.Second))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func (b *backfill) report(stage string) {
+	if b.opts.Progress != nil {
+		s := b.sum
+		s.Stage = stage
+		b.opts.Progress(s)
+	}
+}

@@ -1,0 +1,339 @@
+package backfill_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/abacus-stream/abacus/abacustest"
+	"github.com/abacus-stream/abacus/backfill"
+	"github.com/abacus-stream/abacus/examples/devices"
+	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/state"
+	"github.com/abacus-stream/abacus/store"
+	"github.com/abacus-stream/abacus/store/cellstore"
+	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/windows"
+)
+
+const (
+	factsTable = "facts"
+	family     = "d"
+	buckets    = 4
+)
+
+// source is one record as the processor and the facts sink read it.
+type source struct {
+	partition int32
+	offset    int64
+	key       string
+	value     []byte
+	ts        time.Time
+}
+
+// readings makes n readings of 20 devices over span from start, in time order but for up to 3 s
+// of jitter, some minutes late and some sent twice, and the records they are in.
+func readings(rng *rand.Rand, start time.Time, span time.Duration, n int) []source {
+	var out []source
+	next := map[int32]int64{}
+	for i := range n {
+		now := start.Add(span * time.Duration(i) / time.Duration(n))
+		ts := now.Add(-time.Duration(rng.Int64N(int64(3 * time.Second))))
+		if rng.IntN(100) < 3 {
+			ts = ts.Add(-time.Duration(rng.IntN(5)) * time.Minute) // late for some sets, not others
+		}
+		d := rng.IntN(20)
+		kind := "reading"
+		if rng.IntN(100) < 10 {
+			kind = "alarm"
+		}
+		r := devices.Reading{Device: fmt.Sprintf("device-%03d", d), Sensor: fmt.Sprintf("s%d", rng.IntN(3)),
+			Time: ts.UnixMilli(), Temp: float64(rng.IntN(4000)) / 100, Humidity: float64(rng.IntN(1000)) / 10, Kind: kind}
+		v, _ := json.Marshal(r)
+		copies := 1
+		if rng.IntN(100) < 2 {
+			copies = 2 // an at-least-once device: the same reading twice, at two offsets
+		}
+		for range copies {
+			p := partitioner.Partition([]byte(r.Device), 4)
+			out = append(out, source{partition: p, offset: next[p], key: r.Device, value: v, ts: now})
+			next[p]++
+		}
+	}
+	return out
+}
+
+// cells reads every cell of table, as "row qualifier ts = value" lines.
+func cells(t *testing.T, st store.Reader, table string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := st.Scan(context.Background(), store.ScanSpec{Table: table, Family: family}, func(row []byte, cs []store.Cell) bool {
+		for _, c := range cs {
+			out[fmt.Sprintf("%x %s %d", row, c.Qualifier, c.Timestamp)] = fmt.Sprintf("%x", c.Value)
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// topo is the example's per-device sets and one rollup; with later, two sets more, which a
+// running deployment adds.
+func topo(t *testing.T, later bool) *topology.Topology {
+	t.Helper()
+	b := topology.New("devices")
+	src := topology.NewSource(b, devices.Topic, topology.JSON[devices.Reading](),
+		func(r devices.Reading) string { return r.Device },
+		func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) }).
+		EventType(func(r devices.Reading) string { return r.Kind })
+	src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
+		Emit(topology.EarlyEvery(5*time.Second)).
+		Count("count").Mean("mean_temp", "Temp").Max("max_temp", "Temp").
+		Quantiles("temp_quantiles", "Temp", 0.5, 0.99).Distinct("sensors", "Sensor")
+	src.Aggregate("region-minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
+		By("region", func(r devices.Reading) string { return devices.RegionOf(r.Device) }).Emit(topology.FinalOnly()).
+		Count("count")
+	if later {
+		src.Aggregate("hour", windows.Tumbling(time.Hour)).Grace(time.Minute).
+			Emit(topology.EarlyEvery(10*time.Second)).Count("count").Max("max_humidity", "Humidity")
+		src.Aggregate("alarms-10m", windows.Hopping(10*time.Minute, time.Minute)).Grace(30*time.Second).
+			Types("alarm").Count("alarms").Min("min_temp", "Temp")
+	}
+	tp, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+// run sends recs through a driver of v1, switching to v2 before the record at index switchAt
+// (never, when it is past the end), and writes every total through the aggregates sink's
+// encoder to table (if any), as the sink would; it returns the driver.
+func run(t *testing.T, st store.Writer, table string, v1, v2 *topology.Topology, recs []source, switchAt int, start time.Time) *abacustest.Driver {
+	t.Helper()
+	d := abacustest.New(t, v1, abacustest.Options{Partitions: 4, Start: start})
+	for i, r := range recs {
+		if i == switchAt {
+			d.RestartWith(v2, false) // a rolling deployment that adds the sets
+		}
+		d.Send(devices.Topic, r.key, r.value, abacustest.At(r.ts))
+	}
+	d.Advance(10 * time.Minute) // the last windows close as an idle partition's do
+	if table == "" {
+		return d
+	}
+	enc := &sinks.AggregatesEncoder{Table: table, Family: family, SaltBuckets: buckets, KeyIndex: table + "_keys"}
+	var out []store.Cell
+	for _, m := range d.Messages(v1.TotalsTopic()) {
+		var err error
+		if out, err = enc.Encode(&kgo.Record{Value: m.Value}, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, st, out)
+	return d
+}
+
+// TestBackfillCompletesAnAddedSet is the issue's promise on the in-memory driver: a deployment
+// adds two sets an hour and a quarter into three hours of readings (some late, some twice); the
+// processor writes their windows from there on, and backfill, from the facts table alone, writes
+// the windows before. The aggregates table then holds, cell for cell, what a deployment that had
+// the sets from the start holds; the key index rows too. Run again, backfill writes the same.
+func TestBackfillCompletesAnAddedSet(t *testing.T) {
+	v1, v2 := topo(t, false), topo(t, true)
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	recs := readings(rand.New(rand.NewPCG(1, 2)), start, 3*time.Hour, 30000)
+	st, err := cellstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, tb := range []string{factsTable, "full", "full_keys", "live", "live_keys"} {
+		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	facts := &sinks.FactsEncoder{Table: factsTable, Family: family, SaltBuckets: buckets, Extract: sinks.FactsOf(v2), LeaveRejectsToProcessor: true}
+	var factCells []store.Cell
+	for _, r := range recs {
+		factCells, err = facts.Encode(&kgo.Record{Topic: devices.Topic, Partition: r.partition, Offset: r.offset, Key: []byte(r.key), Value: r.value, Timestamp: r.ts}, factCells)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, st, factCells)
+	run(t, st, "full", v2, v2, recs, len(recs), start)
+	d := run(t, st, "live", v1, v2, recs, len(recs)*5/12, start)
+	var live []*state.Partition
+	for p := range int32(4) {
+		rec, ok := d.PartitionRecord(p)
+		if !ok {
+			t.Fatalf("partition %d has no record", p)
+		}
+		live = append(live, rec)
+	}
+	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m"}, Live: live,
+		Facts: st, FactsTable: factsTable, Family: family, Out: st,
+		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
+	before := cells(t, st, "live")
+	sum, err := backfill.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("backfill: %+v", sum)
+	if sum.Windows == 0 || sum.NotClosed != 0 {
+		t.Errorf("backfill wrote %d windows, left %d not closed: want some, and none", sum.Windows, sum.NotClosed)
+	}
+	want, got := cells(t, st, "full"), cells(t, st, "live")
+	if len(got) == len(before) {
+		t.Fatal("backfill added no cell")
+	}
+	same(t, "a deployment that had the sets from the start", want, got)
+	same(t, "its key index", cells(t, st, "full_keys"), cells(t, st, "live_keys"))
+
+	if _, err := backfill.Run(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	same(t, "the first backfill's table", got, cells(t, st, "live"))
+
+	// Alone in a table of its own, backfill writes only windows the processor did not: each
+	// started before its set's live start on its entity's partition.
+	if err := st.CreateTable("back", map[string]int{family: 1}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Encoder = &sinks.AggregatesEncoder{Table: "back", Family: family, SaltBuckets: buckets}
+	if _, err := backfill.Run(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	straddling := 0
+	for k := range cells(t, st, "back") {
+		var row []byte
+		if _, err := fmt.Sscanf(k[:strings.IndexByte(k, ' ')], "%x", &row); err != nil {
+			t.Fatal(err)
+		}
+		entity, set, wstart, err := schema.ParseAggregateRow(row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var liveFrom int64
+		for _, g := range live[partitioner.Partition([]byte(entity), 4)].Graces {
+			if g.Set == set {
+				liveFrom = g.LiveFrom
+			}
+		}
+		info, _ := v2.Set(set)
+		if wstart >= liveFrom {
+			t.Errorf("backfill wrote window %s of %s at %s, after the set's live start %s", set, entity, time.UnixMilli(wstart).UTC(), time.UnixMilli(liveFrom).UTC())
+		} else if wstart+info.Window.Size() > liveFrom {
+			straddling++
+		}
+	}
+	if straddling == 0 {
+		t.Error("no window across the live start was backfilled: the test does not reach it")
+	}
+}
+
+// TestBackfillRefuses: what backfill may not write is refused before anything is read, and the
+// error says why.
+func TestBackfillRefuses(t *testing.T) {
+	v1, v2 := topo(t, false), topo(t, true)
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	recs := readings(rand.New(rand.NewPCG(3, 4)), start, time.Hour, 2000)
+	st, err := cellstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	records := func(d *abacustest.Driver) []*state.Partition {
+		var out []*state.Partition
+		for p := range int32(4) {
+			rec, _ := d.PartitionRecord(p)
+			out = append(out, rec)
+		}
+		return out
+	}
+	added := records(run(t, st, "", v1, v2, recs, len(recs)/2, start))
+	old := records(run(t, st, "", v1, v1, recs, len(recs), start))
+	base := backfill.Options{Topology: v2, Facts: st, FactsTable: factsTable, Family: family, Out: st,
+		Encoder: &sinks.AggregatesEncoder{Table: "z", Family: family, SaltBuckets: buckets}}
+	for _, c := range []struct {
+		name string
+		edit func(*backfill.Options)
+		want string
+	}{
+		{"a set live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"minute"}, added }, `set "minute" ran from the processor group's start on partition 0`},
+		{"a rollup", func(o *backfill.Options) { o.Sets, o.Live = []string{"region-minute"}, added }, `set "region-minute" is a rollup (by region)`},
+		{"an unknown set", func(o *backfill.Options) { o.Sets, o.Live = []string{"hours"}, added }, `no set "hours" (it has minute, region-minute, hour, alarms-10m)`},
+		{"a set not deployed", func(o *backfill.Options) { o.Sets, o.Live = []string{"hour"}, old }, `set "hour" does not run on partition 0 yet`},
+		{"no records", func(o *backfill.Options) { o.Sets = []string{"hour"} }, "the processor's records of 0 partitions"},
+		{"past the live start", func(o *backfill.Options) {
+			o.Sets, o.Live, o.Until = []string{"hour"}, added, start.Add(3*time.Hour)
+		}, `set "hour": later windows are the processor's (it runs the set from 2026-03-01T10:`},
+		{"past the live start, the end", func(o *backfill.Options) {
+			o.Sets, o.Live, o.Until = []string{"hour"}, added, start.Add(3*time.Hour)
+		}, `backfill until 2026-03-01T11:00:00Z at the latest`},
+		{"an empty range", func(o *backfill.Options) {
+			o.Sets, o.Live, o.From, o.Until = []string{"hour"}, added, start, start
+		}, "the range from 2026-03-01T10:00:00Z until 2026-03-01T10:00:00Z is empty"},
+	} {
+		o := base
+		c.edit(&o)
+		_, err := backfill.Run(context.Background(), o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error saying %q", c.name, err, c.want)
+		}
+	}
+}
+
+// same fails for each cell of want that got lacks or holds otherwise, and each cell of got that
+// want lacks.
+func same(t *testing.T, what string, want, got map[string]string) {
+	t.Helper()
+	n := 0
+	for k, v := range want {
+		if g, ok := got[k]; !ok {
+			t.Errorf("%s has cell %s = %s; the backfilled table has none", what, k, v)
+			n++
+		} else if g != v {
+			t.Errorf("cell %s: %s has %s, the backfilled table %s", k, what, v, g)
+			n++
+		}
+		if n > 10 {
+			t.Fatal("and more")
+		}
+	}
+	for k, v := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the backfilled table has cell %s = %s, which %s has not", k, v, what)
+			n++
+		}
+		if n > 10 {
+			t.Fatal("and more")
+		}
+	}
+}
+
+func write(t *testing.T, st store.Writer, cs []store.Cell) {
+	t.Helper()
+	for len(cs) > 0 {
+		n := min(len(cs), 5000)
+		failed, err := st.Write(context.Background(), cs[:n])
+		if err != nil {
+			t.Fatalf("write: %v", err)
+		}
+		if len(failed) > 0 {
+			t.Fatalf("write: %d cells failed, the first: %v", len(failed), failed[0].Err)
+		}
+		cs = cs[n:]
+	}
+}
