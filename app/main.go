@@ -80,6 +80,7 @@ Usage:
   abacus offsets  show|lag|rewind -config FILE -sink aggregates|facts
   abacus status   -config FILE [-ops HOST:PORT,...]   lag, members and open windows of every group
   abacus generate -config FILE [-for D]   produce the example's sample events into Kafka
+  abacus backfill -config FILE -set S [-from T] [-until T]   write a new set's past windows from the facts table
   abacus version
 
 Run "abacus COMMAND -h" for a command's flags. Every flag can also come from the environment:
@@ -106,6 +107,7 @@ func (p Program) Run(ctx context.Context, args []string, stdout, stderr io.Write
 		"offsets":  p.offsets,
 		"status":   p.status,
 		"generate": p.generate,
+		"backfill": p.backfillCmd,
 		"version": func(_ context.Context, args []string, out, errOut io.Writer) error {
 			if err := parse(flag.NewFlagSet("version", flag.ContinueOnError), args, errOut); err != nil {
 				return err

@@ -1,0 +1,179 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/abacus-stream/abacus/backfill"
+	"github.com/abacus-stream/abacus/processors"
+	"github.com/abacus-stream/abacus/sinks"
+)
+
+const backfillUsage = `Usage:
+  abacus backfill -config FILE -set S [-set S2 ...] [-from T] [-until T]
+
+Computes the windows of sets added to a running topology from before they were added, from the
+facts table, and writes them to the aggregates table as the processor would have: the same cells,
+byte for byte, and their key index rows. Deploy the topology with the new sets first: backfill
+writes only the windows that started before each set's live start (what the processor gives no
+total), once the processor has closed them. -from and -until narrow the range. Running it again
+writes the same cells. Rollup sets and topologies of several sources are not backfilled yet.
+
+Flags:
+`
+
+// stringList is a flag that may be given several times.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, splitList(v)...); return nil }
+
+// backfillCmd runs `abacus backfill`.
+func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("backfill", flag.ContinueOnError)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), backfillUsage); fs.PrintDefaults() }
+	var c common
+	c.register(fs, "listen")
+	var sets stringList
+	fs.Var(&sets, "set", "a set to backfill (repeat, or comma separated; required)")
+	fromFlag := fs.String("from", "", "only windows that start at or after this (RFC 3339, ms, or relative like -30d)")
+	untilFlag := fs.String("until", "", "only windows that end at or before this")
+	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the facts sink to catch up with the processor")
+	if err := parse(fs, args, stderr); err != nil {
+		return err
+	}
+	if len(sets) == 0 {
+		return usagef("-set is required: name the sets to backfill\n%s", backfillUsage)
+	}
+	var from, until time.Time
+	for _, f := range []struct {
+		name, v string
+		to      *time.Time
+	}{{"from", *fromFlag, &from}, {"until", *untilFlag, &until}} {
+		if f.v == "" {
+			continue
+		}
+		t, err := parseTime(f.v)
+		if err != nil {
+			return usagef("-%s: %v", f.name, err)
+		}
+		*f.to = t
+	}
+	if parsedOnly(ctx, fs, &c, nil) {
+		return nil
+	}
+	d, err := p.connect(ctx, &c, stderr, func(*Config) needs { return needs{kafka: true, store: true} })
+	if err != nil {
+		return err
+	}
+	defer d.shutdown()
+	cfg, topo := d.cfg, d.topo
+	sources := topo.SourceTopics()
+	adm := kadm.NewClient(d.kafka)
+	parts, err := partitionCount(ctx, adm, sources)
+	if err != nil {
+		return err
+	}
+	// The processor's records first, then the sources' ends: every event the processor had
+	// applied when it wrote them is below those ends, and the facts sink must have committed
+	// past them, so that the facts table holds every event of each window backfill writes.
+	live, err := processors.PartitionRecords(ctx, cfg.Processor.Group, parts, d.kgoOpts()...)
+	if err != nil {
+		return err
+	}
+	facts := sinkNamed("facts")
+	if err := waitForFacts(ctx, facts.offsets(d, adm), facts.groupIn(cfg), sources, *wait, stderr); err != nil {
+		return err
+	}
+	agg, err := d.aggregatesEncoder(cfg.Sinks.Aggregates)
+	if err != nil {
+		return err
+	}
+	started := time.Now()
+	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Sets: sets, Live: live, From: from, Until: until, Partitions: parts,
+		Facts: d.st, FactsTable: cfg.Sinks.Facts.Table, Family: cfg.Sinks.Facts.Family, Out: d.st, Encoder: agg.(*sinks.AggregatesEncoder),
+		Progress: func(pr backfill.Progress) {
+			fmt.Fprintf(stderr, "backfill: %s: %d facts read, %d of %d partitions run, %d windows written (%s)\n",
+				pr.Stage, pr.Facts, pr.Partitions, parts, pr.Windows, time.Since(started).Round(time.Second))
+		}})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "backfilled %s: %d facts read, %d windows written (%d cells) in %s\n",
+		strings.Join(sets, ", "), sum.Facts, sum.Windows, sum.Cells, time.Since(started).Round(time.Millisecond))
+	if sum.DeadLetters > 0 || sum.Undecodable > 0 {
+		fmt.Fprintf(stdout, "facts not counted: %d refused by the topology (the processor dead-lettered them too), %d unreadable rows or qualifiers\n",
+			sum.DeadLetters, sum.Undecodable)
+	}
+	if sum.NotClosed > 0 {
+		fmt.Fprintf(stdout, "%d windows before the live start are not closed by the processor yet: run backfill again once they are\n", sum.NotClosed)
+	}
+	return nil
+}
+
+// partitionCount is the partition count of the sources, which must agree.
+func partitionCount(ctx context.Context, adm *kadm.Client, topics []string) (int, error) {
+	md, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return 0, fmt.Errorf("describe %v: %w", topics, err)
+	}
+	n := -1
+	for _, t := range topics {
+		td, ok := md[t]
+		if !ok || td.Err != nil {
+			return 0, fmt.Errorf("source topic %s: %v", t, errors.Join(errors.New("not found"), td.Err))
+		}
+		if n >= 0 && len(td.Partitions) != n {
+			return 0, fmt.Errorf("source topics have %d and %d partitions", n, len(td.Partitions))
+		}
+		n = len(td.Partitions)
+	}
+	return n, nil
+}
+
+// waitForFacts waits until the facts sink's group has committed every source partition up to its
+// end as of the call.
+func waitForFacts(ctx context.Context, offsets sinks.OffsetsAdmin, group string, topics []string, wait time.Duration, stderr io.Writer) error {
+	ends, err := offsets.Kafka.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("end offsets of %v: %w", topics, err)
+	}
+	deadline := time.Now().Add(wait)
+	for said := false; ; said = true {
+		lags, err := offsets.Show(ctx, group, topics...)
+		if err != nil {
+			return err
+		}
+		var behind []string
+		for _, l := range lags {
+			// Done: committed, or gone from the topic (End - Lag counts both).
+			if e, ok := ends.Lookup(l.Topic, l.Partition); ok && l.End-l.Lag < e.Offset {
+				behind = append(behind, fmt.Sprintf("%s/%d at %d of %d", l.Topic, l.Partition, l.End-l.Lag, e.Offset))
+			}
+		}
+		if len(behind) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the facts sink (group %s) has not written what the processor has read: %s; is it running?", group, strings.Join(behind, ", "))
+		}
+		if !said {
+			fmt.Fprintf(stderr, "backfill: waiting for the facts sink (group %s) to write what the processor has read\n", group)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
