@@ -24,7 +24,7 @@ facts table, and writes them to the aggregates table as the processor would have
 byte for byte, and their key index rows. Deploy the topology with the new sets first: backfill
 writes only the windows that started before each set's live start (what the processor gives no
 total), once the processor has closed them. -from and -until narrow the range. Running it again
-writes the same cells. Rollup sets and topologies of several sources are not backfilled yet.
+writes the same cells. Rollups are backfilled too; topologies of several sources not yet.
 
 Flags:
 `

@@ -14,9 +14,10 @@
 // the events that came after it late by a clock, which backfill, reading all of them at once, does
 // not have. At the end of the facts backfill closes what is still open as an idle partition would.
 //
-// Rollup sets (keyed by anything but the entity) are not backfilled yet: their partials cross
-// partitions through the loop topic, which this in-memory run does not carry. Topologies of more
-// than one source neither: a fact does not record its source topic.
+// Rollup sets (keyed by anything but the entity) are backfilled too: the run holds every
+// partition, and their partials and progress cross partitions through a loop in memory, as
+// through the loop topic live. Topologies of more than one source are not backfilled yet: a fact
+// does not record its source topic.
 package backfill
 
 import (
@@ -42,7 +43,7 @@ import (
 type Options struct {
 	// Topology is the topology whose sets are backfilled, as the processor runs it.
 	Topology *topology.Topology
-	// Sets are the names of the sets to write; empty: every set backfill can write.
+	// Sets are the names of the sets to write.
 	Sets []string
 	// Live is, per source partition, the processor's record of it (read from the group table):
 	// each set's live start and grace, and the partition's stream time. A window belongs to the
@@ -178,19 +179,10 @@ func prepare(opts Options) (*backfill, error) {
 				known = append(known, k.Name)
 			}
 			errs = append(errs, fmt.Errorf("backfill: topology %s has no set %q (it has %s)", p.Name, s, strings.Join(known, ", ")))
-		case set.Rollup != nil:
-			errs = append(errs, fmt.Errorf("backfill: set %q is a rollup (by %s); backfill writes sets keyed by the entity only, for now", s, rollupName(set.Rollup)))
 		}
 	}
 	if len(want) == 0 {
-		for _, s := range p.Sets {
-			if s.Rollup == nil {
-				want[s.Name] = true
-			}
-		}
-		if len(want) == 0 {
-			errs = append(errs, fmt.Errorf("backfill: topology %s has no set keyed by the entity", p.Name))
-		}
+		errs = append(errs, errors.New("backfill: name the sets to backfill (Sets)"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -268,6 +260,18 @@ func (b *backfill) owners() error {
 				latest, latestPart = g.LiveFrom, p
 			}
 		}
+		if set.Rollup != nil && len(errs) == 0 {
+			// A rollup window takes every partition's share: the owner gives it no total when it
+			// started before any partition ran the set, and it is closed once every partition
+			// closed it.
+			all := owner{liveFrom: minInt64, closed: maxInt64}
+			for _, o := range b.live[i] {
+				all.liveFrom, all.closed = max(all.liveFrom, o.liveFrom), min(all.closed, o.closed)
+			}
+			for p := range b.live[i] {
+				b.live[i][p] = all
+			}
+		}
 		if b.until != maxInt64 && b.until > lastEnd && lastEnd != minInt64 {
 			errs = append(errs, fmt.Errorf("backfill: set %q: later windows are the processor's (it runs the set from %s on partition %d); backfill until %s at the latest", set.Name,
 				stamp(latest), latestPart, stamp(lastEnd)))
@@ -293,13 +297,6 @@ func lastWindowEnd(set *plan.Set, liveFrom int64) int64 {
 		end = max(end, w.End)
 	}
 	return end
-}
-
-func rollupName(r *plan.Rollup) string {
-	if r.Global() {
-		return "one key for all"
-	}
-	return r.Dimension
 }
 
 // reduce returns a copy of p that runs only the sets in want: the engine then spends nothing on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -87,8 +88,8 @@ func cells(t *testing.T, st store.Reader, table string) map[string]string {
 	return out
 }
 
-// topo is the example's per-device sets and one rollup; with later, two sets more, which a
-// running deployment adds.
+// topo is the example's per-device sets and one rollup; with later, two sets and two rollups
+// more, which a running deployment adds.
 func topo(t *testing.T, later bool) *topology.Topology {
 	t.Helper()
 	b := topology.New("devices")
@@ -108,6 +109,11 @@ func topo(t *testing.T, later bool) *topology.Topology {
 			Emit(topology.EarlyEvery(10*time.Second)).Count("count").Max("max_humidity", "Humidity")
 		src.Aggregate("alarms-10m", windows.Hopping(10*time.Minute, time.Minute)).Grace(30*time.Second).
 			Types("alarm").Count("alarms").Min("min_temp", "Temp")
+		src.Aggregate("region-hour", windows.Tumbling(time.Hour)).Grace(time.Minute).
+			By("region", func(r devices.Reading) string { return devices.RegionOf(r.Device) }).Emit(topology.FinalOnly()).
+			Count("count").Max("max_temp", "Temp").Quantiles("temp_quantiles", "Temp", 0.5)
+		src.Aggregate("fleet-10m", windows.Tumbling(10*time.Minute)).Grace(30*time.Second).Global().
+			Emit(topology.FinalOnly()).Count("count").Distinct("devices", "Device")
 	}
 	tp, err := b.Build()
 	if err != nil {
@@ -145,8 +151,8 @@ func run(t *testing.T, st store.Writer, table string, v1, v2 *topology.Topology,
 }
 
 // TestBackfillCompletesAnAddedSet is the issue's promise on the in-memory driver: a deployment
-// adds two sets an hour and a quarter into three hours of readings (some late, some twice); the
-// processor writes their windows from there on, and backfill, from the facts table alone, writes
+// adds two sets and two rollups (by region, and global) an hour and a quarter into three hours of
+// readings (some late, some twice); the processor writes their windows from there on, and backfill, from the facts table alone, writes
 // the windows before. The aggregates table then holds, cell for cell, what a deployment that had
 // the sets from the start holds; the key index rows too. Run again, backfill writes the same.
 func TestBackfillCompletesAnAddedSet(t *testing.T) {
@@ -182,7 +188,7 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		}
 		live = append(live, rec)
 	}
-	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m"}, Live: live,
+	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}, Live: live,
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
 	before := cells(t, st, "live")
@@ -225,13 +231,20 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var liveFrom int64
-		for _, g := range live[partitioner.Partition([]byte(entity), 4)].Graces {
-			if g.Set == set {
-				liveFrom = g.LiveFrom
+		// An entity's windows are its partition's; a rollup's take every partition's share.
+		info, _ := v2.Set(set)
+		recs := live[partitioner.Partition([]byte(entity), 4) : partitioner.Partition([]byte(entity), 4)+1]
+		if info.Rollup {
+			recs = live
+		}
+		liveFrom := int64(math.MinInt64)
+		for _, rec := range recs {
+			for _, g := range rec.Graces {
+				if g.Set == set {
+					liveFrom = max(liveFrom, g.LiveFrom)
+				}
 			}
 		}
-		info, _ := v2.Set(set)
 		if wstart >= liveFrom {
 			t.Errorf("backfill wrote window %s of %s at %s, after the set's live start %s", set, entity, time.UnixMilli(wstart).UTC(), time.UnixMilli(liveFrom).UTC())
 		} else if wstart+info.Window.Size() > liveFrom {
@@ -272,8 +285,9 @@ func TestBackfillRefuses(t *testing.T) {
 		want string
 	}{
 		{"a set live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"minute"}, added }, `set "minute" ran from the processor group's start on partition 0`},
-		{"a rollup", func(o *backfill.Options) { o.Sets, o.Live = []string{"region-minute"}, added }, `set "region-minute" is a rollup (by region)`},
-		{"an unknown set", func(o *backfill.Options) { o.Sets, o.Live = []string{"hours"}, added }, `no set "hours" (it has minute, region-minute, hour, alarms-10m)`},
+		{"a rollup live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"region-minute"}, added }, `set "region-minute" ran from the processor group's start`},
+		{"no set", func(o *backfill.Options) { o.Live = added }, "name the sets to backfill"},
+		{"an unknown set", func(o *backfill.Options) { o.Sets, o.Live = []string{"hours"}, added }, `no set "hours" (it has minute, region-minute, hour, alarms-10m, region-hour, fleet-10m)`},
 		{"a set not deployed", func(o *backfill.Options) { o.Sets, o.Live = []string{"hour"}, old }, `set "hour" does not run on partition 0 yet`},
 		{"no records", func(o *backfill.Options) { o.Sets = []string{"hour"} }, "the processor's records of 0 partitions"},
 		{"past the live start", func(o *backfill.Options) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/partitioner/franz"
 	"github.com/abacus-stream/abacus/processors"
@@ -35,13 +37,14 @@ import (
 
 // TestBackfillRealServers is the issue's "done when" on the real Kafka broker and HBase: a
 // deployment of the example's sets (abacus run, in process) processes readings; it is redeployed
-// with two sets more and goes on; `abacus backfill` then writes those sets' windows from before
+// with two sets and two rollups more and goes on; `abacus backfill` then writes those sets' windows from before
 // the redeployment. Every final window of the new sets in HBase (the processor's and backfill's)
 // is then, cell for cell, what the same topology gives over the same records from the start (the
 // processor's engine on the in-memory driver, through the aggregates sink's encoder). A second
 // backfill changes nothing.
 func TestBackfillRealServers(t *testing.T) {
 	brokers := testenv.Kafka(t)
+	zk := gate.HBaseZooKeeper(t)
 	hc := testenv.HBaseClient(t)
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	prefix := "bf-" + run + "-"
@@ -55,6 +58,7 @@ func TestBackfillRealServers(t *testing.T) {
 	// the two deployments); ticks, which write the partitions' records, every 15 s.
 	if err := os.WriteFile(conf, fmt.Appendf(nil, `topology: devices
 kafka: {brokers: [%q]}
+hbase: {zookeeper: %q}
 topics: {prefix: %s}
 processor: {storage_path: %q, idle_timeout: 1m}
 sinks:
@@ -63,7 +67,7 @@ sinks:
   flush_interval: 200ms
 membership: {mode: dynamic}
 ops: {listen: "127.0.0.1:0"}
-`, brokers[0], prefix, filepath.Join(dir, "state"), agg, facts), 0o644); err != nil {
+`, brokers[0], zk, prefix, filepath.Join(dir, "state"), agg, facts), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	v1, v2 := topo(t, false), topo(t, true)
@@ -142,7 +146,8 @@ ops: {listen: "127.0.0.1:0"}
 		}
 		time.Sleep(time.Second)
 	}
-	out := cli(program(v2), "backfill", "-config", conf, "-set", "hour,alarms-10m")
+	added := []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}
+	out := cli(program(v2), "backfill", "-config", conf, "-set", strings.Join(added, ","))
 	t.Logf("abacus backfill:\n%s", out)
 
 	// The same records, in each partition's order, through the engine from the start.
@@ -168,15 +173,23 @@ ops: {listen: "127.0.0.1:0"}
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !tot.Final || (tot.Set != "hour" && tot.Set != "alarms-10m") {
+		if !tot.Final || !slices.Contains(added, tot.Set) {
 			continue
 		}
-		p := live[partitioner.Partition([]byte(tot.Entity), 4)]
-		g := graceOf(p, tot.Set)
-		if tot.End > max(p.StreamTime, p.IdleStreamTime)-g.Grace {
+		// An entity's windows are its partition's; a rollup's take every partition's share.
+		recs := live[partitioner.Partition([]byte(tot.Entity), 4) : partitioner.Partition([]byte(tot.Entity), 4)+1]
+		if info, _ := v2.Set(tot.Set); info.Rollup {
+			recs = live
+		}
+		liveFrom, closed := int64(math.MinInt64), int64(math.MaxInt64)
+		for _, p := range recs {
+			g := graceOf(p, tot.Set)
+			liveFrom, closed = max(liveFrom, g.LiveFrom), min(closed, max(p.StreamTime, p.IdleStreamTime)-g.Grace)
+		}
+		if tot.End > closed {
 			continue // not closed on the real processor yet
 		}
-		compared[tot.Start < g.LiveFrom]++
+		compared[tot.Start < liveFrom]++
 		cs, err := enc.Encode(&kgo.Record{Value: m.Value}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -215,7 +228,7 @@ ops: {listen: "127.0.0.1:0"}
 		}
 	}
 	t.Logf("%d final windows compared: %d backfilled, %d written by the processor", compared[true]+compared[false], compared[true], compared[false])
-	cli(program(v2), "backfill", "-config", conf, "-set", "hour,alarms-10m")
+	cli(program(v2), "backfill", "-config", conf, "-set", strings.Join(added, ","))
 	again := read()
 	for k, v := range table {
 		if again[k] != v {

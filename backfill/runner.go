@@ -1,6 +1,7 @@
 package backfill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,65 +19,40 @@ import (
 	"github.com/abacus-stream/abacus/state"
 )
 
-// runAll runs each source partition's facts through an engine of its own, in turn: a partition's
-// windows depend on its own events only (no rollup is run), so one partition's state is in memory
-// at a time.
+// runAll runs every source partition's facts, each partition's in offset order, through one
+// engine over all partitions, as a processor group with one member would: rollup partials and
+// progress cross partitions through an in-memory loop. Partitions are interleaved by event time,
+// which keeps progress moving and state small; any interleaving gives the same windows.
 func (b *backfill) runAll(ctx context.Context) error {
 	top := int32(-1)
 	for p := range b.parts {
 		top = max(top, p)
 	}
-	if b.nParts == 0 {
-		b.nParts = int(top) + 1
-	}
 	if int(top) >= b.nParts {
 		return fmt.Errorf("backfill: facts name partition %d of the source, which has %d", top, b.nParts)
 	}
-	ps := make([]int32, 0, len(b.parts))
-	for p := range b.parts {
-		ps = append(ps, p)
-	}
-	slices.Sort(ps)
-	for _, p := range ps {
-		facts := b.parts[p]
-		delete(b.parts, p) // the partition's facts go with its run
-		if err := b.runPartition(ctx, p, facts); err != nil {
-			return err
-		}
-		b.sum.Partitions++
-		b.report("write")
-	}
-	return nil
-}
-
-// runPartition feeds one partition's facts to a fresh engine in offset order, then closes what is
-// left open as an idle partition would.
-func (b *backfill) runPartition(ctx context.Context, part int32, facts []fact) error {
-	slices.SortFunc(facts, func(x, y fact) int {
-		switch {
-		case x.offset < y.offset:
-			return -1
-		case x.offset > y.offset:
-			return 1
-		}
-		return 0
-	})
 	src := b.plan.Sources[0]
-	r := &run{b: b, ctx: ctx, part: part, table: memtable.New(), topic: src.Topic, loop: plan.LoopTopic(b.plan.Name)}
-	if !src.Repartition {
-		for _, f := range facts {
-			if q := partitioner.Partition([]byte(f.entity), int32(b.nParts)); q != part {
-				return fmt.Errorf("backfill: entity %q was in source partition %d, where goka's partitioner puts it in %d of %d: say the source topic's partition count", f.entity, part, q, b.nParts)
+	r := &run{b: b, ctx: ctx, tables: make([]*memtable.Table, b.nParts), heads: make([][]fact, b.nParts), topic: src.Topic,
+		loop: plan.LoopTopic(b.plan.Name), loopOff: make([]int64, b.nParts)}
+	var last int64
+	for p, facts := range b.parts {
+		slices.SortFunc(facts, func(x, y fact) int { return cmp.Compare(x.offset, y.offset) })
+		if !src.Repartition {
+			for _, f := range facts {
+				if q := partitioner.Partition([]byte(f.entity), int32(b.nParts)); q != p {
+					return fmt.Errorf("backfill: entity %q was in source partition %d, where goka's partitioner puts it in %d of %d: say the source topic's partition count", f.entity, p, q, b.nParts)
+				}
 			}
 		}
+		for _, f := range facts {
+			last = max(last, f.time)
+		}
+		r.heads[p] = facts
 	}
+	b.parts = nil
 	// The wall clock stays still while the facts go in: nothing is idle, nothing is retained by
 	// time. It then jumps past every window, and ticks close what is open.
-	var last int64
-	for _, f := range facts {
-		last = max(last, f.time)
-	}
-	r.now = time.UnixMilli(b.from)
+	r.now = time.UnixMilli(max(b.readFrom, minTime))
 	eng, err := engine.New(b.plan, engine.Config{IdleTimeout: engine.DefaultIdleTimeout, FinalRetention: engine.DefaultFinalRetention,
 		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return r.now },
 		Output: r.output, CacheEntities: -1})
@@ -84,27 +60,58 @@ func (b *backfill) runPartition(ctx context.Context, part int32, facts []fact) e
 		return fmt.Errorf("backfill: %w", err)
 	}
 	eng.SetPartitions(b.nParts)
-	eng.SetStorage(part, r.table)
-	r.source, r.onLoop, r.tickKey = eng.SourceCallback(0), eng.LoopCallback(), engine.TickKeys(b.nParts)[part]
-	for i, f := range facts {
-		if err := r.deliver(r.topic, f.offset, f.entity, f.value, time.UnixMilli(f.time), r.source); err != nil {
+	for p := range r.tables {
+		r.tables[p] = memtable.New()
+		eng.SetStorage(int32(p), r.tables[p])
+	}
+	r.source, r.onLoop, r.tickKeys = eng.SourceCallback(0), eng.LoopCallback(), engine.TickKeys(b.nParts)
+	for n := 0; ; n++ {
+		p := r.next()
+		if p < 0 {
+			break
+		}
+		f := r.heads[p][0]
+		r.heads[p] = r.heads[p][1:]
+		if err := r.deliver(r.topic, p, f.offset, f.entity, f.value, time.UnixMilli(f.time), r.source); err != nil {
 			return err
 		}
-		facts[i].value = nil
-		if i%10000 == 0 && ctx.Err() != nil {
+		if len(r.heads[p]) == 0 {
+			b.sum.Partitions++
+			b.report("write")
+		}
+		if n%10000 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	// Idle: past the idle timeout, twice (a quiet origin, then the whole partition), then past
-	// the last window, closed by the wall clock.
-	horizon := time.UnixMilli(max(last, b.until)).Add(engine.DefaultIdleTimeout)
-	for _, step := range []time.Duration{0, 2 * engine.DefaultIdleTimeout, 4 * engine.DefaultIdleTimeout, 24 * time.Hour} {
-		r.now = horizon.Add(step + b.spanOf())
+	// Idle: past the idle timeout, a few times (a quiet origin, then the whole partition, then
+	// what the rollup owners learn), then past the last window, closed by the wall clock.
+	end := last
+	if b.until != maxInt64 {
+		end = max(end, b.until)
+	}
+	horizon := time.UnixMilli(end).Add(b.spanOf() + engine.DefaultIdleTimeout)
+	for i := range 8 {
+		r.now = horizon.Add(time.Duration(i+1) * 2 * engine.DefaultIdleTimeout)
 		if err := r.tick(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// minTime bounds the wall clock backfill starts with: time.UnixMilli takes any int64, but a
+// clock near its ends would overflow the engine's own arithmetic.
+const minTime = -1 << 50
+
+// next is the partition whose next fact is the earliest in event time, -1 when none is left.
+func (r *run) next() int32 {
+	best := int32(-1)
+	for p, h := range r.heads {
+		if len(h) > 0 && (best < 0 || h[0].time < r.heads[best][0].time) {
+			best = int32(p)
+		}
+	}
+	return best
 }
 
 // spanOf is how far after an event its last window closes (the engine's own bound), 0 for
@@ -117,57 +124,68 @@ func (b *backfill) spanOf() time.Duration {
 	return time.Duration(span) * time.Millisecond
 }
 
-// run is one partition's engine run: its table, its loop messages and its output.
+// run is the engine's run: its tables, its loop and its output.
 type run struct {
-	b       *backfill
-	ctx     context.Context
-	part    int32
-	table   *memtable.Table
-	topic   string
-	loop    string
-	tickKey string
-	now     time.Time
-	source  goka.ProcessCallback
-	onLoop  goka.ProcessCallback
-	queue   []loopMsg
-	loopOff int64
-	err     error
+	b        *backfill
+	ctx      context.Context
+	tables   []*memtable.Table
+	heads    [][]fact // per partition, the facts not yet delivered
+	topic    string
+	loop     string
+	tickKeys []string
+	now      time.Time
+	source   goka.ProcessCallback
+	onLoop   goka.ProcessCallback
+	queue    []loopMsg
+	loopOff  []int64 // per partition, the loop topic's next offset
+	part     int32   // the partition of the callback running
+	err      error
 }
 
 type loopMsg struct {
-	key   string
-	value []byte
+	partition int32
+	key       string
+	value     []byte
 }
 
-// deliver runs a callback for one record, then the loop messages it sent, as goka would.
-func (r *run) deliver(topic string, offset int64, key string, value []byte, ts time.Time, cb goka.ProcessCallback) error {
-	if err := r.call(topic, offset, key, value, ts, cb); err != nil {
+// deliver runs a callback for one record, then the loop messages it sent, and those they send,
+// as goka would.
+func (r *run) deliver(topic string, part int32, offset int64, key string, value []byte, ts time.Time, cb goka.ProcessCallback) error {
+	if err := r.call(topic, part, offset, key, value, ts, cb); err != nil {
 		return err
 	}
 	for len(r.queue) > 0 {
 		m := r.queue[0]
 		r.queue = r.queue[1:]
-		r.loopOff++
-		if err := r.call(r.loop, r.loopOff, m.key, m.value, r.now, r.onLoop); err != nil {
+		off := r.loopOff[m.partition]
+		r.loopOff[m.partition]++
+		if err := r.call(r.loop, m.partition, off, m.key, m.value, r.now, r.onLoop); err != nil {
 			return err
 		}
 	}
 	return r.err
 }
 
-// tick sends the partition one tick now.
+// tick sends every partition one tick now.
 func (r *run) tick() error {
-	r.loopOff++
-	return r.deliver(r.loop, r.loopOff, r.tickKey, engine.TickMessage(), r.now, r.onLoop)
+	for p, k := range r.tickKeys {
+		r.queue = append(r.queue, loopMsg{int32(p), k, engine.TickMessage()})
+	}
+	m := r.queue[0]
+	r.queue = r.queue[1:]
+	off := r.loopOff[m.partition]
+	r.loopOff[m.partition]++
+	return r.deliver(r.loop, m.partition, off, m.key, m.value, r.now, r.onLoop)
 }
 
-func (r *run) call(topic string, offset int64, key string, value []byte, ts time.Time, cb goka.ProcessCallback) (err error) {
-	c := &runContext{r: r, topic: topic, offset: offset, key: key, ts: ts}
+func (r *run) call(topic string, part int32, offset int64, key string, value []byte, ts time.Time, cb goka.ProcessCallback) (err error) {
+	r.part = part
+	c := &runContext{r: r, topic: topic, part: part, offset: offset, key: key, ts: ts}
 	defer func() {
 		if x := recover(); x != nil {
 			var f failure
 			if e, ok := x.(error); ok && errors.As(e, &f) {
-				err = fmt.Errorf("backfill: the engine stopped on partition %d at offset %d: %w", r.part, offset, f.err)
+				err = fmt.Errorf("backfill: the engine stopped on partition %d at offset %d of %s: %w", part, offset, topic, f.err)
 				return
 			}
 			panic(x)
@@ -193,10 +211,11 @@ type failure struct{ err error }
 
 func (f failure) Error() string { return f.err.Error() }
 
-// runContext is goka.Context over a run's table and loop.
+// runContext is goka.Context over a run's tables and loop.
 type runContext struct {
 	r      *run
 	topic  string
+	part   int32
 	offset int64
 	key    string
 	ts     time.Time
@@ -204,7 +223,7 @@ type runContext struct {
 
 func (c *runContext) Topic() goka.Stream       { return goka.Stream(c.topic) }
 func (c *runContext) Key() string              { return c.key }
-func (c *runContext) Partition() int32         { return c.r.part }
+func (c *runContext) Partition() int32         { return c.part }
 func (c *runContext) Offset() int64            { return c.offset }
 func (c *runContext) Group() goka.Group        { return goka.Group(c.r.b.plan.Name) }
 func (c *runContext) Headers() goka.Headers    { return nil }
@@ -214,7 +233,7 @@ func (c *runContext) DeferCommit() func(error) { return func(error) {} }
 func (c *runContext) Fail(err error)           { panic(failure{err}) }
 
 func (c *runContext) Value() any {
-	b, _ := c.r.table.Get(c.key)
+	b, _ := c.r.tables[c.part].Get(c.key)
 	if b == nil {
 		return nil
 	}
@@ -230,23 +249,20 @@ func (c *runContext) SetValue(v any, _ ...goka.ContextOption) {
 	if err != nil {
 		c.Fail(err)
 	}
-	_ = c.r.table.Set(c.key, b)
+	_ = c.r.tables[c.part].Set(c.key, b)
 }
 
-func (c *runContext) Delete(_ ...goka.ContextOption) { _ = c.r.table.Delete(c.key) }
+func (c *runContext) Delete(_ ...goka.ContextOption) { _ = c.r.tables[c.part].Delete(c.key) }
 
 func (c *runContext) Emit(topic goka.Stream, key string, value any, _ ...goka.ContextOption) {
 	b, _ := value.([]byte)
 	c.r.output(c, string(topic), key, b, nil)
 }
 
-// Loopback queues a loop message: those for this partition's keys run after the callback; a
-// message for another partition (none without rollups) is dropped.
+// Loopback queues a loop message for the partition of its key: it runs after the callback.
 func (c *runContext) Loopback(key string, value any, _ ...goka.ContextOption) {
 	b, _ := value.([]byte)
-	if partitioner.Partition([]byte(key), int32(c.r.b.nParts)) == c.r.part {
-		c.r.queue = append(c.r.queue, loopMsg{key, b})
-	}
+	c.r.queue = append(c.r.queue, loopMsg{partitioner.Partition([]byte(key), int32(len(c.r.tables))), key, b})
 }
 
 func (c *runContext) Join(goka.Table) any {
