@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
@@ -97,12 +98,11 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 		return err
 	}
 	started := time.Now()
+	pp := newProgressLine(stderr)
 	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Sets: sets, Live: live, From: from, Until: until, Partitions: parts,
 		Facts: d.st, FactsTable: cfg.Sinks.Facts.Table, Family: cfg.Sinks.Facts.Family, Out: d.st, Encoder: agg.(*sinks.AggregatesEncoder),
-		Progress: func(pr backfill.Progress) {
-			fmt.Fprintf(stderr, "backfill: %s: %d facts read, %d of %d partitions run, %d windows written (%s)\n",
-				pr.Stage, pr.Facts, pr.Partitions, parts, pr.Windows, time.Since(started).Round(time.Second))
-		}})
+		Progress: pp.update})
+	pp.end()
 	if err != nil {
 		return err
 	}
@@ -175,5 +175,71 @@ func waitForFacts(ctx context.Context, offsets sinks.OffsetsAdmin, group string,
 			return ctx.Err()
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// progressLine shows a backfill's progress: on a terminal, one line rewritten in place a few times
+// a second, with the rate and the time left; in a log, a line every ten seconds and at each stage.
+type progressLine struct {
+	w       io.Writer
+	tty     bool
+	stage   string
+	since   time.Time // the stage's start
+	printed time.Time
+	shown   bool // a terminal line is open
+}
+
+func newProgressLine(w io.Writer) *progressLine {
+	tty := false
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil {
+			tty = st.Mode()&os.ModeCharDevice != 0
+		}
+	}
+	return &progressLine{w: w, tty: tty}
+}
+
+func (p *progressLine) update(pr backfill.Progress) {
+	now := time.Now()
+	changed := pr.Stage != p.stage
+	if changed {
+		p.stage, p.since = pr.Stage, now
+	}
+	every := 10 * time.Second
+	if p.tty {
+		every = 200 * time.Millisecond
+	}
+	if !changed && now.Sub(p.printed) < every {
+		return
+	}
+	p.printed = now
+	took := now.Sub(p.since).Seconds()
+	var line string
+	switch pr.Stage {
+	case "read":
+		line = fmt.Sprintf("reading the facts table: %d facts, %.0f/s", pr.Facts, float64(pr.Facts)/max(took, 1e-3))
+	case "run":
+		rate := float64(pr.Applied) / max(took, 1e-3)
+		left := "?"
+		if rate > 0 {
+			left = (time.Duration(float64(pr.Facts-pr.Applied)/rate) * time.Second).Round(time.Second).String()
+		}
+		line = fmt.Sprintf("running the engine: %d of %d facts (%d%%), %.0f/s, %d windows written, %s left",
+			pr.Applied, pr.Facts, pr.Applied*100/max(pr.Facts, 1), rate, pr.Windows, left)
+	default:
+		line = fmt.Sprintf("%s: %d facts, %d windows written", pr.Stage, pr.Facts, pr.Windows)
+	}
+	if p.tty {
+		fmt.Fprintf(p.w, "\rbackfill: %s\x1b[K", line)
+		p.shown = true
+		return
+	}
+	fmt.Fprintf(p.w, "backfill: %s\n", line)
+}
+
+// end closes the terminal line.
+func (p *progressLine) end() {
+	if p.shown {
+		fmt.Fprintln(p.w)
 	}
 }

@@ -27,6 +27,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/plan"
@@ -76,9 +78,10 @@ type Options struct {
 
 // Progress is what a run has done so far.
 type Progress struct {
-	Stage        string // "read" or "write"
+	Stage        string // "read" (the facts table), "run" (the engine over them) or "done"
 	Facts        int64  // facts read (for windows in range and the events after them)
-	Partitions   int    // source partitions run through the engine
+	Applied      int64  // facts run through the engine, of Facts
+	Partitions   int    // source partitions whose facts have all run
 	Windows      int64  // finals written
 	Cells        int64  // cells written (windows and key index rows)
 	Undecodable  int64  // facts whose row or qualifier could not be read
@@ -100,13 +103,23 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return b.sum, err
 	}
 	b.report("read")
-	if err := b.runAll(ctx); err != nil {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	b.w = startWriter(wctx, b.opts.Out)
+	err = b.runAll(ctx)
+	if err == nil {
+		err = b.flush(ctx)
+	}
+	if err != nil {
+		cancel()
+	}
+	err = errors.Join(err, b.w.close())
+	b.sum.Cells = b.w.cells.Load()
+	if err != nil {
 		return b.sum, err
 	}
-	if err := b.flush(ctx); err != nil {
-		return b.sum, err
-	}
-	b.report("write")
+	b.sum.Stage = "done"
+	b.report("done")
 	return b.sum, nil
 }
 
@@ -120,10 +133,14 @@ type backfill struct {
 	readFrom int64 // ms; facts earlier than this touch no window in range
 	parts    map[int32][]fact
 	live     [][]owner // per set of plan, per partition
-	nParts   int
-	dec      totals.Decoder
-	batch    []store.Cell
-	sum      Summary
+	w        *writer
+	entities map[string]string
+	// nextReport is the count of facts read at which read reports its progress next.
+	nextReport int64
+	nParts     int
+	dec        totals.Decoder
+	batch      []store.Cell
+	sum        Summary
 }
 
 // fact is one event read back from the facts table.
@@ -189,7 +206,7 @@ func prepare(opts Options) (*backfill, error) {
 	}
 	reduced := reduce(p, want)
 	b := &backfill{opts: opts, plan: reduced, want: want, from: minInt64, until: maxInt64,
-		parts: map[int32][]fact{}, nParts: opts.Partitions}
+		parts: map[int32][]fact{}, nParts: opts.Partitions, entities: map[string]string{}}
 	if !opts.From.IsZero() {
 		b.from = opts.From.UnixMilli()
 	}
@@ -331,12 +348,17 @@ func reduce(p *plan.Plan, want map[string]bool) *plan.Plan {
 // read scans the facts table and keeps, per source partition, the facts late enough to matter.
 func (b *backfill) read(ctx context.Context) error {
 	spec := store.ScanSpec{Table: b.opts.FactsTable, Family: b.opts.Family}
-	var ferr error
 	err := b.opts.Facts.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
 		entity, t, err := schema.ParseFactRow(row)
 		if err != nil {
 			b.sum.Undecodable += int64(len(cells))
 			return true
+		}
+		// Every row of an entity names it again: one copy is kept.
+		if e, ok := b.entities[entity]; ok {
+			entity = e
+		} else {
+			b.entities[entity] = entity
 		}
 		if t < b.readFrom {
 			b.sum.OutsideRange += int64(len(cells))
@@ -351,18 +373,20 @@ func (b *backfill) read(ctx context.Context) error {
 			b.parts[part] = append(b.parts[part], fact{offset: offset, entity: entity, time: t, value: c.Value})
 			b.sum.Facts++
 		}
-		if b.sum.Facts%100000 == 0 {
+		if b.sum.Facts >= b.nextReport {
+			b.nextReport = b.sum.Facts + progressEvery
 			b.report("read")
 		}
 		return ctx.Err() == nil
 	})
+	b.entities = nil
 	if err == nil {
 		err = ctx.Err()
 	}
 	if err != nil {
 		return fmt.Errorf("backfill: read facts table %s: %w", b.opts.FactsTable, err)
 	}
-	return ferr
+	return nil
 }
 
 // emit takes a totals record of the engine: a final of a window in range goes to the table.
@@ -393,11 +417,69 @@ func (b *backfill) emit(ctx context.Context, part int32, value []byte) error {
 	return nil
 }
 
-// flush writes the cells held, resending those that failed for a cause that may pass.
+// flush hands the cells held to the writer, which writes them while the engine goes on; it
+// returns the writer's error, if it has stopped on one.
 func (b *backfill) flush(ctx context.Context) error {
+	if len(b.batch) == 0 {
+		return b.w.failed()
+	}
 	cells := b.batch
+	b.batch = nil // the writer has these; the encoder cuts the next ones from fresh memory
+	select {
+	case b.w.in <- cells:
+		return b.w.failed()
+	case <-b.w.done:
+		return b.w.failed()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writer writes batches of cells in the background, a few at most waiting, so that the engine
+// does not wait for HBase at every batch.
+type writer struct {
+	out   store.Writer
+	in    chan []store.Cell
+	done  chan struct{} // closed when the writer has stopped
+	cells atomic.Int64  // written
+	mu    sync.Mutex
+	err   error
+}
+
+func startWriter(ctx context.Context, out store.Writer) *writer {
+	w := &writer{out: out, in: make(chan []store.Cell, 2), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for cells := range w.in {
+			if err := w.write(ctx, cells); err != nil {
+				w.mu.Lock()
+				w.err = err
+				w.mu.Unlock()
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// failed is the error the writer stopped on, if any.
+func (w *writer) failed() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// close waits for the batches handed over, and returns the writer's error.
+func (w *writer) close() error {
+	close(w.in)
+	<-w.done
+	return w.failed()
+}
+
+// write writes cells, resending those that failed for a cause that may pass.
+func (w *writer) write(ctx context.Context, cells []store.Cell) error {
 	for attempt := 0; len(cells) > 0; attempt++ {
-		failed, err := b.opts.Out.Write(ctx, cells)
+		failed, err := w.out.Write(ctx, cells)
 		if err != nil {
 			if attempt >= 10 || ctx.Err() != nil {
 				return fmt.Errorf("backfill: write %d cells: %w", len(cells), err)
@@ -405,7 +487,7 @@ func (b *backfill) flush(ctx context.Context) error {
 			sleep(ctx, attempt)
 			continue
 		}
-		b.sum.Cells += int64(len(cells) - len(failed))
+		w.cells.Add(int64(len(cells) - len(failed)))
 		var again []store.Cell
 		for _, f := range failed {
 			if f.Permanent || attempt >= 10 {
@@ -419,7 +501,6 @@ func (b *backfill) flush(ctx context.Context) error {
 			sleep(ctx, attempt)
 		}
 	}
-	b.batch = b.batch[:0]
 	return nil
 }
 
@@ -435,6 +516,9 @@ func sleep(ctx context.Context, attempt int) {
 func (b *backfill) report(stage string) {
 	if b.opts.Progress != nil {
 		s := b.sum
+		if b.w != nil {
+			s.Cells = b.w.cells.Load()
+		}
 		s.Stage = stage
 		b.opts.Progress(s)
 	}

@@ -55,7 +55,7 @@ func (b *backfill) runAll(ctx context.Context) error {
 	r.now = time.UnixMilli(max(b.readFrom, minTime))
 	eng, err := engine.New(b.plan, engine.Config{IdleTimeout: engine.DefaultIdleTimeout, FinalRetention: engine.DefaultFinalRetention,
 		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return r.now },
-		Output: r.output, CacheEntities: -1})
+		Output: r.output})
 	if err != nil {
 		return fmt.Errorf("backfill: %w", err)
 	}
@@ -71,16 +71,20 @@ func (b *backfill) runAll(ctx context.Context) error {
 			break
 		}
 		f := r.heads[p][0]
+		r.heads[p][0].value = nil // its memory goes once the engine is done with it
 		r.heads[p] = r.heads[p][1:]
 		if err := r.deliver(r.topic, p, f.offset, f.entity, f.value, time.UnixMilli(f.time), r.source); err != nil {
 			return err
 		}
+		b.sum.Applied++
 		if len(r.heads[p]) == 0 {
 			b.sum.Partitions++
-			b.report("write")
 		}
-		if n%10000 == 0 && ctx.Err() != nil {
-			return ctx.Err()
+		if n%progressEvery == 0 {
+			b.report("run")
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 		}
 	}
 	// Idle: past the idle timeout, a few times (a quiet origin, then the whole partition, then
@@ -98,6 +102,9 @@ func (b *backfill) runAll(ctx context.Context) error {
 	}
 	return nil
 }
+
+// progressEvery is how many facts go between two progress reports.
+const progressEvery = 20000
 
 // minTime bounds the wall clock backfill starts with: time.UnixMilli takes any int64, but a
 // clock near its ends would overflow the engine's own arithmetic.
