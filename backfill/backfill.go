@@ -66,8 +66,10 @@ type Options struct {
 	Facts      store.Reader
 	FactsTable string
 	Family     string
-	// Out receives the cells, which Encoder makes (its Table, KeyIndex, SaltBuckets: the
-	// aggregates sink's own settings).
+	// Out receives the cells, made as Encoder makes them (its Table, Family, SaltBuckets and key
+	// index settings: the aggregates sink's own). Each run encodes with an encoder of its own
+	// with these settings: one that stopped on an error must not be taken to have written the
+	// key index rows it had encoded.
 	Out     store.Writer
 	Encoder *sinks.AggregatesEncoder
 	// BatchCells bounds the cells of one write (default 2000).
@@ -133,6 +135,7 @@ type backfill struct {
 	readFrom int64 // ms; facts earlier than this touch no window in range
 	parts    map[int32][]fact
 	live     [][]owner // per set of plan, per partition
+	enc      *sinks.AggregatesEncoder
 	w        *writer
 	entities map[string]string
 	// nextReport is the count of facts read at which read reports its progress next.
@@ -216,6 +219,9 @@ func prepare(opts Options) (*backfill, error) {
 	if err := b.owners(); err != nil {
 		return nil, err
 	}
+	e := opts.Encoder
+	b.enc = &sinks.AggregatesEncoder{Table: e.Table, Family: e.Family, SaltBuckets: e.SaltBuckets,
+		KeyIndex: e.KeyIndex, KeyIndexTTL: e.KeyIndexTTL, KeyIndexCache: e.KeyIndexCache}
 	b.readFrom = b.from
 	for _, s := range reduced.Sets {
 		if s.Window.Size() == 0 { // sessions merge back as far as their events reach
@@ -406,7 +412,7 @@ func (b *backfill) emit(ctx context.Context, part int32, value []byte) error {
 		b.sum.NotClosed++ // the processor has not closed it: facts may still come
 		return nil
 	}
-	b.batch, err = b.opts.Encoder.Encode(&kgo.Record{Value: value}, b.batch)
+	b.batch, err = b.enc.Encode(&kgo.Record{Value: value}, b.batch)
 	if err != nil {
 		return fmt.Errorf("backfill: window %s of %q at %d: %w", r.Set, r.Entity, r.Start, err)
 	}

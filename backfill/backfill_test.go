@@ -3,6 +3,7 @@ package backfill_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -192,6 +193,7 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
 	before := cells(t, st, "live")
+	interrupted(t, opts, 700)
 	sum, err := backfill.Run(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -350,4 +352,39 @@ func write(t *testing.T, st store.Writer, cs []store.Cell) {
 		}
 		cs = cs[n:]
 	}
+}
+
+// interrupted runs a backfill that stops (its context cancelled, as a SIGKILL would stop it)
+// once it has written some cells, with more encoded and in flight: what it wrote is a part of
+// what a whole run writes, and the run that follows must leave the table as if nothing had
+// stopped.
+func interrupted(t *testing.T, opts backfill.Options, after int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	opts.BatchCells = 100 // several batches written before the stop
+	w := &stopAfter{Writer: opts.Out, limit: after, cancel: cancel}
+	opts.Out = w
+	if sum, err := backfill.Run(ctx, opts); !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted backfill: %+v, %v; want it stopped", sum, err)
+	}
+	if w.written == 0 {
+		t.Fatal("the interrupted backfill wrote nothing before it stopped")
+	}
+}
+
+// stopAfter writes until limit cells are written, then cancels and refuses.
+type stopAfter struct {
+	store.Writer
+	limit, written int
+	cancel         func()
+}
+
+func (s *stopAfter) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
+	if s.written >= s.limit {
+		s.cancel()
+		return nil, context.Canceled
+	}
+	s.written += len(cells)
+	return s.Writer.Write(ctx, cells)
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/abacus-stream/abacus/abacustest"
 	"github.com/abacus-stream/abacus/app"
+	"github.com/abacus-stream/abacus/backfill"
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
@@ -40,8 +41,8 @@ import (
 // with two sets and two rollups more and goes on; `abacus backfill` then writes those sets' windows from before
 // the redeployment. Every final window of the new sets in HBase (the processor's and backfill's)
 // is then, cell for cell, what the same topology gives over the same records from the start (the
-// processor's engine on the in-memory driver, through the aggregates sink's encoder). A second
-// backfill changes nothing.
+// processor's engine on the in-memory driver, through the aggregates sink's encoder), though a
+// first backfill was stopped halfway. A second backfill changes nothing.
 func TestBackfillRealServers(t *testing.T) {
 	brokers := testenv.Kafka(t)
 	zk := gate.HBaseZooKeeper(t)
@@ -147,6 +148,14 @@ ops: {listen: "127.0.0.1:0"}
 		time.Sleep(time.Second)
 	}
 	added := []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}
+	st, err := hbasestore.New(hc, hbasestore.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A backfill stopped halfway, with writes in flight, then the command: the table must end as
+	// if nothing had stopped.
+	interrupted(t, backfill.Options{Topology: v2, Sets: added, Live: live, Partitions: 4, Facts: st, FactsTable: facts, Family: "d",
+		Out: st, Encoder: &sinks.AggregatesEncoder{Table: agg, Family: "d", SaltBuckets: 4}}, 1000)
 	out := cli(program(v2), "backfill", "-config", conf, "-set", strings.Join(added, ","))
 	t.Logf("abacus backfill:\n%s", out)
 
@@ -200,10 +209,6 @@ ops: {listen: "127.0.0.1:0"}
 	}
 	if compared[true] == 0 || compared[false] == 0 {
 		t.Fatalf("windows compared: %d backfilled, %d the processor's; the test must reach both", compared[true], compared[false])
-	}
-	st, err := hbasestore.New(hc, hbasestore.Config{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	read := func() map[string]string {
 		out := map[string]string{}
