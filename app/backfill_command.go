@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,7 +19,7 @@ import (
 )
 
 const backfillUsage = `Usage:
-  abacus backfill -config FILE -set S [-set S2 ...] [-from T] [-until T]
+  abacus backfill -config FILE -set S [-set S2 ...] [-from T] [-until T] [-share I/N]
 
 Computes the windows of sets added to a running topology from before they were added, from the
 facts table, and writes them to the aggregates table as the processor would have: the same cells,
@@ -26,6 +27,8 @@ byte for byte, and their key index rows. Deploy the topology with the new sets f
 writes only the windows that started before each set's live start (what the processor gives no
 total), once the processor has closed them. -from and -until narrow the range. Running it again
 writes the same cells. Rollups are backfilled too; topologies of several sources not yet.
+-share spreads the work over N workers, each running a share of the source partitions (entity
+sets only: a rollup takes every partition's share).
 
 Flags:
 `
@@ -44,9 +47,10 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	c.register(fs, "listen")
 	var sets stringList
 	fs.Var(&sets, "set", "a set to backfill (repeat, or comma separated; required)")
-	fromFlag := fs.String("from", "", "only windows that start at or after this (RFC 3339, ms, or relative like -30d)")
+	fromFlag := fs.String("from", "", "only windows that start at or after this (RFC 3339, ms since the epoch, or relative like -720h)")
 	untilFlag := fs.String("until", "", "only windows that end at or before this")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the facts sink to catch up with the processor")
+	shareFlag := fs.String("share", "", "I/N: this run is worker I of N (from 0), and runs the source partitions p with p % N == I (entity sets only); a Kubernetes Indexed Job passes $(JOB_COMPLETION_INDEX)/N")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}
@@ -66,6 +70,16 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 			return usagef("-%s: %v", f.name, err)
 		}
 		*f.to = t
+	}
+	var share backfill.Share
+	if *shareFlag != "" {
+		i, n, ok := strings.Cut(*shareFlag, "/")
+		var err1, err2 error
+		share.Index, err1 = strconv.Atoi(i)
+		share.Of, err2 = strconv.Atoi(n)
+		if !ok || err1 != nil || err2 != nil || share.Of < 1 || share.Index < 0 || share.Index >= share.Of {
+			return usagef("-share %q: want I/N, a worker index from 0 to N-1 and the number of workers", *shareFlag)
+		}
 	}
 	if parsedOnly(ctx, fs, &c, nil) {
 		return nil
@@ -99,7 +113,7 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	}
 	started := time.Now()
 	pp := newProgressLine(stderr)
-	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Sets: sets, Live: live, From: from, Until: until, Partitions: parts,
+	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Sets: sets, Live: live, From: from, Until: until, Partitions: parts, Share: share,
 		Facts: d.st, FactsTable: cfg.Sinks.Facts.Table, Family: cfg.Sinks.Facts.Family, Out: d.st, Encoder: agg.(*sinks.AggregatesEncoder),
 		Progress: pp.update})
 	pp.end()

@@ -61,6 +61,11 @@ type Options struct {
 	// Partitions is the source topic's partition count (default: the highest partition a fact
 	// names, plus one). Every fact must be in the partition goka's partitioner gives its entity.
 	Partitions int
+	// Share, when Of is above 1, makes this run one of Of workers: it runs the source
+	// partitions p with p % Of == Index, and the others run the rest. An entity's windows need
+	// only its own partition's facts, in offset order; a rollup needs every partition's, so a
+	// shared run refuses rollup sets.
+	Share Share
 
 	// Facts reads the facts table, FactsTable, family Family.
 	Facts      store.Reader
@@ -78,6 +83,12 @@ type Options struct {
 	Progress func(Progress)
 }
 
+// Share is a worker's share of a backfill: the source partitions p with p % Of == Index.
+type Share struct{ Index, Of int }
+
+// mine reports whether partition p is the share's.
+func (s Share) mine(p int32) bool { return s.Of <= 1 || int(p)%s.Of == s.Index }
+
 // Progress is what a run has done so far.
 type Progress struct {
 	Stage        string // "read" (the facts table), "run" (the engine over them) or "done"
@@ -90,6 +101,7 @@ type Progress struct {
 	DeadLetters  int64  // facts the engine refused (the live path dead-lettered them too)
 	NotClosed    int64  // windows before the live start that the processor has not closed yet: run again later
 	OutsideRange int64  // facts too early to touch a window in range
+	OtherShares  int64  // facts of partitions other workers run (Share)
 }
 
 // Summary is what a run did.
@@ -177,6 +189,9 @@ func prepare(opts Options) (*backfill, error) {
 	if opts.Partitions < 0 {
 		errs = append(errs, fmt.Errorf("backfill: %d partitions", opts.Partitions))
 	}
+	if opts.Share.Of > 1 && (opts.Share.Index < 0 || opts.Share.Index >= opts.Share.Of) || opts.Share.Of < 0 {
+		errs = append(errs, fmt.Errorf("backfill: share %d of %d: the index must be from 0 to %d", opts.Share.Index, opts.Share.Of, opts.Share.Of-1))
+	}
 	want := map[string]bool{}
 	for _, s := range opts.Sets {
 		want[s] = true
@@ -193,6 +208,8 @@ func prepare(opts Options) (*backfill, error) {
 	for _, s := range names {
 		set := byName[s]
 		switch {
+		case set != nil && set.Rollup != nil && opts.Share.Of > 1:
+			errs = append(errs, fmt.Errorf("backfill: set %q is a rollup: it takes every partition's share, so one run must do it all (no Share)", s))
 		case set == nil:
 			var known []string
 			for _, k := range p.Sets {
@@ -374,6 +391,10 @@ func (b *backfill) read(ctx context.Context) error {
 			_, part, offset, err := schema.ParseFactQualifier(c.Qualifier)
 			if err != nil {
 				b.sum.Undecodable++
+				continue
+			}
+			if !b.opts.Share.mine(part) {
+				b.sum.OtherShares++
 				continue
 			}
 			b.parts[part] = append(b.parts[part], fact{offset: offset, entity: entity, time: t, value: c.Value})

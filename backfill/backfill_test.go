@@ -256,6 +256,36 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 	if straddling == 0 {
 		t.Error("no window across the live start was backfilled: the test does not reach it")
 	}
+
+	// Two workers, each a share of the partitions, write what one run writes.
+	for _, tb := range []string{"single", "shared"} {
+		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts.Sets = []string{"hour", "alarms-10m"}
+	opts.Encoder = &sinks.AggregatesEncoder{Table: "single", Family: family, SaltBuckets: buckets}
+	if _, err := backfill.Run(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	opts.Encoder = &sinks.AggregatesEncoder{Table: "shared", Family: family, SaltBuckets: buckets}
+	var read int64
+	for i := range 2 {
+		opts.Share = backfill.Share{Index: i, Of: 2}
+		sum, err := backfill.Run(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sum.OtherShares == 0 || sum.Facts == 0 {
+			t.Errorf("worker %d of 2 ran %d facts and left %d to the other: want some of each", i, sum.Facts, sum.OtherShares)
+		}
+		read += sum.Facts
+	}
+	single := cells(t, st, "single")
+	if len(single) == 0 || read != int64(len(factCells)) {
+		t.Fatalf("%d cells from one run; the workers ran %d facts of %d", len(single), read, len(factCells))
+	}
+	same(t, "one run", single, cells(t, st, "shared"))
 }
 
 // TestBackfillRefuses: what backfill may not write is refused before anything is read, and the
@@ -289,6 +319,12 @@ func TestBackfillRefuses(t *testing.T) {
 		{"a set live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"minute"}, added }, `set "minute" ran from the processor group's start on partition 0`},
 		{"a rollup live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"region-minute"}, added }, `set "region-minute" ran from the processor group's start`},
 		{"no set", func(o *backfill.Options) { o.Live = added }, "name the sets to backfill"},
+		{"a rollup shared", func(o *backfill.Options) {
+			o.Sets, o.Live, o.Share = []string{"region-hour"}, added, backfill.Share{Index: 1, Of: 2}
+		}, `set "region-hour" is a rollup: it takes every partition's share, so one run must do it all`},
+		{"a share out of range", func(o *backfill.Options) {
+			o.Sets, o.Live, o.Share = []string{"hour"}, added, backfill.Share{Index: 2, Of: 2}
+		}, "share 2 of 2: the index must be from 0 to 1"},
 		{"an unknown set", func(o *backfill.Options) { o.Sets, o.Live = []string{"hours"}, added }, `no set "hours" (it has minute, region-minute, hour, alarms-10m, region-hour, fleet-10m)`},
 		{"a set not deployed", func(o *backfill.Options) { o.Sets, o.Live = []string{"hour"}, old }, `set "hour" does not run on partition 0 yet`},
 		{"no records", func(o *backfill.Options) { o.Sets = []string{"hour"} }, "the processor's records of 0 partitions"},

@@ -61,8 +61,10 @@ func (b *backfill) runAll(ctx context.Context) error {
 	}
 	eng.SetPartitions(b.nParts)
 	for p := range r.tables {
-		r.tables[p] = memtable.New()
-		eng.SetStorage(int32(p), r.tables[p])
+		if b.opts.Share.mine(int32(p)) {
+			r.tables[p] = memtable.New()
+			eng.SetStorage(int32(p), r.tables[p])
+		}
 	}
 	r.source, r.onLoop, r.tickKeys = eng.SourceCallback(0), eng.LoopCallback(), engine.TickKeys(b.nParts)
 	for n := 0; ; n++ {
@@ -176,7 +178,9 @@ func (r *run) deliver(topic string, part int32, offset int64, key string, value 
 // tick sends every partition one tick now.
 func (r *run) tick() error {
 	for p, k := range r.tickKeys {
-		r.queue = append(r.queue, loopMsg{int32(p), k, engine.TickMessage()})
+		if r.tables[p] != nil {
+			r.queue = append(r.queue, loopMsg{int32(p), k, engine.TickMessage()})
+		}
 	}
 	m := r.queue[0]
 	r.queue = r.queue[1:]
@@ -269,7 +273,11 @@ func (c *runContext) Emit(topic goka.Stream, key string, value any, _ ...goka.Co
 // Loopback queues a loop message for the partition of its key: it runs after the callback.
 func (c *runContext) Loopback(key string, value any, _ ...goka.ContextOption) {
 	b, _ := value.([]byte)
-	c.r.queue = append(c.r.queue, loopMsg{partitioner.Partition([]byte(key), int32(len(c.r.tables))), key, b})
+	p := partitioner.Partition([]byte(key), int32(len(c.r.tables)))
+	if c.r.tables[p] == nil {
+		return // another worker's partition (Share): only rollups send there, and a share runs none
+	}
+	c.r.queue = append(c.r.queue, loopMsg{p, key, b})
 }
 
 func (c *runContext) Join(goka.Table) any {
