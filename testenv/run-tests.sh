@@ -35,7 +35,7 @@ declare -A stage_about=(
   [main]="every test that needs a server, against the real Kafka broker (PLAINTEXT and SASL_SSL) and the real standalone HBase: the sinks end to end, the processor on a real broker, the HBase client, queries, the CLI, pyopentsdb against the OpenTSDB API"
   [disruptive]="the TestDisruptive* tests, on Kafka brokers and HBases of their own that they stop, kill and restart: HBase down for five minutes (the sinks hold their poll and stay in their group) beside the others: the broker restarted and SIGKILLed, HBase stopped and SIGKILLed"
   [cluster]="the TestCluster* tests on a three-broker Kafka cluster whose brokers they SIGKILL and restart (leaders killed mid-stream, two of three brokers down)"
-  [chaos]="the failure suite's short form (bench/chaos): the whole pipeline while its roles are SIGKILLed again and again, HBase is stopped and killed, the broker restarted, regions split and moved; every cell compared with an oracle and a crash-free run"
+  [chaos]="the failure suite's short form (bench/chaos): the whole pipeline while its roles are SIGKILLed again and again, HBase is stopped and killed, the broker restarted, regions split and moved; every cell compared with an oracle and a crash-free run; beside it, on the shared broker, the processor's crash test (processors TestCrashRealKafka)"
   [hbase-cluster]="the TestHBaseCluster* tests on an HBase cluster of three region servers, which they SIGKILL, pause, stop and restart, and whose regions they move, while the whole pipeline writes"
   [chaos-cluster]="the failure suite's short form on an HBase cluster of three region servers (bench/chaos -hbase-cluster): region servers and hbase:meta's server SIGKILLed, regions moved, beside the roles' SIGKILLs"
   [kerberos]="an MIT KDC and a Kerberized HBase: HBase's own Java client proves the server, then the TestKerberos* tests, then the client, store, query and sink tests again with Kerberos"
@@ -46,11 +46,13 @@ declare -A stage_about=(
 # Debian's packages, the Python venv, the Maven jars, the shared Kafka and HBase.
 declare -A stage_needs=(
   [unit]="packages" [main]="jars services venv" [disruptive]="jars" [cluster]="jars services"
-  [chaos]="jars" [hbase-cluster]="jars services" [chaos-cluster]="jars" [kerberos]="packages jars services"
+  [chaos]="jars services" [hbase-cluster]="jars services" [chaos-cluster]="jars" [kerberos]="packages jars services"
   [fuzz]="" [browser]="packages"
 )
 # Tests that belong to a stage of their own: the main stage leaves them out.
-own_stage_tests='^(TestDisruptive|TestCluster|TestHBaseCluster|TestKerberos)'
+# The crash test runs in the chaos stage, beside the failure suite.
+crash_test=TestCrashRealKafka
+own_stage_tests="^(TestDisruptive|TestCluster|TestHBaseCluster|TestKerberos|$crash_test\$)"
 browser_tests='InChromium$'
 # Fuzz targets of every decoder and parser that reads what others control (state, totals and loop
 # records, JSON events, HBase responses, row keys, the config file, the query server's parameters).
@@ -361,9 +363,21 @@ stage_cluster() {
 }
 
 stage_chaos() {
+  # Beside the suite, on the shared broker: the processor's crash test (processor processes
+  # SIGKILLed mid-stream, state lost once). It is the processors package's longest test (275 s
+  # in the main stage), which was the main stage's longest package and so the run's critical path.
+  await services
+  local rc=0 pid
+  (set -e; eval "$("$services" env)"; export ABACUS_REQUIRE_SERVICES=1
+    gotest chaos-crash -timeout 15m -run "^$crash_test\$" ./processors) >"$run_dir/chaos-crash.out" 2>&1 &
+  pid=$!
   # bench/chaos starts its own Kafka and HBase (ports 29092, 24181, folder testenv/.data/chaos),
   # stops and kills them, and stops them at the end.
-  go run ./bench/chaos
+  go run ./bench/chaos || rc=1
+  wait "$pid" || rc=1
+  log "the processor's crash test on the shared broker:"
+  cat "$run_dir/chaos-crash.out"
+  return "$rc"
 }
 
 stage_hbase_cluster() {
