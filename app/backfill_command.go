@@ -50,6 +50,8 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	fromFlag := fs.String("from", "", "only windows that start at or after this (RFC 3339, ms since the epoch, or relative like -720h)")
 	untilFlag := fs.String("until", "", "only windows that end at or before this")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the facts sink to catch up with the processor")
+	memory := fs.Int64("memory-mb", 512, "MiB of facts held in memory; the others go through files in -temp-dir")
+	tempDir := fs.String("temp-dir", "", "where facts that do not fit in memory go (default the system's temporary folder)")
 	shareFlag := fs.String("share", "", "I/N: this run is worker I of N (from 0), and runs the source partitions p with p % N == I (entity sets only); a Kubernetes Indexed Job passes $(JOB_COMPLETION_INDEX)/N")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -114,6 +116,7 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	started := time.Now()
 	pp := newProgressLine(stderr)
 	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Sets: sets, Live: live, From: from, Until: until, Partitions: parts, Share: share,
+		MemoryBytes: *memory << 20, TempDir: *tempDir,
 		Facts: d.st, FactsTable: cfg.Sinks.Facts.Table, Family: cfg.Sinks.Facts.Family, Out: d.st, Encoder: agg.(*sinks.AggregatesEncoder),
 		Progress: pp.update})
 	pp.end()
@@ -125,6 +128,9 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	if sum.DeadLetters > 0 || sum.Undecodable > 0 {
 		fmt.Fprintf(stdout, "facts not counted: %d refused by the topology (the processor dead-lettered them too), %d unreadable rows or qualifiers\n",
 			sum.DeadLetters, sum.Undecodable)
+	}
+	if sum.OnDisk > 0 {
+		fmt.Fprintf(stdout, "%d facts did not fit in -memory-mb %d and went through files\n", sum.OnDisk, *memory)
 	}
 	if sum.NotClosed > 0 {
 		fmt.Fprintf(stdout, "%d windows before the live start are not closed by the processor yet: run backfill again once they are\n", sum.NotClosed)

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/state"
@@ -79,6 +80,10 @@ type Options struct {
 	Encoder *sinks.AggregatesEncoder
 	// BatchCells bounds the cells of one write (default 2000).
 	BatchCells int
+	// MemoryBytes bounds the facts held in memory (default 512 MiB); the others go to files in
+	// a folder under TempDir (default the system's), removed at the end.
+	MemoryBytes int64
+	TempDir     string
 	// Progress, if set, is told of each stage's progress.
 	Progress func(Progress)
 }
@@ -102,6 +107,7 @@ type Progress struct {
 	NotClosed    int64  // windows before the live start that the processor has not closed yet: run again later
 	OutsideRange int64  // facts too early to touch a window in range
 	OtherShares  int64  // facts of partitions other workers run (Share)
+	OnDisk       int64  // facts that did not fit in MemoryBytes, written to files and read back
 }
 
 // Summary is what a run did.
@@ -113,6 +119,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
+	defer b.facts.close()
 	if err := b.read(ctx); err != nil {
 		return b.sum, err
 	}
@@ -145,7 +152,8 @@ type backfill struct {
 	from     int64 // ms; windows start at or after
 	until    int64 // ms; windows end at or before
 	readFrom int64 // ms; facts earlier than this touch no window in range
-	parts    map[int32][]fact
+	facts    *facts
+	last     int64     // the latest event time read
 	live     [][]owner // per set of plan, per partition
 	enc      *sinks.AggregatesEncoder
 	w        *writer
@@ -226,7 +234,7 @@ func prepare(opts Options) (*backfill, error) {
 	}
 	reduced := reduce(p, want)
 	b := &backfill{opts: opts, plan: reduced, want: want, from: minInt64, until: maxInt64,
-		parts: map[int32][]fact{}, nParts: opts.Partitions, entities: map[string]string{}}
+		nParts: opts.Partitions, entities: map[string]string{}}
 	if !opts.From.IsZero() {
 		b.from = opts.From.UnixMilli()
 	}
@@ -254,6 +262,10 @@ func prepare(opts Options) (*backfill, error) {
 	if b.opts.BatchCells <= 0 {
 		b.opts.BatchCells = 2000
 	}
+	if b.opts.MemoryBytes <= 0 {
+		b.opts.MemoryBytes = 512 << 20
+	}
+	b.facts = newFacts(b.opts.MemoryBytes, b.opts.TempDir)
 	return b, nil
 }
 
@@ -371,6 +383,7 @@ func reduce(p *plan.Plan, want map[string]bool) *plan.Plan {
 // read scans the facts table and keeps, per source partition, the facts late enough to matter.
 func (b *backfill) read(ctx context.Context) error {
 	spec := store.ScanSpec{Table: b.opts.FactsTable, Family: b.opts.Family}
+	var rerr error
 	err := b.opts.Facts.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
 		entity, t, err := schema.ParseFactRow(row)
 		if err != nil {
@@ -397,8 +410,21 @@ func (b *backfill) read(ctx context.Context) error {
 				b.sum.OtherShares++
 				continue
 			}
-			b.parts[part] = append(b.parts[part], fact{offset: offset, entity: entity, time: t, value: c.Value})
+			if !b.plan.Sources[0].Repartition {
+				if q := partitioner.Partition([]byte(entity), int32(b.nParts)); q != part || int(part) >= b.nParts {
+					rerr = fmt.Errorf("backfill: entity %q was in source partition %d, where goka's partitioner puts it in %d of %d: say the source topic's partition count", entity, part, q, b.nParts)
+					return false
+				}
+			} else if int(part) >= b.nParts {
+				rerr = fmt.Errorf("backfill: facts name partition %d of the source, which has %d", part, b.nParts)
+				return false
+			}
+			if rerr = b.facts.add(part, fact{offset: offset, entity: entity, time: t, value: c.Value}); rerr != nil {
+				return false
+			}
+			b.last = max(b.last, t)
 			b.sum.Facts++
+			b.sum.OnDisk = b.facts.written
 		}
 		if b.sum.Facts >= b.nextReport {
 			b.nextReport = b.sum.Facts + progressEvery
@@ -407,6 +433,9 @@ func (b *backfill) read(ctx context.Context) error {
 		return ctx.Err() == nil
 	})
 	b.entities = nil
+	if err == nil {
+		err = rerr
+	}
 	if err == nil {
 		err = ctx.Err()
 	}

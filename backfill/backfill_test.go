@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -194,13 +195,18 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
 	before := cells(t, st, "live")
 	interrupted(t, opts, 700)
-	sum, err := backfill.Run(context.Background(), opts)
+	spilling := opts
+	spilling.MemoryBytes, spilling.TempDir = 256<<10, t.TempDir() // most facts go through files
+	sum, err := backfill.Run(context.Background(), spilling)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("backfill: %+v", sum)
-	if sum.Windows == 0 || sum.NotClosed != 0 {
-		t.Errorf("backfill wrote %d windows, left %d not closed: want some, and none", sum.Windows, sum.NotClosed)
+	if sum.Windows == 0 || sum.NotClosed != 0 || sum.OnDisk < sum.Facts/2 {
+		t.Errorf("backfill wrote %d windows, left %d not closed, and %d of %d facts went through files: want some, none, and most", sum.Windows, sum.NotClosed, sum.OnDisk, sum.Facts)
+	}
+	if left, _ := os.ReadDir(spilling.TempDir); len(left) != 0 {
+		t.Errorf("backfill left %d files in its temporary folder", len(left))
 	}
 	want, got := cells(t, st, "full"), cells(t, st, "live")
 	if len(got) == len(before) {

@@ -1,12 +1,10 @@
 package backfill
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/lovoo/goka"
@@ -24,32 +22,24 @@ import (
 // progress cross partitions through an in-memory loop. Partitions are interleaved by event time,
 // which keeps progress moving and state small; any interleaving gives the same windows.
 func (b *backfill) runAll(ctx context.Context) error {
-	top := int32(-1)
-	for p := range b.parts {
-		top = max(top, p)
-	}
-	if int(top) >= b.nParts {
-		return fmt.Errorf("backfill: facts name partition %d of the source, which has %d", top, b.nParts)
-	}
 	src := b.plan.Sources[0]
-	r := &run{b: b, ctx: ctx, tables: make([]*memtable.Table, b.nParts), heads: make([][]fact, b.nParts), topic: src.Topic,
+	r := &run{b: b, ctx: ctx, tables: make([]*memtable.Table, b.nParts), heads: make([]*stream, b.nParts), topic: src.Topic,
 		loop: plan.LoopTopic(b.plan.Name), loopOff: make([]int64, b.nParts)}
-	var last int64
-	for p, facts := range b.parts {
-		slices.SortFunc(facts, func(x, y fact) int { return cmp.Compare(x.offset, y.offset) })
-		if !src.Repartition {
-			for _, f := range facts {
-				if q := partitioner.Partition([]byte(f.entity), int32(b.nParts)); q != p {
-					return fmt.Errorf("backfill: entity %q was in source partition %d, where goka's partitioner puts it in %d of %d: say the source topic's partition count", f.entity, p, q, b.nParts)
-				}
+	defer func() {
+		for _, s := range r.heads {
+			if s != nil {
+				s.close()
 			}
 		}
-		for _, f := range facts {
-			last = max(last, f.time)
+	}()
+	for _, p := range b.facts.partitions() {
+		s, err := b.facts.stream(p)
+		if err != nil {
+			return err
 		}
-		r.heads[p] = facts
+		r.heads[p] = s
 	}
-	b.parts = nil
+	last := b.last
 	// The wall clock stays still while the facts go in: nothing is idle, nothing is retained by
 	// time. It then jumps past every window, and ticks close what is open.
 	r.now = time.UnixMilli(max(b.readFrom, minTime))
@@ -72,14 +62,15 @@ func (b *backfill) runAll(ctx context.Context) error {
 		if p < 0 {
 			break
 		}
-		f := r.heads[p][0]
-		r.heads[p][0].value = nil // its memory goes once the engine is done with it
-		r.heads[p] = r.heads[p][1:]
+		f := r.heads[p].peek()
 		if err := r.deliver(r.topic, p, f.offset, f.entity, f.value, time.UnixMilli(f.time), r.source); err != nil {
 			return err
 		}
+		if err := r.heads[p].advance(); err != nil {
+			return err
+		}
 		b.sum.Applied++
-		if len(r.heads[p]) == 0 {
+		if r.heads[p].peek() == nil {
 			b.sum.Partitions++
 		}
 		if n%progressEvery == 0 {
@@ -115,9 +106,13 @@ const minTime = -1 << 50
 // next is the partition whose next fact is the earliest in event time, -1 when none is left.
 func (r *run) next() int32 {
 	best := int32(-1)
+	var bt int64
 	for p, h := range r.heads {
-		if len(h) > 0 && (best < 0 || h[0].time < r.heads[best][0].time) {
-			best = int32(p)
+		if h == nil {
+			continue
+		}
+		if f := h.peek(); f != nil && (best < 0 || f.time < bt) {
+			best, bt = int32(p), f.time
 		}
 	}
 	return best
@@ -138,7 +133,7 @@ type run struct {
 	b        *backfill
 	ctx      context.Context
 	tables   []*memtable.Table
-	heads    [][]fact // per partition, the facts not yet delivered
+	heads    []*stream // per partition, the facts not yet delivered
 	topic    string
 	loop     string
 	tickKeys []string
