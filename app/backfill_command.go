@@ -126,7 +126,7 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	fmt.Fprintf(stdout, "backfilled %s: %d facts read, %d windows written (%d cells) in %s\n",
 		strings.Join(sets, ", "), sum.Facts, sum.Windows, sum.Cells, time.Since(started).Round(time.Millisecond))
 	if sum.DeadLetters > 0 || sum.Undecodable > 0 {
-		fmt.Fprintf(stdout, "facts not counted: %d refused by the topology (the processor dead-lettered them too), %d unreadable rows or qualifiers\n",
+		fmt.Fprintf(stdout, "facts not counted: %d refused by the topology's code for these sets, %d unreadable rows or qualifiers\n",
 			sum.DeadLetters, sum.Undecodable)
 	}
 	if sum.OnDisk > 0 {

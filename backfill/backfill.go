@@ -1,5 +1,5 @@
 // Package backfill computes aggregate windows from the facts table: the history of a set added
-// after its events went by, or of a set whose aggregation was fixed.
+// after its events went by (an aggregation fixed is such a set too, under a new name).
 //
 // The facts sink keeps every raw event in HBase with its entity, event time and source position
 // (partition and offset). Backfill reads them back, puts each source partition's events in offset
@@ -59,8 +59,8 @@ type Options struct {
 	// From and end at or before Until. An Until past every window backfill may write is refused,
 	// naming the live start.
 	From, Until time.Time
-	// Partitions is the source topic's partition count (default: the highest partition a fact
-	// names, plus one). Every fact must be in the partition goka's partitioner gives its entity.
+	// Partitions is the source topic's partition count (default: as many as Live has). Every
+	// fact must be in the partition goka's partitioner gives its entity.
 	Partitions int
 	// Share, when Of is above 1, makes this run one of Of workers: it runs the source
 	// partitions p with p % Of == Index, and the others run the rest. An entity's windows need
@@ -103,7 +103,7 @@ type Progress struct {
 	Windows      int64  // finals written
 	Cells        int64  // cells written (windows and key index rows)
 	Undecodable  int64  // facts whose row or qualifier could not be read
-	DeadLetters  int64  // facts the engine refused (the live path dead-lettered them too)
+	DeadLetters  int64  // facts the engine refused for these sets (counted, not sent to the dead-letter topic)
 	NotClosed    int64  // windows before the live start that the processor has not closed yet: run again later
 	OutsideRange int64  // facts too early to touch a window in range
 	OtherShares  int64  // facts of partitions other workers run (Share)
