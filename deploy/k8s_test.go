@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -36,6 +37,7 @@ type workload struct {
 	selector   *metav1.LabelSelector
 	pod        corev1.PodTemplateSpec
 	sts        *appsv1.StatefulSet
+	job        *batchv1.Job
 }
 
 func (w workload) String() string { return w.kind + " " + w.name }
@@ -89,7 +91,7 @@ func build(t *testing.T, overlay string) cluster {
 			c.workloads = append(c.workloads, workload{kind: tm.Kind, name: o.Name, selector: o.Spec.Selector, pod: o.Spec.Template})
 		case "batch/v1 Job":
 			o := strict[batchv1.Job](t, where, b)
-			c.workloads = append(c.workloads, workload{kind: tm.Kind, name: o.Name, selector: o.Spec.Selector, pod: o.Spec.Template})
+			c.workloads = append(c.workloads, workload{kind: tm.Kind, name: o.Name, selector: o.Spec.Selector, pod: o.Spec.Template, job: &o})
 		default:
 			t.Fatalf("%s: an object of a kind the checks do not know (%s %s): teach them", where, tm.APIVersion, tm.Kind)
 		}
@@ -127,7 +129,58 @@ func TestKubernetesOverlays(t *testing.T) {
 	for _, o := range overlays {
 		t.Run(filepath.Base(o), func(t *testing.T) { checkCluster(t, build(t, o)) })
 	}
+	// The backfill: the production overlay with an Indexed Job beside it.
+	t.Run("backfill", func(t *testing.T) {
+		c := build(t, filepath.Join("k8s", "backfill"))
+		checkCluster(t, c)
+		checkBackfillJob(t, c)
+	})
 }
+
+// checkBackfillJob: the backfill Job is Indexed, each pod runs its share (-share I/N with N the
+// Job's completions and parallelism), and restarted pods are fine (backfill writes the same cells).
+func checkBackfillJob(t *testing.T, c cluster) {
+	i := slices.IndexFunc(c.workloads, func(w workload) bool { return w.job != nil && w.name == "abacus-backfill" })
+	if i < 0 {
+		t.Fatal("no Job abacus-backfill")
+	}
+	w := c.workloads[i]
+	spec := w.job.Spec
+	args := w.pod.Spec.Containers[0].Args
+	share := ""
+	if j := slices.Index(args, "-share"); j >= 0 && j+1 < len(args) {
+		share = args[j+1]
+	}
+	n := int32(0)
+	if spec.Completions != nil && spec.Parallelism != nil && *spec.Completions == *spec.Parallelism {
+		n = *spec.Completions
+	}
+	if spec.CompletionMode == nil || *spec.CompletionMode != batchv1.IndexedCompletion || n == 0 ||
+		share != fmt.Sprintf("$(JOB_COMPLETION_INDEX)/%d", n) {
+		t.Errorf("%s: completion mode %v, completions %v, parallelism %v, -share %q: want Indexed, N pods at once and -share $(JOB_COMPLETION_INDEX)/N",
+			w, spec.CompletionMode, spec.Completions, spec.Parallelism, share)
+	}
+	if inv, err := program.ParseCommandLine(expandArgs(args, map[string]string{"JOB_COMPLETION_INDEX": fmt.Sprint(n - 1)})); err != nil || inv.Command != "backfill" {
+		t.Errorf("%s: the last pod's command line: %v, %v", w, inv, err)
+	}
+}
+
+// expandArgs replaces $(NAME) in args by env's NAME, as the kubelet does with a container's
+// environment; a name env lacks stays as written.
+func expandArgs(args []string, env map[string]string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = envRef.ReplaceAllStringFunc(a, func(m string) string {
+			if v, ok := env[m[2:len(m)-1]]; ok {
+				return v
+			}
+			return m
+		})
+	}
+	return out
+}
+
+var envRef = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
 
 func checkCluster(t *testing.T, c cluster) {
 	running := map[string]workload{} // role -> its workload
@@ -146,12 +199,15 @@ func checkCluster(t *testing.T, c cluster) {
 			t.Errorf("%s replaces the image's entrypoint (/abacus): give abacus's arguments as args", where)
 			continue
 		}
-		inv, err := program.ParseCommandLine(ctr.Args)
+		env, instanceFromName := podEnv(t, c, w, ctr)
+		if w.job != nil && w.job.Spec.CompletionMode != nil && *w.job.Spec.CompletionMode == batchv1.IndexedCompletion {
+			env["JOB_COMPLETION_INDEX"] = "0" // what Kubernetes sets in each pod of an Indexed Job
+		}
+		inv, err := program.ParseCommandLine(expandArgs(ctr.Args, env))
 		if err != nil {
 			t.Errorf("%s: args: %v", where, err)
 			continue
 		}
-		env, instanceFromName := podEnv(t, c, w, ctr)
 		file := configFile(t, c, w, ctr, inv.Flags["config"])
 		// The config's validation reads the credentials files, as the process does at start: they
 		// are written where the Secret volumes would put them, under a folder of the test.
