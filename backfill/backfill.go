@@ -216,6 +216,8 @@ func prepare(opts Options) (*backfill, error) {
 	for _, s := range names {
 		set := byName[s]
 		switch {
+		case set != nil && opts.Share.Of > 1 && p.Sources[set.Source].Repartition:
+			errs = append(errs, fmt.Errorf("backfill: set %q takes re-keyed events, which cross partitions: one run must do it all (no Share)", s))
 		case set != nil && set.Rollup != nil && opts.Share.Of > 1:
 			errs = append(errs, fmt.Errorf("backfill: set %q is a rollup: it takes every partition's share, so one run must do it all (no Share)", s))
 		case set == nil:
@@ -289,6 +291,7 @@ func (b *backfill) owners() error {
 		b.live[i] = make([]owner, b.nParts)
 		lastEnd := int64(minInt64) // the end of the latest window backfill may write
 		latest, latestPart := int64(minInt64), 0
+		fromStart := 0
 		for p, rec := range b.opts.Live {
 			var g *state.SetGrace
 			if rec != nil {
@@ -302,15 +305,25 @@ func (b *backfill) owners() error {
 			case g == nil:
 				errs = append(errs, fmt.Errorf("backfill: set %q does not run on partition %d yet: deploy the topology with it, then backfill what came before", set.Name, p))
 				continue
-			case g.LiveFrom == minInt64:
-				errs = append(errs, fmt.Errorf("backfill: set %q ran from the processor group's start on partition %d: every window of it is the processor's", set.Name, p))
+			}
+			closed := int64(minInt64) // a partition with no stream time yet has closed nothing
+			if st := max(rec.StreamTime, rec.IdleStreamTime); st != minInt64 {
+				closed = st - max(g.Grace, set.Grace)
+			}
+			b.live[i][p] = owner{liveFrom: g.LiveFrom, closed: closed}
+			if g.LiveFrom == minInt64 {
+				// The partition ran the set from its first event (from the group's start, or it had
+				// none when the set came): every window of it there is the processor's.
+				fromStart++
 				continue
 			}
-			b.live[i][p] = owner{liveFrom: g.LiveFrom, closed: max(rec.StreamTime, rec.IdleStreamTime) - max(g.Grace, set.Grace)}
 			lastEnd = max(lastEnd, lastWindowEnd(set, g.LiveFrom))
 			if g.LiveFrom > latest {
 				latest, latestPart = g.LiveFrom, p
 			}
+		}
+		if fromStart == b.nParts {
+			errs = append(errs, fmt.Errorf("backfill: set %q ran from the processor group's start on every partition: every window of it is the processor's", set.Name))
 		}
 		if set.Rollup != nil && len(errs) == 0 {
 			// A rollup window takes every partition's share: the owner gives it no total when it

@@ -317,12 +317,24 @@ func TestBackfillRefuses(t *testing.T) {
 	old := records(run(t, st, "", v1, v1, recs, len(recs), start))
 	base := backfill.Options{Topology: v2, Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "z", Family: family, SaltBuckets: buckets}}
+	rb := topology.New("devices")
+	topology.NewSource(rb, devices.Topic, topology.JSON[devices.Reading](),
+		func(r devices.Reading) string { return r.Sensor },
+		func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) }).Repartition().
+		Aggregate("by-sensor", windows.Tumbling(time.Hour)).Grace(time.Minute).Count("count")
+	rekeyed, err := rb.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		name string
 		edit func(*backfill.Options)
 		want string
 	}{
-		{"a set live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"minute"}, added }, `set "minute" ran from the processor group's start on partition 0`},
+		{"re-keyed events shared", func(o *backfill.Options) {
+			o.Topology, o.Sets, o.Live, o.Share = rekeyed, []string{"by-sensor"}, added, backfill.Share{Index: 0, Of: 2}
+		}, `set "by-sensor" takes re-keyed events, which cross partitions: one run must do it all`},
+		{"a set live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"minute"}, added }, `set "minute" ran from the processor group's start on every partition`},
 		{"a rollup live from the start", func(o *backfill.Options) { o.Sets, o.Live = []string{"region-minute"}, added }, `set "region-minute" ran from the processor group's start`},
 		{"no set", func(o *backfill.Options) { o.Live = added }, "name the sets to backfill"},
 		{"a rollup shared", func(o *backfill.Options) {
@@ -429,4 +441,66 @@ func (s *stopAfter) Write(ctx context.Context, cells []store.Cell) ([]store.Cell
 	}
 	s.written += len(cells)
 	return s.Writer.Write(ctx, cells)
+}
+
+// TestBackfillRekeyedSource: a source keyed by one thing (the device) and aggregated by another
+// (the sensor) goes through the loop topic live, from the record's partition to the entity's;
+// backfill sends it the same way, and a set added later again ends as if it had been there from
+// the start.
+func TestBackfillRekeyedSource(t *testing.T) {
+	rekeyed := func(later bool) *topology.Topology {
+		b := topology.New("devices")
+		src := topology.NewSource(b, devices.Topic, topology.JSON[devices.Reading](),
+			func(r devices.Reading) string { return r.Sensor },
+			func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) }).Repartition()
+		src.Aggregate("sensor-minute", windows.Tumbling(time.Minute)).Grace(10 * time.Second).Count("count")
+		if later {
+			src.Aggregate("sensor-10m", windows.Tumbling(10*time.Minute)).Grace(30*time.Second).
+				Count("count").Max("max_temp", "Temp").Distinct("devices", "Device")
+		}
+		tp, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	v1, v2 := rekeyed(false), rekeyed(true)
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	recs := readings(rand.New(rand.NewPCG(7, 8)), start, 2*time.Hour, 8000)
+	st, err := cellstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	for _, tb := range []string{factsTable, "full", "full_keys", "live", "live_keys"} {
+		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	facts := &sinks.FactsEncoder{Table: factsTable, Family: family, SaltBuckets: buckets, Extract: sinks.FactsOf(v2), LeaveRejectsToProcessor: true}
+	var factCells []store.Cell
+	for _, r := range recs {
+		if factCells, err = facts.Encode(&kgo.Record{Topic: devices.Topic, Partition: r.partition, Offset: r.offset, Key: []byte(r.key), Value: r.value, Timestamp: r.ts}, factCells); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, st, factCells)
+	run(t, st, "full", v2, v2, recs, len(recs), start)
+	d := run(t, st, "live", v1, v2, recs, len(recs)/2, start)
+	var live []*state.Partition
+	for p := range int32(4) {
+		rec, _ := d.PartitionRecord(p)
+		live = append(live, rec)
+	}
+	sum, err := backfill.Run(context.Background(), backfill.Options{Topology: v2, Sets: []string{"sensor-10m"}, Live: live,
+		Facts: st, FactsTable: factsTable, Family: family, Out: st,
+		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Windows == 0 {
+		t.Fatalf("backfill wrote no window: %+v", sum)
+	}
+	same(t, "a deployment that had the set from the start", cells(t, st, "full"), cells(t, st, "live"))
+	same(t, "its key index", cells(t, st, "full_keys"), cells(t, st, "live_keys"))
 }
