@@ -38,7 +38,13 @@ func (c *fakeContext) Headers() goka.Headers    { return c.rec.headers }
 func (c *fakeContext) Timestamp() time.Time     { return c.rec.ts }
 func (c *fakeContext) Context() context.Context { return context.Background() }
 func (c *fakeContext) DeferCommit() func(error) { return func(error) {} }
-func (c *fakeContext) Fail(err error)           { panic(failure{err}) }
+func (c *fakeContext) Fail(err error) {
+	if c.d.failReturns {
+		c.d.failed = err // as goka's Fail once its processor is stopping: noted, and it returns
+		return
+	}
+	panic(failure{err})
+}
 
 func (c *fakeContext) Value() any {
 	b, _ := c.d.tables[c.partition].Get(c.rec.key)

@@ -38,6 +38,9 @@ func (d *Driver) delivered() {
 // producer of its own and waits for Kafka's acknowledgement; here it is output at once, acknowledged,
 // and not counted among the messages AckLag delays.
 func (k kafka) SendDurable(topic, key string, value []byte, headers goka.Headers) error {
+	if k.d.durableErr != nil {
+		return k.d.durableErr
+	}
 	k.d.durable++
 	k.d.record(topic, key, value, headers)
 	return nil
@@ -90,6 +93,9 @@ func (d *Driver) deliver(dl delivery) {
 			if errors.As(asError(x), &f) {
 				d.failed = f.err
 				return
+			}
+			if d.failReturns && d.failed != nil {
+				return // the engine leaving the callback after a Fail that returned
 			}
 			panic(x)
 		}

@@ -98,6 +98,12 @@ type Driver struct {
 	// waits for Kafka's acknowledgement of what they wrote, and commits them (committed).
 	done map[string][][]bool
 
+	// failReturns and durableErr stand for Kafka and goka failing, for the package's own tests:
+	// SendDurable returns durableErr, and Fail returns instead of panicking (as goka's does once
+	// its processor is stopping).
+	failReturns bool
+	durableErr  error
+
 	sent     uint64   // messages the processor sent (state writes, totals, loop messages)
 	sentLog  []uint64 // sent at each of the last deliveries, for AckLag
 	ackedNow uint64

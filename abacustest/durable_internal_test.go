@@ -1,6 +1,8 @@
 package abacustest
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +92,49 @@ func TestPendingLateResentAfterCrash(t *testing.T) {
 		if f := d.Final("m", "a", time.UnixMilli(t0)); f.Float("n") != 1 {
 			t.Fatalf("final %s, want n 1", f)
 		}
+	}
+}
+
+// TestFailThatReturnsLosesNothing: a late record that Kafka refuses stops the processor before
+// the event's state write. goka's Fail returns, rather than panics, once its processor is
+// stopping (another partition failed a moment before, as in TestClusterTwoBrokersDown); the
+// engine must still leave the callback as failed, or goka commits the record as processed and a
+// restart skips it. Here the record stays uncommitted, and the restarted processor applies the
+// event once and writes its late record.
+func TestFailThatReturnsLosesNothing(t *testing.T) {
+	type ev struct {
+		TS int64 `json:"ts"`
+	}
+	b := topology.New("failing")
+	b.LateTopic("failing-late")
+	src := topology.NewSource(b, "in", topology.JSON[ev](), func(ev) string { return "a" },
+		func(e ev) time.Time { return time.UnixMilli(e.TS) })
+	src.Aggregate("strict", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+	src.Aggregate("lenient", windows.Tumbling(time.Minute)).Grace(30 * time.Second).Count("n")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const t0 = 1_767_225_600_000 // a minute boundary
+	var stopped error
+	d := New(t, topo, Options{Start: time.UnixMilli(t0), Partitions: 1, OnFail: func(err error) { stopped = err }})
+	d.Pipe("in", "a", ev{TS: t0 + 1000})
+	d.Pipe("in", "a", ev{TS: t0 + 65_000})
+	d.failReturns, d.durableErr = true, errors.New("dial tcp 127.0.0.1:19193: connect: connection refused")
+	d.Pipe("in", "a", ev{TS: t0 + 50_000}) // late for strict, applied to lenient: its late record first
+	if stopped == nil || !strings.Contains(stopped.Error(), "connection refused") {
+		t.Fatalf("the processor did not stop on the refused late record: %v", stopped)
+	}
+	if c := d.committed("in", 0); c != 2 {
+		t.Fatalf("the group would resume from offset %d, want 2: the record whose writes failed must not count as processed", c)
+	}
+	d.failReturns, d.durableErr = false, nil
+	d.Restart(true)
+	d.Pipe("in", "a", ev{TS: t0 + 200_000}) // closes [0, 60 s) for both sets
+	if got := d.Final("lenient", "a", time.UnixMilli(t0)).Values["n"].Int; got != 2 {
+		t.Errorf("lenient [0, 60 s) counted %d events, want 2: the event at 50 s is lost", got)
+	}
+	if n := len(d.Late()); n != 1 {
+		t.Errorf("%d late records, want 1 (the event at 50 s, for strict)", n)
 	}
 }

@@ -13,11 +13,17 @@ import (
 	"github.com/abacus-stream/abacus/state"
 )
 
-// fail stops the processor: only for what no record caused (corrupt state, a bug). goka's Fail
-// panics to leave the callback; guard lets that panic through.
+// fail stops the processor: only for what no record caused (corrupt state, a bug, a write Kafka
+// refused). It never returns. goka's Fail panics to leave the callback, and guard lets that
+// panic through; but once the processor is stopping (another partition failed first) goka's
+// Fail only notes the error and returns, and a callback that then returned normally would have
+// its record committed as processed, though nothing of it was written: the record would be
+// lost. So fail panics itself after Fail, which goka takes as the callback's failure too.
 func (e *Engine) fail(ctx goka.Context, err error) {
 	e.log.Error("processor callback failed", "key", ctx.Key(), "topic", ctx.Topic(), "partition", ctx.Partition(), "offset", ctx.Offset(), "err", err)
-	ctx.Fail(&failure{err})
+	f := &failure{err}
+	ctx.Fail(f)
+	panic(f)
 }
 
 // failure is an error the engine stops on, told apart from a panic of user code.
