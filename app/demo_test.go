@@ -31,9 +31,6 @@ func TestDemo(t *testing.T) {
 	}
 	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
-			// Side by side: each mode waits minutes for the demo's hour of history to go through,
-			// and the two share nothing (the embedded mode's broker and store are its own).
-			t.Parallel()
 			args := []string{"demo", "-listen", "127.0.0.1:0", "-for", "10m"}
 			if mode == "real-servers" {
 				args = append(args, "-kafka", strings.Join(testenv.Kafka(t), ","), "-hbase", gate.HBaseZooKeeper(t))

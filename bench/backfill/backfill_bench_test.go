@@ -1,9 +1,3 @@
-// Package backfillbench measures `abacus backfill` against the HBase client's raw scan rate on the
-// same facts table: it loads a fleet's readings into a facts table of the real HBase (written by
-// the facts sink's own encoder), scans it raw (every cell counted, nothing kept), then backfills
-// the example's per-device sets and rollups from it into an aggregates table. Both read the same
-// table in one run, so the ratio (backfill's facts per second over the raw scan's) is what the
-// engine, the ordering and the writes cost. run.sh runs it.
 package backfillbench
 
 import (
