@@ -16,31 +16,19 @@ import (
 // waits for Kafka's acknowledgement). A record late for every set writes no state and goes out
 // with the others.
 func TestLateRecordsSentDurably(t *testing.T) {
-	type ev struct {
-		TS int64 `json:"ts"`
-	}
-	b := topology.New("durable")
-	b.LateTopic("durable-late")
-	src := topology.NewSource(b, "in", topology.JSON[ev](), func(ev) string { return "a" },
-		func(e ev) time.Time { return time.UnixMilli(e.TS) })
-	src.Aggregate("strict", windows.Tumbling(time.Minute)).Grace(0).Count("n")
-	src.Aggregate("lenient", windows.Tumbling(time.Minute)).Grace(30 * time.Second).Count("n")
-	topo, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
+	topo := strictAndLenient(t, "durable")
 	const t0 = 1_767_225_600_000 // a minute boundary
 	d := New(t, topo, Options{Start: time.UnixMilli(t0)})
-	d.Pipe("in", "a", ev{TS: t0 + 1000})
-	d.Pipe("in", "a", ev{TS: t0 + 65_000})
+	d.Pipe("in", "a", tsEvent{TS: t0 + 1000})
+	d.Pipe("in", "a", tsEvent{TS: t0 + 65_000})
 	// Stream time 65 s: 50 s is late for strict [0, 60 s) and on time for lenient (grace 30 s).
-	d.Pipe("in", "a", ev{TS: t0 + 50_000})
+	d.Pipe("in", "a", tsEvent{TS: t0 + 50_000})
 	if n := len(d.Messages("durable-late")); n != 1 || d.durable != 1 {
 		t.Fatalf("after an event late for one set and applied to the other: %d late records, %d sent durably; want 1 and 1", n, d.durable)
 	}
 	// Stream time 100 s: 20 s is late for both (lenient [0, 60 s) closed at 90 s).
-	d.Pipe("in", "a", ev{TS: t0 + 100_000})
-	d.Pipe("in", "a", ev{TS: t0 + 20_000})
+	d.Pipe("in", "a", tsEvent{TS: t0 + 100_000})
+	d.Pipe("in", "a", tsEvent{TS: t0 + 20_000})
 	if n := len(d.Messages("durable-late")); n != 3 || d.durable != 1 {
 		t.Fatalf("after an event late for both sets: %d late records, %d sent durably; want 3 and still 1", n, d.durable)
 	}
@@ -52,13 +40,10 @@ func TestLateRecordsSentDurably(t *testing.T) {
 // then finds the late event below the fence. The write lists it as pending, and the replay sends
 // its late record again. Acknowledgements lag here far behind, so nothing counts as done.
 func TestPendingLateResentAfterCrash(t *testing.T) {
-	type ev struct {
-		TS int64 `json:"ts"`
-	}
 	b := topology.New("pending")
 	b.LateTopic("pending-late")
-	topology.NewSource(b, "in", topology.JSON[ev](), func(ev) string { return "a" },
-		func(e ev) time.Time { return time.UnixMilli(e.TS) }).
+	topology.NewSource(b, "in", topology.JSON[tsEvent](), func(tsEvent) string { return "a" },
+		func(e tsEvent) time.Time { return time.UnixMilli(e.TS) }).
 		Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n")
 	topo, err := b.Build()
 	if err != nil {
@@ -67,10 +52,10 @@ func TestPendingLateResentAfterCrash(t *testing.T) {
 	const t0 = 1_767_225_600_000 // a minute boundary
 	for _, lose := range []bool{false, true} {
 		d := New(t, topo, Options{Start: time.UnixMilli(t0), Partitions: 1, AckLag: 1000})
-		d.Pipe("in", "a", ev{TS: t0 + 10_000})
-		d.Pipe("in", "a", ev{TS: t0 + 70_000}) // closes [0, 60 s)
-		d.Pipe("in", "a", ev{TS: t0 + 20_000}) // offset 2: late for every window
-		d.Pipe("in", "a", ev{TS: t0 + 80_000}) // offset 3: applied, its write fences offset 2
+		d.Pipe("in", "a", tsEvent{TS: t0 + 10_000})
+		d.Pipe("in", "a", tsEvent{TS: t0 + 70_000}) // closes [0, 60 s)
+		d.Pipe("in", "a", tsEvent{TS: t0 + 20_000}) // offset 2: late for every window
+		d.Pipe("in", "a", tsEvent{TS: t0 + 80_000}) // offset 3: applied, its write fences offset 2
 		if n := len(d.Late()); n != 1 {
 			t.Fatalf("%d late records before the crash, want 1", n)
 		}
@@ -102,26 +87,14 @@ func TestPendingLateResentAfterCrash(t *testing.T) {
 // restart skips it. Here the record stays uncommitted, and the restarted processor applies the
 // event once and writes its late record.
 func TestFailThatReturnsLosesNothing(t *testing.T) {
-	type ev struct {
-		TS int64 `json:"ts"`
-	}
-	b := topology.New("failing")
-	b.LateTopic("failing-late")
-	src := topology.NewSource(b, "in", topology.JSON[ev](), func(ev) string { return "a" },
-		func(e ev) time.Time { return time.UnixMilli(e.TS) })
-	src.Aggregate("strict", windows.Tumbling(time.Minute)).Grace(0).Count("n")
-	src.Aggregate("lenient", windows.Tumbling(time.Minute)).Grace(30 * time.Second).Count("n")
-	topo, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
+	topo := strictAndLenient(t, "failing")
 	const t0 = 1_767_225_600_000 // a minute boundary
 	var stopped error
 	d := New(t, topo, Options{Start: time.UnixMilli(t0), Partitions: 1, OnFail: func(err error) { stopped = err }})
-	d.Pipe("in", "a", ev{TS: t0 + 1000})
-	d.Pipe("in", "a", ev{TS: t0 + 65_000})
+	d.Pipe("in", "a", tsEvent{TS: t0 + 1000})
+	d.Pipe("in", "a", tsEvent{TS: t0 + 65_000})
 	d.failReturns, d.durableErr = true, errors.New("dial tcp 127.0.0.1:19193: connect: connection refused")
-	d.Pipe("in", "a", ev{TS: t0 + 50_000}) // late for strict, applied to lenient: its late record first
+	d.Pipe("in", "a", tsEvent{TS: t0 + 50_000}) // late for strict, applied to lenient: its late record first
 	if stopped == nil || !strings.Contains(stopped.Error(), "connection refused") {
 		t.Fatalf("the processor did not stop on the refused late record: %v", stopped)
 	}
@@ -130,11 +103,34 @@ func TestFailThatReturnsLosesNothing(t *testing.T) {
 	}
 	d.failReturns, d.durableErr = false, nil
 	d.Restart(true)
-	d.Pipe("in", "a", ev{TS: t0 + 200_000}) // closes [0, 60 s) for both sets
+	d.Pipe("in", "a", tsEvent{TS: t0 + 200_000}) // closes [0, 60 s) for both sets
 	if got := d.Final("lenient", "a", time.UnixMilli(t0)).Values["n"].Int; got != 2 {
 		t.Errorf("lenient [0, 60 s) counted %d events, want 2: the event at 50 s is lost", got)
 	}
 	if n := len(d.Late()); n != 1 {
 		t.Errorf("%d late records, want 1 (the event at 50 s, for strict)", n)
 	}
+}
+
+// tsEvent is the events of strictAndLenient's topology.
+type tsEvent struct {
+	TS int64 `json:"ts"`
+}
+
+// strictAndLenient is a topology named name whose one entity's events go to two sets of one-minute
+// windows, one with no grace and one with 30 s, with a late topic: an event can be late for the
+// first and applied to the second.
+func strictAndLenient(t *testing.T, name string) *topology.Topology {
+	t.Helper()
+	b := topology.New(name)
+	b.LateTopic(name + "-late")
+	src := topology.NewSource(b, "in", topology.JSON[tsEvent](), func(tsEvent) string { return "a" },
+		func(e tsEvent) time.Time { return time.UnixMilli(e.TS) })
+	src.Aggregate("strict", windows.Tumbling(time.Minute)).Grace(0).Count("n")
+	src.Aggregate("lenient", windows.Tumbling(time.Minute)).Grace(30 * time.Second).Count("n")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
 }

@@ -154,42 +154,17 @@ func run(t *testing.T, st store.Writer, table string, v1, v2 *topology.Topology,
 
 // TestBackfillCompletesAnAddedSet is the promise on the in-memory driver: a deployment
 // adds two sets and two rollups (by region, and global) an hour and a quarter into three hours of
-// readings (some late, some twice); the processor writes their windows from there on, and backfill, from the facts table alone, writes
-// the windows before. The aggregates table then holds, cell for cell, what a deployment that had
+// readings (some late, some twice); the processor writes their windows from there on, and
+// backfill, from the facts table alone, writes the windows before. The aggregates table then holds, cell for cell, what a deployment that had
 // the sets from the start holds; the key index rows too. Run again, backfill writes the same.
 func TestBackfillCompletesAnAddedSet(t *testing.T) {
 	v1, v2 := topo(t, false), topo(t, true)
 	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	recs := readings(rand.New(rand.NewPCG(1, 2)), start, 3*time.Hour, 30000)
-	st, err := cellstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for _, tb := range []string{factsTable, "full", "full_keys", "live", "live_keys"} {
-		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	facts := &sinks.FactsEncoder{Table: factsTable, Family: family, SaltBuckets: buckets, Extract: sinks.FactsOf(v2), LeaveRejectsToProcessor: true}
-	var factCells []store.Cell
-	for _, r := range recs {
-		factCells, err = facts.Encode(&kgo.Record{Topic: devices.Topic, Partition: r.partition, Offset: r.offset, Key: []byte(r.key), Value: r.value, Timestamp: r.ts}, factCells)
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(t, st, factCells)
+	st, nFacts := withFacts(t, v2, recs)
 	run(t, st, "full", v2, v2, recs, len(recs), start)
 	d := run(t, st, "live", v1, v2, recs, len(recs)*5/12, start)
-	var live []*state.Partition
-	for p := range int32(4) {
-		rec, ok := d.PartitionRecord(p)
-		if !ok {
-			t.Fatalf("partition %d has no record", p)
-		}
-		live = append(live, rec)
-	}
+	live := records(d)
 	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}, Live: live,
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
@@ -288,8 +263,8 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		read += sum.Facts
 	}
 	single := cells(t, st, "single")
-	if len(single) == 0 || read != int64(len(factCells)) {
-		t.Fatalf("%d cells from one run; the workers ran %d facts of %d", len(single), read, len(factCells))
+	if len(single) == 0 || read != int64(nFacts) {
+		t.Fatalf("%d cells from one run; the workers ran %d facts of %d", len(single), read, nFacts)
 	}
 	same(t, "one run", single, cells(t, st, "shared"))
 }
@@ -305,14 +280,6 @@ func TestBackfillRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	records := func(d *abacustest.Driver) []*state.Partition {
-		var out []*state.Partition
-		for p := range int32(4) {
-			rec, _ := d.PartitionRecord(p)
-			out = append(out, rec)
-		}
-		return out
-	}
 	added := records(run(t, st, "", v1, v2, recs, len(recs)/2, start))
 	old := records(run(t, st, "", v1, v1, recs, len(recs), start))
 	base := backfill.Options{Topology: v2, Facts: st, FactsTable: factsTable, Family: family, Out: st,
@@ -467,31 +434,10 @@ func TestBackfillRekeyedSource(t *testing.T) {
 	v1, v2 := rekeyed(false), rekeyed(true)
 	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
 	recs := readings(rand.New(rand.NewPCG(7, 8)), start, 2*time.Hour, 8000)
-	st, err := cellstore.Open(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	for _, tb := range []string{factsTable, "full", "full_keys", "live", "live_keys"} {
-		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	facts := &sinks.FactsEncoder{Table: factsTable, Family: family, SaltBuckets: buckets, Extract: sinks.FactsOf(v2), LeaveRejectsToProcessor: true}
-	var factCells []store.Cell
-	for _, r := range recs {
-		if factCells, err = facts.Encode(&kgo.Record{Topic: devices.Topic, Partition: r.partition, Offset: r.offset, Key: []byte(r.key), Value: r.value, Timestamp: r.ts}, factCells); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(t, st, factCells)
+	st, _ := withFacts(t, v2, recs)
 	run(t, st, "full", v2, v2, recs, len(recs), start)
 	d := run(t, st, "live", v1, v2, recs, len(recs)/2, start)
-	var live []*state.Partition
-	for p := range int32(4) {
-		rec, _ := d.PartitionRecord(p)
-		live = append(live, rec)
-	}
+	live := records(d)
 	sum, err := backfill.Run(context.Background(), backfill.Options{Topology: v2, Sets: []string{"sensor-10m"}, Live: live,
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}})
@@ -503,4 +449,39 @@ func TestBackfillRekeyedSource(t *testing.T) {
 	}
 	same(t, "a deployment that had the set from the start", cells(t, st, "full"), cells(t, st, "live"))
 	same(t, "its key index", cells(t, st, "full_keys"), cells(t, st, "live_keys"))
+}
+
+// withFacts is a cell store with the tables the tests write, its facts table holding recs as the
+// facts sink of topo writes them; it returns how many facts it holds.
+func withFacts(t *testing.T, topo *topology.Topology, recs []source) (*cellstore.Store, int) {
+	t.Helper()
+	st, err := cellstore.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	for _, tb := range []string{factsTable, "full", "full_keys", "live", "live_keys"} {
+		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	facts := &sinks.FactsEncoder{Table: factsTable, Family: family, SaltBuckets: buckets, Extract: sinks.FactsOf(topo), LeaveRejectsToProcessor: true}
+	var cs []store.Cell
+	for _, r := range recs {
+		if cs, err = facts.Encode(&kgo.Record{Topic: devices.Topic, Partition: r.partition, Offset: r.offset, Key: []byte(r.key), Value: r.value, Timestamp: r.ts}, cs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(t, st, cs)
+	return st, len(cs)
+}
+
+// records are the driver's partition records, nil for a partition that has none.
+func records(d *abacustest.Driver) []*state.Partition {
+	var out []*state.Partition
+	for p := range int32(4) {
+		rec, _ := d.PartitionRecord(p)
+		out = append(out, rec)
+	}
+	return out
 }
