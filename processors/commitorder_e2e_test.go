@@ -133,7 +133,8 @@ func failedWriteHoldsCommit(t *testing.T, brokers []string) {
 			// Seen under load (2026-12-06, three times in five full runs), not reproduced alone:
 			// the restarted processor logged its assignment and then took no record for minutes.
 			// Its goroutines say where it waits.
-			t.Fatalf("the restarted processor did not commit the partition's end: lag %d (%v); goroutines:\n%s", lag, err, allStacks())
+			t.Fatalf("the restarted processor did not commit the partition's end: lag %d (%v); sarama's log for the topic:\n%s\ngoroutines:\n%s",
+				lag, err, saramaLog.tail(200, name), allStacks())
 		}
 		if err != nil && !errors.Is(err, kerr.CoordinatorLoadInProgress) {
 			t.Fatal(err)
