@@ -26,7 +26,9 @@ facts table, and writes them to the aggregates table as the processor would have
 byte for byte, and their key index rows. Deploy the topology with the new sets first: backfill
 writes only the windows that started before each set's live start (what the processor gives no
 total), once the processor has closed them. -from and -until narrow the range. Running it again
-writes the same cells. Rollups are backfilled too; topologies of several sources not yet.
+writes the same cells. Progress is saved every -checkpoint-every to sinks.backfill_table: a run
+stopped anywhere (killed, evicted) and started again with the same flags resumes from there.
+Rollups are backfilled too; topologies of several sources not yet.
 -share spreads the work over N workers, each running a share of the source partitions (entity
 sets only: a rollup takes every partition's share).
 
@@ -52,6 +54,8 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait for the facts sink to catch up with the processor")
 	memory := fs.Int64("memory-mb", 512, "MiB of facts held in memory; the others go through files in -temp-dir")
 	tempDir := fs.String("temp-dir", "", "where facts that do not fit in memory go (default the system's temporary folder)")
+	restart := fs.Bool("restart", false, "start over, leaving aside the checkpoint an earlier run with the same flags left")
+	every := fs.Duration("checkpoint-every", time.Minute, "how often progress is saved to sinks.backfill_table (a run stopped anywhere resumes from there)")
 	shareFlag := fs.String("share", "", "I/N: this run is worker I of N (from 0), and runs the source partitions p with p % N == I (entity sets only); a Kubernetes Indexed Job passes $(JOB_COMPLETION_INDEX)/N")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
@@ -113,18 +117,25 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	if err != nil {
 		return err
 	}
+	if err := d.st.EnsureTable(ctx, backfill.CheckpointLayout(cfg.Sinks.BackfillTable)); err != nil {
+		return fmt.Errorf("backfill: checkpoints table: %w", err)
+	}
 	started := time.Now()
 	pp := newProgressLine(stderr)
 	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Sets: sets, Live: live, From: from, Until: until, Partitions: parts, Share: share,
 		MemoryBytes: *memory << 20, TempDir: *tempDir,
 		Facts: d.st, FactsTable: cfg.Sinks.Facts.Table, Family: cfg.Sinks.Facts.Family, Out: d.st, Encoder: agg.(*sinks.AggregatesEncoder),
-		Progress: pp.update})
+		Progress:    pp.update,
+		Checkpoints: &backfill.Checkpoints{Store: d.st, Table: cfg.Sinks.BackfillTable, Every: *every, Restart: *restart}})
 	pp.end()
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "backfilled %s: %d facts read, %d windows written (%d cells) in %s\n",
 		strings.Join(sets, ", "), sum.Facts, sum.Windows, sum.Cells, time.Since(started).Round(time.Millisecond))
+	if sum.Resumed > 0 {
+		fmt.Fprintf(stdout, "resumed from a checkpoint of an earlier run: %d facts it had run were not run again\n", sum.Resumed)
+	}
 	if sum.DeadLetters > 0 || sum.Undecodable > 0 {
 		fmt.Fprintf(stdout, "facts not counted: %d refused by the topology's code for these sets, %d unreadable rows or qualifiers\n",
 			sum.DeadLetters, sum.Undecodable)

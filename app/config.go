@@ -193,6 +193,8 @@ type SinksConfig struct {
 	// Offsets is "kafka" (default: consumer group commits) or "hbase" (the OffsetsTable).
 	Offsets      string `yaml:"offsets"`
 	OffsetsTable string `yaml:"offsets_table"` // default abacus_offsets
+	// BackfillTable is where `abacus backfill` keeps its checkpoints (default abacus_backfill).
+	BackfillTable string `yaml:"backfill_table"`
 	// Durability of the Puts: table_default (SYNC_WAL), sync_wal, fsync_wal, async_wal, or
 	// skip_wal, which is refused unless ForceSkipWAL is set.
 	Durability    string   `yaml:"durability"`

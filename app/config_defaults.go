@@ -45,6 +45,9 @@ func (c *Config) EnsureDefaults() {
 	if c.Sinks.Offsets == "" {
 		c.Sinks.Offsets = "kafka"
 	}
+	if c.Sinks.BackfillTable == "" {
+		c.Sinks.BackfillTable = "abacus_backfill"
+	}
 	if c.Sinks.OffsetsTable == "" {
 		c.Sinks.OffsetsTable = "abacus_offsets"
 	}
@@ -111,4 +114,5 @@ func (c *Config) applyPrefix() {
 		}
 	}
 	own(&c.Sinks.OffsetsTable)
+	own(&c.Sinks.BackfillTable)
 }

@@ -45,7 +45,7 @@ func TestPrefixesKeepEnvironmentsApart(t *testing.T) {
 				}
 			}
 		}
-		tables = append(tables, cfg.Sinks.OffsetsTable)
+		tables = append(tables, cfg.Sinks.OffsetsTable, cfg.Sinks.BackfillTable)
 		for _, s := range processors.TopicSpecs(topo, processors.Config{Group: cfg.Processor.Group}, 1) {
 			topics = append(topics, s.Name)
 		}

@@ -86,6 +86,8 @@ type Options struct {
 	TempDir     string
 	// Progress, if set, is told of each stage's progress.
 	Progress func(Progress)
+	// Checkpoints, if set, is where the run saves its progress and resumes from.
+	Checkpoints *Checkpoints
 }
 
 // Share is a worker's share of a backfill: the source partitions p with p % Of == Index.
@@ -108,6 +110,8 @@ type Progress struct {
 	OutsideRange int64  // facts too early to touch a window in range
 	OtherShares  int64  // facts of partitions other workers run (Share)
 	OnDisk       int64  // facts that did not fit in MemoryBytes, written to files and read back
+	Resumed      int64  // facts run before the checkpoint this run resumed from, not run again
+	Checkpoints  int    // checkpoints saved
 }
 
 // Summary is what a run did.
@@ -124,10 +128,15 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		return b.sum, err
 	}
 	b.report("read")
-	wctx, cancel := context.WithCancel(ctx)
+	resume, err := b.loadCheckpoint(ctx)
+	if err != nil {
+		return b.sum, err
+	}
+	var cancel context.CancelFunc
+	b.wctx, cancel = context.WithCancel(ctx)
 	defer cancel()
-	b.w = startWriter(wctx, b.opts.Out)
-	err = b.runAll(ctx)
+	b.w = startWriter(b.wctx, b.opts.Out)
+	err = b.runAll(ctx, resume)
 	if err == nil {
 		err = b.flush(ctx)
 	}
@@ -135,7 +144,10 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 		cancel()
 	}
 	err = errors.Join(err, b.w.close())
-	b.sum.Cells = b.w.cells.Load()
+	b.sum.Cells = b.cellsBefore + b.w.cells.Load()
+	if err == nil {
+		err = b.doneCheckpoint(ctx)
+	}
 	if err != nil {
 		return b.sum, err
 	}
@@ -157,7 +169,13 @@ type backfill struct {
 	live     [][]owner // per set of plan, per partition
 	enc      *sinks.AggregatesEncoder
 	w        *writer
-	entities map[string]string
+	wctx     context.Context // the writers'
+	// cellsBefore counts the cells of the writers before w (one per checkpoint) and of the run
+	// resumed from.
+	cellsBefore int64
+	cpSlot      int   // the checkpoint row's slot holding the last checkpoint
+	cpStamp     int64 // the checkpoint cells' last timestamp
+	entities    map[string]string
 	// nextReport is the count of facts read at which read reports its progress next.
 	nextReport int64
 	nParts     int
@@ -504,6 +522,17 @@ func (b *backfill) flush(ctx context.Context) error {
 	}
 }
 
+// sync waits until every cell the engine emitted so far is written.
+func (b *backfill) sync(ctx context.Context) error {
+	if err := b.flush(ctx); err != nil {
+		return err
+	}
+	err := b.w.close()
+	b.cellsBefore += b.w.cells.Load()
+	b.w = startWriter(b.wctx, b.opts.Out)
+	return err
+}
+
 // writer writes batches of cells in the background, a few at most waiting, so that the engine
 // does not wait for HBase at every batch.
 type writer struct {
@@ -586,7 +615,7 @@ func (b *backfill) report(stage string) {
 	if b.opts.Progress != nil {
 		s := b.sum
 		if b.w != nil {
-			s.Cells = b.w.cells.Load()
+			s.Cells = b.cellsBefore + b.w.cells.Load()
 		}
 		s.Stage = stage
 		b.opts.Progress(s)

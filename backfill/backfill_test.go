@@ -94,9 +94,26 @@ func cells(t *testing.T, st store.Reader, table string) map[string]string {
 // more, which a running deployment adds.
 func topo(t *testing.T, later bool) *topology.Topology {
 	t.Helper()
+	tp, err := buildTopo(later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+// onReading, when set, is called for each reading the topology keys (a child process that is
+// to be killed mid-run blocks in it).
+var onReading func()
+
+func buildTopo(later bool) (*topology.Topology, error) {
 	b := topology.New("devices")
 	src := topology.NewSource(b, devices.Topic, topology.JSON[devices.Reading](),
-		func(r devices.Reading) string { return r.Device },
+		func(r devices.Reading) string {
+			if onReading != nil {
+				onReading()
+			}
+			return r.Device
+		},
 		func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) }).
 		EventType(func(r devices.Reading) string { return r.Kind })
 	src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
@@ -117,11 +134,7 @@ func topo(t *testing.T, later bool) *topology.Topology {
 		src.Aggregate("fleet-10m", windows.Tumbling(10*time.Minute)).Grace(30*time.Second).Global().
 			Emit(topology.FinalOnly()).Count("count").Distinct("devices", "Device")
 	}
-	tp, err := b.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tp
+	return b.Build()
 }
 
 // run sends recs through a driver of v1, switching to v2 before the record at index switchAt
@@ -169,16 +182,29 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
 	before := cells(t, st, "live")
-	interrupted(t, opts, 700)
+	// The first run stops after some checkpoints; the next resumes from the last.
+	if err := st.CreateTable("progress", map[string]int{backfill.CheckpointFamily: 1}); err != nil {
+		t.Fatal(err)
+	}
+	opts.Checkpoints = &backfill.Checkpoints{Store: st, Table: "progress", Every: time.Nanosecond}
+	stopped := interrupted(t, opts, 1500)
+	if stopped.Checkpoints == 0 {
+		t.Fatalf("the interrupted run saved no checkpoint before it stopped: %+v", stopped)
+	}
 	spilling := opts
 	spilling.MemoryBytes, spilling.TempDir = 256<<10, t.TempDir() // most facts go through files
+	spilling.Checkpoints = &backfill.Checkpoints{Store: st, Table: "progress", Every: time.Hour}
 	sum, err := backfill.Run(context.Background(), spilling)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("backfill: %+v", sum)
+	t.Logf("stopped: %+v\nresumed: %+v", stopped, sum)
 	if sum.Windows == 0 || sum.NotClosed != 0 || sum.OnDisk < sum.Facts/2 {
 		t.Errorf("backfill wrote %d windows, left %d not closed, and %d of %d facts went through files: want some, none, and most", sum.Windows, sum.NotClosed, sum.OnDisk, sum.Facts)
+	}
+	if sum.Resumed == 0 || sum.Resumed > stopped.Applied || sum.Applied != sum.Facts {
+		t.Errorf("the run after the stop passed over %d facts of the %d the stopped run applied, and counts %d applied of %d read: want it to resume from the stopped run's last checkpoint",
+			sum.Resumed, stopped.Applied, sum.Applied, sum.Facts)
 	}
 	if left, _ := os.ReadDir(spilling.TempDir); len(left) != 0 {
 		t.Errorf("backfill left %d files in its temporary folder", len(left))
@@ -190,9 +216,13 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 	same(t, "a deployment that had the sets from the start", want, got)
 	same(t, "its key index", cells(t, st, "full_keys"), cells(t, st, "live_keys"))
 
-	if _, err := backfill.Run(context.Background(), opts); err != nil {
+	// A run that ended marked its checkpoint done: the next starts over.
+	if again, err := backfill.Run(context.Background(), opts); err != nil {
 		t.Fatal(err)
+	} else if again.Resumed != 0 || again.Applied != again.Facts {
+		t.Errorf("a run after one that ended resumed from %d facts: want it to start over", again.Resumed)
 	}
+	opts.Checkpoints = nil
 	same(t, "the first backfill's table", got, cells(t, st, "live"))
 
 	// Alone in a table of its own, backfill writes only windows the processor did not: each
@@ -379,19 +409,21 @@ func write(t *testing.T, st store.Writer, cs []store.Cell) {
 // once it has written some cells, with more encoded and in flight: what it wrote is a part of
 // what a whole run writes, and the run that follows must leave the table as if nothing had
 // stopped.
-func interrupted(t *testing.T, opts backfill.Options, after int) {
+func interrupted(t *testing.T, opts backfill.Options, after int) backfill.Summary {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	opts.BatchCells = 100 // several batches written before the stop
 	w := &stopAfter{Writer: opts.Out, limit: after, cancel: cancel}
 	opts.Out = w
-	if sum, err := backfill.Run(ctx, opts); !errors.Is(err, context.Canceled) {
+	sum, err := backfill.Run(ctx, opts)
+	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("interrupted backfill: %+v, %v; want it stopped", sum, err)
 	}
 	if w.written == 0 {
 		t.Fatal("the interrupted backfill wrote nothing before it stopped")
 	}
+	return sum
 }
 
 // stopAfter writes until limit cells are written, then cancels and refuses.

@@ -19,7 +19,6 @@ import (
 
 	"github.com/abacus-stream/abacus/abacustest"
 	"github.com/abacus-stream/abacus/app"
-	"github.com/abacus-stream/abacus/backfill"
 	"github.com/abacus-stream/abacus/examples/devices"
 	"github.com/abacus-stream/abacus/internal/kafkaread"
 	"github.com/abacus-stream/abacus/internal/testenv"
@@ -152,12 +151,15 @@ ops: {listen: "127.0.0.1:0"}
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A backfill stopped halfway, with writes in flight, then the command: the table must end as
-	// if nothing had stopped.
-	interrupted(t, backfill.Options{Topology: v2, Sets: added, Live: live, Partitions: 4, Facts: st, FactsTable: facts, Family: "d",
-		Out: st, Encoder: &sinks.AggregatesEncoder{Table: agg, Family: "d", SaltBuckets: 4}}, 1000)
+	// A backfill SIGKILLed halfway, then the command again: it resumes from the killed one's
+	// last checkpoint, and the table must end as if nothing had stopped.
+	testenv.DropTableAtEnd(t, hc, prefix+"abacus_backfill")
+	killBackfill(ctx, t, conf, strings.Join(added, ","), int64(len(recs)*2/3))
 	out := cli(program(v2), "backfill", "-config", conf, "-set", strings.Join(added, ","))
 	t.Logf("abacus backfill:\n%s", out)
+	if !strings.Contains(out, "resumed from a checkpoint") {
+		t.Error("the backfill after the killed one did not resume from its checkpoint")
+	}
 
 	// The same records, in each partition's order, through the engine from the start.
 	var got []*kgo.Record

@@ -21,10 +21,13 @@ import (
 // engine over all partitions, as a processor group with one member would: rollup partials and
 // progress cross partitions through an in-memory loop. Partitions are interleaved by event time,
 // which keeps progress moving and state small; any interleaving gives the same windows.
-func (b *backfill) runAll(ctx context.Context) error {
+func (b *backfill) runAll(ctx context.Context, resume *checkpointState) error {
 	src := b.plan.Sources[0]
 	r := &run{b: b, ctx: ctx, tables: make([]*memtable.Table, b.nParts), heads: make([]*stream, b.nParts), topic: src.Topic,
-		loop: plan.LoopTopic(b.plan.Name), loopOff: make([]int64, b.nParts)}
+		loop: plan.LoopTopic(b.plan.Name), loopOff: make([]int64, b.nParts), next: make([]int64, b.nParts)}
+	for p := range r.next {
+		r.next[p] = minInt64
+	}
 	defer func() {
 		for _, s := range r.heads {
 			if s != nil {
@@ -57,8 +60,18 @@ func (b *backfill) runAll(ctx context.Context) error {
 		}
 	}
 	r.source, r.onLoop, r.tickKeys = eng.SourceCallback(0), eng.LoopCallback(), engine.TickKeys(b.nParts)
-	for n := 0; ; n++ {
-		p := r.next()
+	if resume != nil {
+		if err := r.resume(eng, resume); err != nil {
+			return err
+		}
+	}
+	saved := time.Now()
+	every := time.Minute
+	if cp := b.opts.Checkpoints; cp != nil && cp.Every > 0 {
+		every = cp.Every
+	}
+	for n := 1; ; n++ {
+		p := r.earliest()
 		if p < 0 {
 			break
 		}
@@ -66,6 +79,7 @@ func (b *backfill) runAll(ctx context.Context) error {
 		if err := r.deliver(r.topic, p, f.offset, f.entity, f.value, time.UnixMilli(f.time), r.source); err != nil {
 			return err
 		}
+		r.next[p] = f.offset + 1
 		if err := r.heads[p].advance(); err != nil {
 			return err
 		}
@@ -78,6 +92,13 @@ func (b *backfill) runAll(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+		}
+		if b.opts.Checkpoints != nil && n%checkEvery == 0 && time.Since(saved) >= every {
+			if err := b.saveCheckpoint(ctx, r.snapshot()); err != nil {
+				return err
+			}
+			b.report("checkpoint")
+			saved = time.Now()
 		}
 	}
 	// Idle: past the idle timeout, a few times (a quiet origin, then the whole partition, then
@@ -99,12 +120,40 @@ func (b *backfill) runAll(ctx context.Context) error {
 // progressEvery is how many facts go between two progress reports.
 const progressEvery = 20000
 
+// checkEvery is how many facts go between two looks at the clock for a checkpoint.
+const checkEvery = 1000
+
+// resume starts the run where a checkpoint left it: the state back in the tables, and each
+// partition's facts up to the checkpoint's position passed over.
+func (r *run) resume(eng *engine.Engine, st *checkpointState) error {
+	if err := r.restore(st); err != nil {
+		return err
+	}
+	for p, h := range r.heads {
+		if h == nil {
+			continue
+		}
+		for f := h.peek(); f != nil && f.offset < r.next[p]; f = h.peek() {
+			if err := h.advance(); err != nil {
+				return err
+			}
+			r.b.sum.Resumed++
+		}
+		if h.peek() == nil {
+			r.b.sum.Partitions++
+		}
+		// As a processor restarted at the partition's committed offset is told.
+		eng.Resumed(r.topic, int32(p), r.next[p])
+	}
+	return nil
+}
+
 // minTime bounds the wall clock backfill starts with: time.UnixMilli takes any int64, but a
 // clock near its ends would overflow the engine's own arithmetic.
 const minTime = -1 << 50
 
-// next is the partition whose next fact is the earliest in event time, -1 when none is left.
-func (r *run) next() int32 {
+// earliest is the partition whose next fact is the earliest in event time, -1 when none is left.
+func (r *run) earliest() int32 {
 	best := int32(-1)
 	var bt int64
 	for p, h := range r.heads {
@@ -142,6 +191,7 @@ type run struct {
 	onLoop   goka.ProcessCallback
 	queue    []loopMsg
 	loopOff  []int64 // per partition, the loop topic's next offset
+	next     []int64 // per partition, the offset of its first fact not run yet (minInt64: none run)
 	part     int32   // the partition of the callback running
 	err      error
 }
