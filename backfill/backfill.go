@@ -173,9 +173,12 @@ type backfill struct {
 	// cellsBefore counts the cells of the writers before w (one per checkpoint) and of the run
 	// resumed from.
 	cellsBefore int64
-	cpSlot      int   // the checkpoint row's slot holding the last checkpoint
-	cpStamp     int64 // the checkpoint cells' last timestamp
-	entities    map[string]string
+	// emitMu, while workers run partitions side by side, guards what they share: the encoder,
+	// the batch and the counts of emit.
+	emitMu   *sync.Mutex
+	cpSlot   int   // the checkpoint row's slot holding the last checkpoint
+	cpStamp  int64 // the checkpoint cells' last timestamp
+	entities map[string]string
 	// nextReport is the count of facts read at which read reports its progress next.
 	nextReport int64
 	nParts     int

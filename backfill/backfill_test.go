@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -268,17 +269,39 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		t.Error("no window across the live start was backfilled: the test does not reach it")
 	}
 
-	// Two workers, each a share of the partitions, write what one run writes.
-	for _, tb := range []string{"single", "shared"} {
+	// Entity sets only: one run takes the partitions side by side (nothing crosses them), and
+	// writes what a run of one goroutine writes, though stopped after checkpoints and resumed;
+	// two workers, each a share of the partitions, write it too.
+	for _, tb := range []string{"serial", "single", "shared"} {
 		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	opts.Sets = []string{"hour", "alarms-10m"}
-	opts.Encoder = &sinks.AggregatesEncoder{Table: "single", Family: family, SaltBuckets: buckets}
-	if _, err := backfill.Run(context.Background(), opts); err != nil {
+	opts.Encoder = &sinks.AggregatesEncoder{Table: "serial", Family: family, SaltBuckets: buckets}
+	procs := runtime.GOMAXPROCS(1) // one goroutine runs every partition
+	_, err = backfill.Run(context.Background(), opts)
+	runtime.GOMAXPROCS(procs)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if procs < 2 {
+		t.Fatalf("GOMAXPROCS %d: the test needs two to run partitions side by side", procs)
+	}
+	opts.Encoder = &sinks.AggregatesEncoder{Table: "single", Family: family, SaltBuckets: buckets}
+	opts.Checkpoints = &backfill.Checkpoints{Store: st, Table: "progress", Every: time.Millisecond}
+	stopped = interrupted(t, opts, 300)
+	opts.Checkpoints.Every = time.Hour
+	sum, err = backfill.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("side by side: stopped %+v\nresumed %+v", stopped, sum)
+	if stopped.Checkpoints == 0 || sum.Resumed == 0 {
+		t.Errorf("the run of partitions side by side saved %d checkpoints before it stopped, and the next resumed from %d facts: want some of each", stopped.Checkpoints, sum.Resumed)
+	}
+	opts.Checkpoints = nil
+	same(t, "a run of one goroutine", cells(t, st, "serial"), cells(t, st, "single"))
 	opts.Encoder = &sinks.AggregatesEncoder{Table: "shared", Family: family, SaltBuckets: buckets}
 	var read int64
 	for i := range 2 {

@@ -11,10 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/abacus-stream/abacus/internal/engine"
-	"github.com/abacus-stream/abacus/internal/memtable"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
-	"github.com/abacus-stream/abacus/state"
 )
 
 // runAll runs every source partition's facts, each partition's in offset order, through one
@@ -23,7 +21,7 @@ import (
 // which keeps progress moving and state small; any interleaving gives the same windows.
 func (b *backfill) runAll(ctx context.Context, resume *checkpointState) error {
 	src := b.plan.Sources[0]
-	r := &run{b: b, ctx: ctx, tables: make([]*memtable.Table, b.nParts), heads: make([]*stream, b.nParts), topic: src.Topic,
+	r := &run{b: b, ctx: ctx, tables: make([]*table, b.nParts), heads: make([]*stream, b.nParts), topic: src.Topic,
 		loop: plan.LoopTopic(b.plan.Name), loopOff: make([]int64, b.nParts), next: make([]int64, b.nParts)}
 	for p := range r.next {
 		r.next[p] = minInt64
@@ -48,14 +46,16 @@ func (b *backfill) runAll(ctx context.Context, resume *checkpointState) error {
 	r.now = time.UnixMilli(max(b.readFrom, minTime))
 	eng, err := engine.New(b.plan, engine.Config{IdleTimeout: engine.DefaultIdleTimeout, FinalRetention: engine.DefaultFinalRetention,
 		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return r.now },
-		Output: r.output})
+		Output: func(c goka.Context, topic, key string, value []byte, h goka.Headers) {
+			c.(*runContext).r.output(c, topic, key, value, h) // the run of the callback: one per worker
+		}})
 	if err != nil {
 		return fmt.Errorf("backfill: %w", err)
 	}
 	eng.SetPartitions(b.nParts)
 	for p := range r.tables {
 		if b.opts.Share.mine(int32(p)) {
-			r.tables[p] = memtable.New()
+			r.tables[p] = newTable()
 			eng.SetStorage(int32(p), r.tables[p])
 		}
 	}
@@ -65,11 +65,34 @@ func (b *backfill) runAll(ctx context.Context, resume *checkpointState) error {
 			return err
 		}
 	}
-	saved := time.Now()
-	every := time.Minute
-	if cp := b.opts.Checkpoints; cp != nil && cp.Every > 0 {
-		every = cp.Every
+	if b.parallel() {
+		err = b.runParallel(ctx, r)
+	} else {
+		err = b.runSerial(ctx, r)
 	}
+	if err != nil {
+		return err
+	}
+	// Idle: past the idle timeout, a few times (a quiet origin, then the whole partition, then
+	// what the rollup owners learn), then past the last window, closed by the wall clock.
+	end := last
+	if b.until != maxInt64 {
+		end = max(end, b.until)
+	}
+	horizon := time.UnixMilli(end).Add(b.spanOf() + engine.DefaultIdleTimeout)
+	for i := range 8 {
+		r.now = horizon.Add(time.Duration(i+1) * 2 * engine.DefaultIdleTimeout)
+		if err := r.tick(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runSerial runs the facts of every partition in one goroutine, the earliest in event time
+// first: rollups and re-keyed events cross partitions through the loop.
+func (b *backfill) runSerial(ctx context.Context, r *run) error {
+	saved, every := time.Now(), b.checkpointEvery()
 	for n := 1; ; n++ {
 		p := r.earliest()
 		if p < 0 {
@@ -101,20 +124,15 @@ func (b *backfill) runAll(ctx context.Context, resume *checkpointState) error {
 			saved = time.Now()
 		}
 	}
-	// Idle: past the idle timeout, a few times (a quiet origin, then the whole partition, then
-	// what the rollup owners learn), then past the last window, closed by the wall clock.
-	end := last
-	if b.until != maxInt64 {
-		end = max(end, b.until)
-	}
-	horizon := time.UnixMilli(end).Add(b.spanOf() + engine.DefaultIdleTimeout)
-	for i := range 8 {
-		r.now = horizon.Add(time.Duration(i+1) * 2 * engine.DefaultIdleTimeout)
-		if err := r.tick(); err != nil {
-			return err
-		}
-	}
 	return nil
+}
+
+// checkpointEvery is how often a run saves a checkpoint.
+func (b *backfill) checkpointEvery() time.Duration {
+	if cp := b.opts.Checkpoints; cp != nil && cp.Every > 0 {
+		return cp.Every
+	}
+	return time.Minute
 }
 
 // progressEvery is how many facts go between two progress reports.
@@ -181,7 +199,7 @@ func (b *backfill) spanOf() time.Duration {
 type run struct {
 	b        *backfill
 	ctx      context.Context
-	tables   []*memtable.Table
+	tables   []*table
 	heads    []*stream // per partition, the facts not yet delivered
 	topic    string
 	loop     string
@@ -193,6 +211,8 @@ type run struct {
 	loopOff  []int64 // per partition, the loop topic's next offset
 	next     []int64 // per partition, the offset of its first fact not run yet (minInt64: none run)
 	part     int32   // the partition of the callback running
+	worker   bool    // runs partition only, beside other workers (runParallel)
+	only     int32
 	err      error
 }
 
@@ -253,6 +273,10 @@ func (r *run) call(topic string, part int32, offset int64, key string, value []b
 
 // output takes what the engine emits: totals to the table, the rest counted.
 func (r *run) output(_ goka.Context, topic, _ string, value []byte, _ goka.Headers) {
+	if mu := r.b.emitMu; mu != nil {
+		mu.Lock()
+		defer mu.Unlock()
+	}
 	switch {
 	case r.err != nil:
 	case topic == r.b.plan.TotalsTopic:
@@ -289,11 +313,7 @@ func (c *runContext) DeferCommit() func(error) { return func(error) {} }
 func (c *runContext) Fail(err error)           { panic(failure{err}) }
 
 func (c *runContext) Value() any {
-	b, _ := c.r.tables[c.part].Get(c.key)
-	if b == nil {
-		return nil
-	}
-	v, err := state.Codec{}.Decode(b)
+	v, err := c.r.tables[c.part].value(c.key)
 	if err != nil {
 		c.Fail(fmt.Errorf("decode state of %q: %w", c.key, err))
 	}
@@ -301,11 +321,9 @@ func (c *runContext) Value() any {
 }
 
 func (c *runContext) SetValue(v any, _ ...goka.ContextOption) {
-	b, err := state.Codec{}.Encode(v)
-	if err != nil {
+	if err := c.r.tables[c.part].setValue(c.key, v); err != nil {
 		c.Fail(err)
 	}
-	_ = c.r.tables[c.part].Set(c.key, b)
 }
 
 func (c *runContext) Delete(_ ...goka.ContextOption) { _ = c.r.tables[c.part].Delete(c.key) }
@@ -319,6 +337,10 @@ func (c *runContext) Emit(topic goka.Stream, key string, value any, _ ...goka.Co
 func (c *runContext) Loopback(key string, value any, _ ...goka.ContextOption) {
 	b, _ := value.([]byte)
 	p := partitioner.Partition([]byte(key), int32(len(c.r.tables)))
+	if c.r.worker && p != c.r.only {
+		c.r.err = crossing(c.r.only, p)
+		return
+	}
 	if c.r.tables[p] == nil {
 		return // another worker's partition (Share): only rollups send there, and a share runs none
 	}
