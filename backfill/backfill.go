@@ -112,6 +112,7 @@ type Progress struct {
 	OnDisk       int64  // facts that did not fit in MemoryBytes, written to files and read back
 	Resumed      int64  // facts run before the checkpoint this run resumed from, not run again
 	Checkpoints  int    // checkpoints saved
+	Parallel     bool   // the partitions ran side by side (entity sets only, more than one core)
 }
 
 // Summary is what a run did.

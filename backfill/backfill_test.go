@@ -290,13 +290,16 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 	}
 	opts.Encoder = &sinks.AggregatesEncoder{Table: "single", Family: family, SaltBuckets: buckets}
 	opts.Checkpoints = &backfill.Checkpoints{Store: st, Table: "progress", Every: time.Millisecond}
-	stopped = interrupted(t, opts, 300)
+	stopped = interrupted(t, opts, 2500)
 	opts.Checkpoints.Every = time.Hour
 	sum, err = backfill.Run(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("side by side: stopped %+v\nresumed %+v", stopped, sum)
+	if !stopped.Parallel || !sum.Parallel {
+		t.Errorf("entity sets on %d cores ran one partition at a time", procs)
+	}
 	if stopped.Checkpoints == 0 || sum.Resumed == 0 {
 		t.Errorf("the run of partitions side by side saved %d checkpoints before it stopped, and the next resumed from %d facts: want some of each", stopped.Checkpoints, sum.Resumed)
 	}

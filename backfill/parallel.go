@@ -13,13 +13,13 @@ import (
 // event is re-keyed, so nothing crosses partitions and each can run in a goroutine of its own,
 // as a processor group's members run theirs. An entity's windows need only its partition's facts
 // in offset order; the interleaving of partitions never mattered.
-func (b *backfill) parallel() bool {
+func (b *backfill) parallel(r *run) bool {
 	if runtime.GOMAXPROCS(0) < 2 || b.plan.HasRollups() || b.plan.Sources[0].Repartition {
 		return false
 	}
 	n := 0
-	for _, p := range b.facts.partitions() {
-		if b.opts.Share.mine(p) {
+	for _, h := range r.heads {
+		if h != nil && h.peek() != nil {
 			n++
 		}
 	}

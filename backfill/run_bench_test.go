@@ -17,9 +17,10 @@ import (
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/cellstore"
+	"github.com/abacus-stream/abacus/topology"
 )
 
-// BenchmarkRun is backfill without servers: the example's five sets over 200 devices' readings
+// BenchmarkRun is backfill without servers: the example's entity sets, then with its two rollups, over 200 devices' readings
 // (one every 30 s for 6 hours, 144,000 facts) from the embedded cell store, the cells counted and
 // dropped. It shows what the engine and the ordering cost apart from HBase (bench/backfill measures them on HBase, beside
 // its raw scan); b.N runs of all the facts, reported as facts/s.
@@ -65,8 +66,20 @@ func BenchmarkRun(b *testing.B) {
 			b.Fatal(err, failed)
 		}
 	}
-	sets := []string{"minute", "hour", "alarms-10m", "region-minute", "fleet-minute"}
-	end := start.Add(span).UnixMilli()
+	for _, c := range []struct {
+		name string
+		sets []string
+	}{
+		// Entity sets alone: partitions run side by side.
+		{"entity-sets", []string{"minute", "hour", "alarms-10m"}},
+		// With two rollups: one goroutine runs every partition.
+		{"with-rollups", []string{"minute", "hour", "alarms-10m", "region-minute", "fleet-minute"}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchmarkRun(b, st, topo, c.sets, start.Add(span).UnixMilli(), n) })
+	}
+}
+
+func benchmarkRun(b *testing.B, st *cellstore.Store, topo *topology.Topology, sets []string, end int64, n int) {
 	var live []*state.Partition
 	for range 4 {
 		rec := &state.Partition{StreamTime: end + time.Hour.Milliseconds()}

@@ -65,7 +65,8 @@ func (b *backfill) runAll(ctx context.Context, resume *checkpointState) error {
 			return err
 		}
 	}
-	if b.parallel() {
+	b.sum.Parallel = b.parallel(r)
+	if b.sum.Parallel {
 		err = b.runParallel(ctx, r)
 	} else {
 		err = b.runSerial(ctx, r)
