@@ -21,6 +21,7 @@
 package backfill
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -549,20 +550,31 @@ type writer struct {
 }
 
 func startWriter(ctx context.Context, out store.Writer) *writer {
-	w := &writer{out: out, in: make(chan []store.Cell, 2), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for cells := range w.in {
-			if err := w.write(ctx, cells); err != nil {
-				w.mu.Lock()
-				w.err = err
-				w.mu.Unlock()
-				return
+	w := &writer{out: out, in: make(chan []store.Cell, writers), done: make(chan struct{})}
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Go(func() {
+			for cells := range w.in {
+				if err := w.write(ctx, cells); err != nil {
+					w.mu.Lock()
+					w.err = cmp.Or(w.err, err)
+					w.mu.Unlock()
+					return
+				}
 			}
-		}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(w.done)
 	}()
 	return w
 }
+
+// writers is how many batches are written at once: a batch's cells are distinct from every
+// other's and absolute, so their order does not matter, and HBase takes several requests to a
+// server at once (the client's max_in_flight_per_server).
+const writers = 4
 
 // failed is the error the writer stopped on, if any.
 func (w *writer) failed() error {

@@ -206,12 +206,66 @@ func BenchmarkBackfill(b *testing.B) {
 		}
 	})
 
-	b.Run("backfill", func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		sets []string
+	}{
+		{"backfill", []string{"minute", "hour", "alarms-10m", "region-minute", "fleet-minute"}},
+		// Entity sets alone run their partitions side by side.
+		{"backfill-entity-sets", []string{"minute", "hour", "alarms-10m"}},
+	} {
+		b.Run(c.name, func(b *testing.B) { backfillRun(b, st, f, c.sets) })
+	}
+	// What HBase takes of such cells alone: a million of those backfill wrote, read back and
+	// written again as backfill writes them (batches of 2,000, four at once), no engine.
+	b.Run("rewrite", func(b *testing.B) {
+		out := f.table() + "_agg"
+		var cells []store.Cell
+		err := st.Scan(ctx, store.ScanSpec{Table: out, Family: family}, func(row []byte, cs []store.Cell) bool {
+			for _, c := range cs {
+				c.Row, c.Table, c.Family = row, out, []byte(family)
+				cells = append(cells, c)
+			}
+			return len(cells) < 1_000_000
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(cells) == 0 {
+			b.Fatal("no cell to write: run the backfill sub-benchmarks first")
+		}
+		for range b.N {
+			t0 := time.Now()
+			batches := make(chan []store.Cell)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					for batch := range batches {
+						if failed, err := st.Write(ctx, batch); err != nil || len(failed) > 0 {
+							b.Errorf("write: %v %v", err, failed)
+						}
+					}
+				})
+			}
+			for i := 0; i < len(cells); i += 2000 {
+				batches <- cells[i:min(i+2000, len(cells))]
+			}
+			close(batches)
+			wg.Wait()
+			b.ReportMetric(float64(len(cells))/time.Since(t0).Seconds(), "cells/s")
+		}
+	})
+}
+
+// backfillRun backfills sets of the example from the fleet's facts table, every window
+// backfill's (as if the sets went live at the end of the history).
+func backfillRun(b *testing.B, st *hbasestore.Store, f fleet, sets []string) {
+	ctx := context.Background()
+	{
 		topo, err := devices.Topology()
 		if err != nil {
 			b.Fatal(err)
 		}
-		sets := []string{"minute", "hour", "alarms-10m", "region-minute", "fleet-minute"}
 		// Every set went live at the end of the history: all of it is backfill's.
 		end := f.start.Add(f.span).UnixMilli()
 		var live []*state.Partition
@@ -266,9 +320,10 @@ func BenchmarkBackfill(b *testing.B) {
 			}
 			b.ReportMetric(float64(sum.Facts)/took.Seconds(), "facts/s")
 			b.ReportMetric(float64(sum.Windows)/took.Seconds(), "windows/s")
+			b.ReportMetric(float64(sum.Cells)/took.Seconds(), "cells/s")
 			b.ReportMetric(read.Seconds(), "read-s")
 			b.ReportMetric(took.Seconds(), "total-s")
 			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 		}
-	})
+	}
 }

@@ -18,8 +18,19 @@ metric() { # metric BENCH-REGEX UNIT
   awk -v b="$1" -v u="$2" '$1 ~ b { for (i = 2; i < NF; i++) if ($(i+1) == u) print $i }' "$out" | head -n1
 }
 scan=$(metric '^BenchmarkBackfill/scan' 'facts/s')
-bf=$(metric '^BenchmarkBackfill/backfill' 'facts/s')
+bf=$(metric '^BenchmarkBackfill/backfill(-[0-9]+)?$' 'facts/s')
+ent=$(metric '^BenchmarkBackfill/backfill-entity-sets' 'facts/s')
 echo
-printf '%-10s %14s\n' phase facts/s
-printf '%-10s %14.0f\n' raw-scan "$scan" backfill "$bf"
-printf 'backfill / raw scan: %.2f\n' "$(awk -v a="$bf" -v b="$scan" 'BEGIN{print a/b}')"
+printf '%-22s %14s %10s\n' phase facts/s 'of scan'
+printf '%-22s %14.0f\n' raw-scan "$scan"
+printf '%-22s %14.0f %10.3f\n' backfill-five-sets "$bf" "$(awk -v a="$bf" -v b="$scan" 'BEGIN{print a/b}')"
+printf '%-22s %14.0f %10.3f\n' backfill-entity-sets "$ent" "$(awk -v a="$ent" -v b="$scan" 'BEGIN{print a/b}')"
+# Backfill writes several cells per fact; the write of such cells alone bounds it.
+rw=$(metric '^BenchmarkBackfill/rewrite' 'cells/s')
+bfc=$(metric '^BenchmarkBackfill/backfill(-[0-9]+)?$' 'cells/s')
+entc=$(metric '^BenchmarkBackfill/backfill-entity-sets' 'cells/s')
+echo
+printf '%-22s %14s %10s\n' phase cells/s 'of write'
+printf '%-22s %14.0f\n' write-alone "$rw"
+printf '%-22s %14.0f %10.3f\n' backfill-five-sets "$bfc" "$(awk -v a="$bfc" -v b="$rw" 'BEGIN{print a/b}')"
+printf '%-22s %14.0f %10.3f\n' backfill-entity-sets "$entc" "$(awk -v a="$entc" -v b="$rw" 'BEGIN{print a/b}')"
