@@ -543,3 +543,84 @@ func records(d *abacustest.Driver) []*state.Partition {
 	}
 	return out
 }
+
+// TestBackfillCheckpointCutShort: a run stopped while saving its second checkpoint (its parts
+// written, the cell naming them refused, as a kill between the two would leave it) resumes from
+// the first, to the cells of a deployment that had the sets from the start; -restart starts over.
+func TestBackfillCheckpointCutShort(t *testing.T) {
+	v1, v2 := topo(t, false), topo(t, true)
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	recs := readings(rand.New(rand.NewPCG(7, 8)), start, 2*time.Hour, 12000)
+	st, _ := withFacts(t, v2, recs)
+	run(t, st, "full", v2, v2, recs, len(recs), start)
+	live := records(run(t, st, "live", v1, v2, recs, len(recs)/2, start))
+	if err := st.CreateTable("progress", map[string]int{backfill.CheckpointFamily: 1}); err != nil {
+		t.Fatal(err)
+	}
+	cut := &refuseMeta{Writer: st, at: 2}
+	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}, Live: live,
+		Facts: st, FactsTable: factsTable, Family: family, Out: st,
+		Encoder:     &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"},
+		Checkpoints: &backfill.Checkpoints{Store: struct {
+			store.Reader
+			store.Writer
+		}{st, cut}, Table: "progress", Every: time.Nanosecond}}
+	sum, err := backfill.Run(context.Background(), opts)
+	if err == nil || !strings.Contains(err.Error(), "save checkpoint") {
+		t.Fatalf("a run whose second checkpoint was cut short: %+v, %v; want it stopped on the save", sum, err)
+	}
+	if sum.Checkpoints != 1 || cut.parts == 0 {
+		t.Fatalf("%d checkpoints saved, %d parts of the one cut short written: want 1 and some", sum.Checkpoints, cut.parts)
+	}
+	opts.Checkpoints = &backfill.Checkpoints{Store: st, Table: "progress", Every: time.Hour}
+	if sum, err = backfill.Run(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Resumed != 1000 { // the serial run saves every 1000 facts
+		t.Errorf("the run after resumed from %d facts: want the first checkpoint's 1000", sum.Resumed)
+	}
+	same(t, "a deployment that had the sets from the start", cells(t, st, "full"), cells(t, st, "live"))
+
+	// Stopped again after a checkpoint, then started over with Restart.
+	cut = &refuseMeta{Writer: st, at: 3}
+	opts.Checkpoints = &backfill.Checkpoints{Store: struct {
+		store.Reader
+		store.Writer
+	}{st, cut}, Table: "progress", Every: time.Nanosecond}
+	if _, err := backfill.Run(context.Background(), opts); err == nil {
+		t.Fatal("the run whose third checkpoint was cut short did not stop")
+	}
+	opts.Checkpoints = &backfill.Checkpoints{Store: st, Table: "progress", Restart: true}
+	if sum, err = backfill.Run(context.Background(), opts); err != nil {
+		t.Fatal(err)
+	}
+	if sum.Resumed != 0 || sum.Applied != sum.Facts {
+		t.Errorf("with Restart the run passed over %d facts and ran %d of %d: want none passed over", sum.Resumed, sum.Applied, sum.Facts)
+	}
+	same(t, "a deployment that had the sets from the start", cells(t, st, "full"), cells(t, st, "live"))
+
+	// A checkpoints table that does not exist is named.
+	opts.Checkpoints = &backfill.Checkpoints{Store: st, Table: "nowhere"}
+	if _, err := backfill.Run(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "nowhere") {
+		t.Errorf("a run with checkpoints in a missing table: %v; want an error naming it", err)
+	}
+}
+
+// refuseMeta writes checkpoint cells, but refuses for good the at-th write of the cell that names
+// a checkpoint's parts ("meta"), as a run killed between the two writes leaves it.
+type refuseMeta struct {
+	store.Writer
+	at, metas, parts int
+}
+
+func (r *refuseMeta) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
+	if len(cells) == 1 && string(cells[0].Qualifier) == "meta" {
+		r.metas++
+		if r.metas == r.at {
+			return []store.CellError{{Index: 0, Err: errors.New("refused: the run is killed here"), Permanent: true}}, nil
+		}
+	} else if r.metas == r.at-1 {
+		r.parts += len(cells)
+	}
+	return r.Writer.Write(ctx, cells)
+}

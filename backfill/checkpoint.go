@@ -120,6 +120,7 @@ func (b *backfill) loadCheckpoint(ctx context.Context) (*checkpointState, error)
 		return nil, fmt.Errorf("backfill: read checkpoint from %s: %w", cp.Table, err)
 	}
 	b.cpStamp = saved
+	id := "backfill/" + b.checkpointID()
 	raw, ok := cells[string(qualMeta)]
 	if !ok || cp.Restart {
 		return nil, nil
@@ -135,19 +136,19 @@ func (b *backfill) loadCheckpoint(ctx context.Context) (*checkpointState, error)
 	for i := range m.Chunks {
 		c, ok := cells[chunkQualifier(m.Slot, i)]
 		if !ok {
-			return nil, fmt.Errorf("backfill: checkpoint %x in %s lacks part %d of %d: start over with Restart (-restart)", row, cp.Table, i, m.Chunks)
+			return nil, fmt.Errorf("backfill: checkpoint %s in %s lacks part %d of %d: start over with Restart (-restart)", id, cp.Table, i, m.Chunks)
 		}
 		all = append(all, c...)
 	}
 	if sha256.Sum256(all) != m.Sum {
-		return nil, fmt.Errorf("backfill: checkpoint %x in %s does not match its checksum: start over with Restart (-restart)", row, cp.Table)
+		return nil, fmt.Errorf("backfill: checkpoint %s in %s does not match its checksum: start over with Restart (-restart)", id, cp.Table)
 	}
 	var st checkpointState
 	if err := gob.NewDecoder(bytes.NewReader(all)).Decode(&st); err != nil {
-		return nil, fmt.Errorf("backfill: checkpoint %x in %s: %w", row, cp.Table, err)
+		return nil, fmt.Errorf("backfill: checkpoint %s in %s: %w", id, cp.Table, err)
 	}
 	if len(st.Next) != b.nParts || len(st.Tables) != b.nParts || len(st.LoopOff) != b.nParts {
-		return nil, fmt.Errorf("backfill: checkpoint %x in %s is of %d partitions, the source has %d: start over with Restart (-restart)", row, cp.Table, len(st.Next), b.nParts)
+		return nil, fmt.Errorf("backfill: checkpoint %s in %s is of %d partitions, the source has %d: start over with Restart (-restart)", id, cp.Table, len(st.Next), b.nParts)
 	}
 	b.cpSlot = m.Slot
 	return &st, nil
