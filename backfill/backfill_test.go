@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -452,19 +453,24 @@ func interrupted(t *testing.T, opts backfill.Options, after int) backfill.Summar
 	return sum
 }
 
-// stopAfter writes until limit cells are written, then cancels and refuses.
+// stopAfter writes until limit cells are written, then cancels and refuses. Backfill's writers
+// call it at once.
 type stopAfter struct {
 	store.Writer
+	mu             sync.Mutex
 	limit, written int
 	cancel         func()
 }
 
 func (s *stopAfter) Write(ctx context.Context, cells []store.Cell) ([]store.CellError, error) {
+	s.mu.Lock()
 	if s.written >= s.limit {
+		s.mu.Unlock()
 		s.cancel()
 		return nil, context.Canceled
 	}
 	s.written += len(cells)
+	s.mu.Unlock()
 	return s.Writer.Write(ctx, cells)
 }
 
@@ -560,7 +566,7 @@ func TestBackfillCheckpointCutShort(t *testing.T) {
 	cut := &refuseMeta{Writer: st, at: 2}
 	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}, Live: live,
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
-		Encoder:     &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"},
+		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"},
 		Checkpoints: &backfill.Checkpoints{Store: struct {
 			store.Reader
 			store.Writer
