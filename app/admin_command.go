@@ -32,7 +32,8 @@ and the offsets table when sinks.offsets is hbase.
 
 admin drop deletes what admin create made and the groups' offsets: the consumer groups (none may
 have live members), the topics the deployment writes (its sources too with -sources) and the sink
-tables. -confirm must name the deployment's processor group, prefix included.
+tables; with topics.prefix, which makes them the deployment's own, the offsets table and backfill's
+checkpoints table too. -confirm must name the deployment's processor group, prefix included.
 
 The key index is complete when admin create makes it beside an empty aggregates table. Beside one
 that already holds windows (an upgrade), restart the aggregates sinks so that they write it, then

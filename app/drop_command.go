@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -96,6 +97,9 @@ func (p Program) drop(ctx context.Context, args []string, stdout, stderr io.Writ
 	if cfg.Topics.Prefix != "" && cfg.Sinks.Offsets == "hbase" {
 		tables = append(tables, cfg.Sinks.OffsetsTable) // the prefix makes it this deployment's own
 	}
+	if cfg.Topics.Prefix != "" {
+		tables = append(tables, cfg.Sinks.BackfillTable) // backfill's checkpoints, if it ran
+	}
 	for _, t := range tables {
 		if err := step("table "+t, func() (string, error) { return d.dropTable(ctx, t) }); err != nil {
 			failed = append(failed, err)
@@ -115,11 +119,34 @@ func (p Program) drop(ctx context.Context, args []string, stdout, stderr io.Writ
 // deleteGroup deletes a consumer group and says what became of it; a group with members is an
 // error that says to stop them.
 func deleteGroup(ctx context.Context, adm *kadm.Client, group string) (string, error) {
-	resp, err := adm.DeleteGroups(ctx, group)
-	if err != nil {
+	// A broker whose offsets topic is new, or whose coordinator moves, answers that the
+	// coordinator is not available for a while: that passes, and says nothing of the group.
+	var (
+		resp kadm.DeleteGroupResponses
+		err  error
+	)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err = adm.DeleteGroups(ctx, group)
+		if err == nil {
+			err = resp[group].Err
+		}
+		if !errors.Is(err, kerr.CoordinatorNotAvailable) && !errors.Is(err, kerr.CoordinatorLoadInProgress) && !errors.Is(err, kerr.NotCoordinator) ||
+			time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	r, ok := resp[group]
+	if !ok {
+		if err == nil {
+			err = errors.New("the broker did not answer for the group")
+		}
 		return "", err
 	}
-	r := resp[group]
 	switch {
 	case r.Err == nil:
 		return "deleted", nil
