@@ -276,6 +276,11 @@ transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 log.cleaner.backoff.ms=1000
+# Tests write records stamped with fixed dates (2023, March 2026): with the default seven days of
+# retention by time, every five minutes the broker deleted them in the middle of tests (a
+# restarted consumer then found its offset below the log start and went to the end). Time never
+# deletes test data; a topic's own retention.ms still does.
+log.retention.ms=-1
 EOF
     if [ -n "$kafka_sasl_port" ]; then
       # Only the SASL_SSL listener authenticates; PLAINTEXT and the controller stay open, as the
@@ -315,6 +320,11 @@ transaction.state.log.min.isr=$isr
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 log.cleaner.backoff.ms=1000
+# Tests write records stamped with fixed dates (2023, March 2026): with the default seven days of
+# retention by time, every five minutes the broker deleted them in the middle of tests (a
+# restarted consumer then found its offset below the log start and went to the end). Time never
+# deletes test data; a topic's own retention.ms still does.
+log.retention.ms=-1
 # Light nodes: three JVMs share two cores with the tests.
 num.network.threads=2
 num.io.threads=2
