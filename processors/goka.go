@@ -117,7 +117,12 @@ func (p *Processor) consumerGroupBuilder() goka.ConsumerGroupBuilder {
 		if err := p.cfg.applyMembership(sc); err != nil {
 			return nil, err
 		}
-		return newConsumerGroup(brokers, group, sc, p.log, p.moves.released, p.eng.Resumed, p.commits, p.aside)
+		cg, err := newConsumerGroup(brokers, group, sc, p.log, p.moves.released, p.eng.Resumed, p.commits, p.aside)
+		if err != nil {
+			return nil, err
+		}
+		cg.deleted = p.m.deletedUnread
+		return cg, nil
 	}
 }
 

@@ -51,6 +51,9 @@ type consumerGroup struct {
 	// resumed is told the offset each claim starts from (its committed offset), before goka
 	// reads the claim: the engine's done offsets start there (engine.Engine.Resumed).
 	resumed func(topic string, partition int32, offset int64)
+	// deleted is told how many records of a claim the broker deleted before the group read
+	// them (see checkDeleted); nil: only logged.
+	deleted func(topic string, n int64)
 	commits *commitOrder // nil: goka's marks go to sarama as they come
 	// aside, with commits, reads back at each session's Setup what runs before it set aside for
 	// the records it will process again (see aside.go); nil: nothing is read back.
@@ -165,6 +168,9 @@ func (s *sessionHandler) Setup(sess sarama.ConsumerGroupSession) error {
 
 // ConsumeClaim implements sarama.ConsumerGroupHandler.
 func (s *sessionHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	if claim.InitialOffset() == sarama.OffsetOldest {
+		s.g.checkDeleted(claim.Topic(), claim.Partition(), s.scan)
+	}
 	if s.g.resumed != nil {
 		s.g.resumed(claim.Topic(), claim.Partition(), claim.InitialOffset())
 	}
@@ -188,6 +194,48 @@ func (s *sessionHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sa
 		}
 	}
 	return s.ConsumerGroupHandler.ConsumeClaim(s.session(sess), claim)
+}
+
+// checkDeleted reports the records of a claim that starts from the oldest record although the
+// group has a committed offset: sarama does that when the commit is out of range, which means the
+// broker deleted records after it (retention, DeleteRecords) before the group read them, or lost
+// records the group had read. Either way sarama goes on silently, as Kafka's consumers do; the
+// records are lost to the processor, and this says so loudly, with how many.
+func (g *consumerGroup) checkDeleted(topic string, partition int32, scan *asideScan) {
+	tp := topicPartition{topic, partition}
+	st, ok := claimStart{}, false
+	if scan != nil {
+		st, ok = scan.starts[tp]
+	}
+	if !ok {
+		fetched := &asideScan{starts: map[topicPartition]claimStart{}}
+		if err := fetched.fetchStarts(g.client, g.group, map[string][]int32{topic: {partition}}); err != nil {
+			g.log.Warn("could not read the committed offset of a claim that starts from the oldest record", "topic", topic, "partition", partition, "err", err)
+			return
+		}
+		st = fetched.starts[tp]
+	}
+	if st.offset < 0 {
+		return // nothing committed: the oldest record is where the group starts
+	}
+	oldest, err := g.client.GetOffset(topic, partition, sarama.OffsetOldest)
+	if err == nil && oldest > st.offset {
+		g.log.Error("records were deleted before the processor read them: they are lost to it (retention shorter than the group's lag or outage?)",
+			"topic", topic, "partition", partition, "committed", st.offset, "log_start", oldest, "lost_records", oldest-st.offset)
+		if g.deleted != nil {
+			g.deleted(topic, oldest-st.offset)
+		}
+		return
+	}
+	newest, err2 := g.client.GetOffset(topic, partition, sarama.OffsetNewest)
+	if err := errors.Join(err, err2); err != nil {
+		g.log.Warn("could not read the offsets of a claim whose commit is out of range", "topic", topic, "partition", partition, "err", err)
+		return
+	}
+	if st.offset > newest {
+		g.log.Error("the group's committed offset is past the end of the log: the broker lost records the processor had read; it reads the partition again from its oldest record",
+			"topic", topic, "partition", partition, "committed", st.offset, "log_end", newest)
+	}
 }
 
 // Cleanup implements sarama.ConsumerGroupHandler.

@@ -66,6 +66,12 @@ type processorMetrics struct {
 	assigned   prometheus.Gauge
 	rebalances prometheus.Counter
 	restarts   prometheus.Counter
+	deleted    *prometheus.CounterVec // topic
+}
+
+// deletedUnread counts records the broker deleted before the group read them.
+func (m *processorMetrics) deletedUnread(topic string, n int64) {
+	m.deleted.WithLabelValues(topic).Add(float64(n))
 }
 
 func newProcessorMetrics(p *Processor, reg prometheus.Registerer, topology string) (*processorMetrics, error) {
@@ -80,8 +86,12 @@ func newProcessorMetrics(p *Processor, reg prometheus.Registerer, topology strin
 		restarts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "processor",
 			Name: "restarts_total", ConstLabels: cl,
 			Help: "Times the processor group stopped on a broker outage and was run again in this process, from its changelogs."}),
+		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "processor",
+			Name: "records_deleted_unread_total", ConstLabels: cl,
+			Help: "Records the broker deleted (retention, DeleteRecords) after the group's committed offset and before the processor read them: lost to it."},
+			[]string{"topic"}),
 	}
-	for _, c := range []prometheus.Collector{m.assigned, m.rebalances, m.restarts, &statsCollector{p: p, labels: cl}} {
+	for _, c := range []prometheus.Collector{m.assigned, m.rebalances, m.restarts, m.deleted, &statsCollector{p: p, labels: cl}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -99,6 +99,33 @@ func setOffset(m map[string]map[int32]int64, t string, p int32, o int64) {
 	m[t][p] = o
 }
 
+// noteFetch notes a partition's fetch: its high watermark (for the lag) and whether records were
+// deleted before they were read. Called with mu held.
+func (s *FlushThenCommit) noteFetch(p kgo.FetchTopicPartition) {
+	s.noteDeleted(p)
+	s.noteHighWatermark(p)
+}
+
+// noteDeleted reports the records the broker deleted between where the partition was to resume
+// (its commit, or one past the last record read) and where its fetch started. franz-go, like
+// Kafka's own consumer, moves on from the log start when it finds its offset below it, and says
+// nothing: the records lost that way are counted and logged here. A fetch that starts past the
+// expected offset is normal on its own (transaction markers take offsets); only a log start past
+// it says records were deleted. Called with mu held.
+func (s *FlushThenCommit) noteDeleted(p kgo.FetchTopicPartition) {
+	if len(p.Records) == 0 {
+		return
+	}
+	first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
+	if next, ok := s.next[p.Topic][p.Partition]; ok && first > next && p.LogStartOffset > next {
+		lost := min(first, p.LogStartOffset) - next
+		s.m.deletedUnread(p.Topic, lost)
+		s.log.Error("records were deleted before this sink read them: they are lost to it (retention shorter than the sink's lag or outage?)",
+			"topic", p.Topic, "partition", p.Partition, "expected_offset", next, "log_start", p.LogStartOffset, "lost_records", lost)
+	}
+	setOffset(s.next, p.Topic, p.Partition, last+1)
+}
+
 // noteHighWatermark keeps a fetched partition's high watermark for the lag metric. Called with
 // mu held.
 func (s *FlushThenCommit) noteHighWatermark(p kgo.FetchTopicPartition) {

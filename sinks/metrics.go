@@ -25,6 +25,7 @@ type Metrics struct {
 	rebalances   *prometheus.CounterVec
 	expired      prometheus.Counter
 	lag          *prometheus.GaugeVec
+	deleted      *prometheus.CounterVec
 }
 
 // NewMetrics registers a sink's metrics on reg, labelled with the sink's name.
@@ -70,8 +71,12 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "abacus", Subsystem: "sink",
 			Name: "lag_records", Help: "Records of an owned partition after the committed offset, as of the partition's last fetch.", ConstLabels: l},
 			[]string{"topic", "partition"}),
+		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "records_deleted_unread_total", ConstLabels: l,
+			Help: "Records the broker deleted (retention, DeleteRecords) after the group's committed offset and before the sink read them: lost to this sink."},
+			[]string{"topic"}),
 	}
-	reg.MustRegister(m.lag, m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.skipped, m.held, m.heldOld,
+	reg.MustRegister(m.deleted, m.lag, m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.skipped, m.held, m.heldOld,
 		m.commits, m.commitFails, m.commitLat, m.lastCommit)
 	return m
 }
@@ -150,5 +155,11 @@ func (m *Metrics) setLag(topic string, partition int32, lag int64) {
 func (m *Metrics) dropLag(topic string, partition int32) {
 	if m != nil {
 		m.lag.DeleteLabelValues(topic, strconv.Itoa(int(partition)))
+	}
+}
+
+func (m *Metrics) deletedUnread(topic string, n int64) {
+	if m != nil {
+		m.deleted.WithLabelValues(topic).Add(float64(n))
 	}
 }

@@ -48,7 +48,9 @@ func (kafkaOffsets) Load(context.Context, string, map[string][]int32) (map[strin
 	return nil, nil
 }
 
-// adjustOffsets seeks newly assigned partitions to the offsets an external store holds.
+// adjustOffsets seeks newly assigned partitions to the offsets an external store holds (with
+// offsets in Kafka, kgo has already put them at the group's commits), and notes where each
+// resumes.
 func (s *FlushThenCommit) adjustOffsets(ctx context.Context, assigned map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
 	parts := map[string][]int32{}
 	for t, ps := range assigned {
@@ -67,5 +69,16 @@ func (s *FlushThenCommit) adjustOffsets(ctx context.Context, assigned map[string
 			}
 		}
 	}
+	s.mu.Lock()
+	for t, ps := range assigned {
+		for p, o := range ps {
+			if off := o.EpochOffset().Offset; off >= 0 {
+				setOffset(s.next, t, p, off)
+			} else {
+				delete(s.next[t], p) // no commit: the partition starts where the reset puts it
+			}
+		}
+	}
+	s.mu.Unlock()
 	return assigned, nil
 }

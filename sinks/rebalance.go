@@ -60,6 +60,7 @@ func (s *FlushThenCommit) unassign(parts map[string][]int32) {
 			delete(s.assigned[t], p)
 			delete(s.hwm[t], p)
 			delete(s.commits[t], p)
+			delete(s.next[t], p)
 			s.m.dropLag(t, p)
 		}
 	}

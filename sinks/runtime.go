@@ -73,6 +73,10 @@ type FlushThenCommit struct {
 	// hwm is each partition's high watermark at its last fetch, and commits its last committed
 	// offset, for the lag metric. Guarded by mu.
 	hwm, commits map[string]map[int32]int64
+	// next is each owned partition's next offset: where the group's commit put it at the
+	// assignment, then one past the last record read. A fetch that starts past it, at a log start
+	// past it, read a partition whose records were deleted unread (see noteDeleted). Guarded by mu.
+	next map[string]map[int32]int64
 }
 
 type writeResult struct {
@@ -105,6 +109,7 @@ func NewFlushThenCommit(cfg Config, enc Encoder, store store.Writer) (*FlushThen
 		assigned: map[string]map[int32]bool{},
 		hwm:      map[string]map[int32]int64{},
 		commits:  map[string]map[int32]int64{},
+		next:     map[string]map[int32]int64{},
 	}
 	s.done = make(chan writeResult, cfg.MaxWritesInFlight)
 	s.wake = make(chan struct{}, 1)
@@ -138,8 +143,10 @@ func NewFlushThenCommit(cfg Config, enc Encoder, store store.Writer) (*FlushThen
 	}
 	if cfg.Offsets != nil {
 		s.offsets = cfg.Offsets
-		opts = append(opts, kgo.AdjustFetchOffsetsFn(s.adjustOffsets))
 	}
+	// Also with offsets in Kafka: the committed offsets it is handed are where each partition
+	// resumes, which noteDeleted compares the first fetch with.
+	opts = append(opts, kgo.AdjustFetchOffsetsFn(s.adjustOffsets))
 	opts = append(opts, cfg.ClientOptions...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -203,7 +210,7 @@ func (s *FlushThenCommit) Run(ctx context.Context) error {
 			return s.fail(f)
 		}
 		s.mu.Lock()
-		fetches.EachPartition(s.noteHighWatermark)
+		fetches.EachPartition(s.noteFetch)
 		fetches.EachRecord(s.add)
 		s.step()
 		fatal = s.fatal

@@ -785,3 +785,91 @@ func TestBrokenStoreContractIsFatal(t *testing.T) {
 		t.Fatalf("offsets committed: %v", h.offsets.off)
 	}
 }
+
+// TestFlushThenCommitCountsRecordsDeletedUnread stops a sink, lets the broker delete records after
+// its commits (DeleteRecords, as retention does), and restarts it: the sink goes on from the log
+// start, as Kafka's consumers do, but counts and logs what it never read, with offsets in Kafka
+// and in an external store.
+func TestFlushThenCommitCountsRecordsDeletedUnread(t *testing.T) {
+	for _, c := range clusters(t) {
+		for _, where := range []string{"kafka-offsets", "store-offsets"} {
+			t.Run(c.name+"/"+where, func(t *testing.T) {
+				ms := newMemStore()
+				h := start(t, c, ms, func(cfg *Config) {
+					if where == "kafka-offsets" {
+						cfg.Offsets = nil
+					}
+				})
+				in := h.cfg.Topics[0]
+				values := make([]string, 400) // 100 per partition
+				for i := range values {
+					values[i] = "v" + strconv.Itoa(i)
+				}
+				produce(t, c.brokers, in, values)
+				h.run()
+				h.waitFor("the first records to be committed", 60*time.Second, func() bool {
+					return testutil.ToFloat64(h.cfg.Metrics.commits) == 400
+				})
+				h.stop()
+
+				produce(t, c.brokers, in, values) // offsets 100-199 of every partition
+				cl, err := kgo.NewClient(kgo.SeedBrokers(c.brokers...))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer cl.Close()
+				to := kadm.Offsets{}
+				for p := range int32(4) {
+					to.Add(kadm.Offset{Topic: in, Partition: p, At: 150, LeaderEpoch: -1})
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				deleted, err := kadm.NewClient(cl).DeleteRecords(ctx, to)
+				if err == nil {
+					err = deleted.Error()
+				}
+				if err != nil {
+					t.Fatalf("delete records: %v", err)
+				}
+				if where == "kafka-offsets" {
+					// What abacus status shows of the stopped group: the loss to come.
+					lags, err := OffsetsAdmin{Kafka: kadm.NewClient(cl)}.Show(ctx, h.cfg.Group, in)
+					if err != nil {
+						t.Fatal(err)
+					}
+					var lost, lag int64
+					for _, l := range lags {
+						lost, lag = lost+l.Deleted, lag+l.Lag
+						if l.Start != 150 || l.Committed != 100 {
+							t.Fatalf("show: %+v, want start 150 and committed 100", l)
+						}
+					}
+					if lost != 200 || lag != 200 {
+						t.Fatalf("show: %d deleted unread and lag %d, want 200 and 200", lost, lag)
+					}
+				}
+				h.offsets.mu.Lock()
+				h.offsets.first[in] = map[int32]int64{0: 150, 1: 150, 2: 150, 3: 150} // what is left to land
+				h.offsets.mu.Unlock()
+
+				h.run()
+				h.waitFor("the records left to be committed", 60*time.Second, func() bool {
+					return testutil.ToFloat64(h.cfg.Metrics.commits) == 400+200
+				})
+				h.stop()
+				if got := testutil.ToFloat64(h.cfg.Metrics.deleted.WithLabelValues(in)); got != 200 {
+					t.Fatalf("records_deleted_unread_total = %v, want 200 (50 per partition)", got)
+				}
+				_, landed := ms.snapshot()
+				for p := range 4 {
+					for o := 100; o < 200; o++ {
+						src := fmt.Sprintf("%s/%d@%d", in, p, o)
+						if landed[src] != (o >= 150) {
+							t.Fatalf("record %s landed: %v", src, landed[src])
+						}
+					}
+				}
+			})
+		}
+	}
+}
