@@ -40,6 +40,8 @@ type groupStatus struct {
 	// Partitions are the group's topic partitions: source and loop topics for the processor.
 	Partitions []partitionStatus `json:"partitions"`
 	Lag        int64             `json:"lag"`
+	// Deleted sums the partitions' records deleted unread.
+	Deleted int64 `json:"deleted_unread,omitempty"`
 	// ByPartition sums the processor's partitions over its input topics, with the open windows of
 	// each (processor only).
 	ByPartition []processorPartition `json:"by_partition,omitempty"`
@@ -61,9 +63,12 @@ type partitionStatus struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Committed int64  `json:"committed"` // -1: nothing committed yet
+	Start     int64  `json:"start"`     // the oldest offset the topic still holds
 	End       int64  `json:"end"`
 	Lag       int64  `json:"lag"`
-	Owner     string `json:"owner,omitempty"` // instance id (or member id) of the member that owns it
+	// Deleted: records after the commit that the broker deleted unread (lost when the group resumes).
+	Deleted int64  `json:"deleted_unread,omitempty"`
+	Owner   string `json:"owner,omitempty"` // instance id (or member id) of the member that owns it
 }
 
 type processorPartition struct {
@@ -199,8 +204,9 @@ func groupStatusOf(ctx context.Context, adm *kadm.Client, offsets sinks.OffsetsA
 	}
 	for _, l := range lags {
 		gs.Partitions = append(gs.Partitions, partitionStatus{Topic: l.Topic, Partition: l.Partition, Committed: l.Committed,
-			End: l.End, Lag: l.Lag, Owner: owner[l.Topic][l.Partition]})
+			Start: l.Start, End: l.End, Lag: l.Lag, Deleted: l.Deleted, Owner: owner[l.Topic][l.Partition]})
 		gs.Lag += l.Lag
+		gs.Deleted += l.Deleted
 	}
 	return gs, nil
 }
@@ -303,6 +309,9 @@ func scrapeOpenWindows(ctx context.Context, endpoints []string, topology string)
 
 func printGroupStatus(w io.Writer, gs groupStatus) error {
 	fmt.Fprintf(w, "%s group %s: %s, %d members, lag %d", gs.title, gs.Group, gs.State, len(gs.Members), gs.Lag)
+	if gs.Deleted > 0 {
+		fmt.Fprintf(w, ", %d deleted unread", gs.Deleted)
+	}
 	if gs.OpenWindows != nil {
 		fmt.Fprintf(w, ", open windows %d", *gs.OpenWindows)
 	}
@@ -350,7 +359,18 @@ func printGroupStatus(w io.Writer, gs groupStatus) error {
 		}
 		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%d\t%s\t\n", p.Topic, p.Partition, committed, p.End, p.Lag, dash(p.Owner))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if gs.Deleted > 0 {
+		fmt.Fprintf(w, "  WARNING: %d records after the group's committed offsets were deleted before it read them (retention shorter than its lag or outage?); it skips them when it resumes:\n", gs.Deleted)
+		for _, p := range gs.Partitions {
+			if p.Deleted > 0 {
+				fmt.Fprintf(w, "    %s/%d: committed %d, the topic starts at %d: %d lost\n", p.Topic, p.Partition, p.Committed, p.Start, p.Deleted)
+			}
+		}
+	}
+	return nil
 }
 
 func dash(s string) string {

@@ -22,11 +22,16 @@ type OffsetsAdmin struct {
 
 // PartitionLag is one partition's committed offset against the end of its topic.
 type PartitionLag struct {
-	Topic       string
-	Partition   int32
-	Committed   int64 // next record to write; -1 when the group has not committed
-	End         int64 // offset the next produced record gets
-	Lag         int64 // records not yet committed
+	Topic     string
+	Partition int32
+	Committed int64 // next record to write; -1 when the group has not committed
+	Start     int64 // the oldest offset the topic still holds
+	End       int64 // offset the next produced record gets
+	Lag       int64 // records not yet committed that the topic still holds
+	// Deleted counts the records after the committed offset that the topic no longer holds
+	// (retention or DeleteRecords took them before the group read them): the group skips them
+	// when it resumes.
+	Deleted     int64
 	CommittedAt time.Time
 }
 
@@ -56,8 +61,10 @@ func (a OffsetsAdmin) Show(ctx context.Context, group string, topics ...string) 
 		if s, ok := starts.Lookup(o.Topic, o.Partition); ok {
 			from = s.Offset
 		}
+		pl.Start = from
 		if c, ok := committed[o.Topic][o.Partition]; ok {
 			pl.Committed, pl.CommittedAt = c.Offset, c.CommittedAt
+			pl.Deleted = max(0, min(from, pl.End)-c.Offset)
 			from = max(from, c.Offset)
 		}
 		pl.Lag = max(0, pl.End-from)
