@@ -314,6 +314,10 @@ stage_main() {
   # The benchmarks' loader writes from several goroutines: a small load, under the race detector.
   log "go test -race the benchmark loader (bench/query TestLoadSmall)"
   gotest main-race -race -timeout 10m -run '^TestLoadSmall$' ./bench/query
+  # The backfill benchmark on a small fleet, so that it keeps working: it fails when a run reads
+  # fewer facts than were loaded or writes no window.
+  log "go test -bench the backfill benchmark on a small fleet (bench/backfill)"
+  ABACUS_BENCH_DEVICES=20 ABACUS_BENCH_HOURS=2 gotest main-bench -run '^$' -bench '^BenchmarkBackfill$' -benchtime 1x -timeout 10m ./bench/backfill
 }
 
 # disruptive_tests NAME PORTS GO-TEST-ARGS...: `go test GO-TEST-ARGS` with ABACUS_DISRUPTIVE=1 on a
