@@ -29,6 +29,9 @@ partitions), and per partition the committed offset, the end of the topic, the l
 The processor's lag is over its source topics and its loop topic. Open windows per partition come
 from the processor instances' ops endpoints (-ops, each instance's ops.listen; default: the
 config's ops.listen, else 127.0.0.1:9361); a partition none of them reports shows "-".
+It warns of records the broker deleted after a group's commit before the group read them (lost to
+it), and of unread records older than 80% of their topic's retention.ms (lost soon unless the
+group catches up).
 `
 
 // groupStatus is one consumer group in the answer of `abacus status`.
@@ -42,6 +45,8 @@ type groupStatus struct {
 	Lag        int64             `json:"lag"`
 	// Deleted sums the partitions' records deleted unread.
 	Deleted int64 `json:"deleted_unread,omitempty"`
+	// AtRisk sums the partitions' unread records that retention deletes soon.
+	AtRisk int64 `json:"at_risk,omitempty"`
 	// ByPartition sums the processor's partitions over its input topics, with the open windows of
 	// each (processor only).
 	ByPartition []processorPartition `json:"by_partition,omitempty"`
@@ -67,8 +72,11 @@ type partitionStatus struct {
 	End       int64  `json:"end"`
 	Lag       int64  `json:"lag"`
 	// Deleted: records after the commit that the broker deleted unread (lost when the group resumes).
-	Deleted int64  `json:"deleted_unread,omitempty"`
-	Owner   string `json:"owner,omitempty"` // instance id (or member id) of the member that owns it
+	Deleted int64 `json:"deleted_unread,omitempty"`
+	// AtRisk: unread records stamped further back than most of the topic's retention (markAtRisk).
+	AtRisk    int64  `json:"at_risk,omitempty"`
+	Retention string `json:"retention,omitempty"` // the topic's retention.ms, when AtRisk > 0
+	Owner     string `json:"owner,omitempty"`     // instance id (or member id) of the member that owns it
 }
 
 type processorPartition struct {
@@ -113,6 +121,9 @@ func (p Program) status(ctx context.Context, args []string, stdout, stderr io.Wr
 			return err
 		}
 		gs.title = r.title
+		if err := markAtRisk(ctx, adm, &gs, time.Now()); err != nil {
+			fmt.Fprintf(stderr, "abacus status: group %s: cannot tell whether retention threatens its unread records: %v\n", gs.Group, err)
+		}
 		out = append(out, gs)
 		if r.openWindows && windowsOf == nil {
 			windowsOf = r
@@ -312,6 +323,9 @@ func printGroupStatus(w io.Writer, gs groupStatus) error {
 	if gs.Deleted > 0 {
 		fmt.Fprintf(w, ", %d deleted unread", gs.Deleted)
 	}
+	if gs.AtRisk > 0 {
+		fmt.Fprintf(w, ", %d unread near retention", gs.AtRisk)
+	}
 	if gs.OpenWindows != nil {
 		fmt.Fprintf(w, ", open windows %d", *gs.OpenWindows)
 	}
@@ -367,6 +381,14 @@ func printGroupStatus(w io.Writer, gs groupStatus) error {
 		for _, p := range gs.Partitions {
 			if p.Deleted > 0 {
 				fmt.Fprintf(w, "    %s/%d: committed %d, the topic starts at %d: %d lost\n", p.Topic, p.Partition, p.Committed, p.Start, p.Deleted)
+			}
+		}
+	}
+	if gs.AtRisk > 0 {
+		fmt.Fprintf(w, "  WARNING: %d unread records are older than %.0f%% of their topic's retention: the broker deletes them soon, and they are lost to the group, unless it catches up:\n", gs.AtRisk, retentionRiskShare*100)
+		for _, p := range gs.Partitions {
+			if p.AtRisk > 0 {
+				fmt.Fprintf(w, "    %s/%d: %d of %d unread (retention %s)\n", p.Topic, p.Partition, p.AtRisk, p.Lag, p.Retention)
 			}
 		}
 	}
