@@ -114,6 +114,7 @@ type Progress struct {
 	Resumed      int64  // facts run before the checkpoint this run resumed from, not run again
 	Checkpoints  int    // checkpoints saved
 	Parallel     bool   // the partitions ran side by side (entity sets only, more than one core)
+	ReadRanges   int    // salt buckets of the facts table scanned side by side (1: one scan)
 }
 
 // Summary is what a run did.
@@ -416,11 +417,17 @@ func reduce(p *plan.Plan, want map[string]bool) *plan.Plan {
 	return &out
 }
 
+// readers is how many salt buckets of the facts table are scanned at once: the table is
+// pre-split on its buckets, so each scan keeps one region (of those a bucket has) busy.
+const readers = 4
+
 // read scans the facts table and keeps, per source partition, the facts late enough to matter.
+// The facts' order does not matter (each partition's are put back in offset order), so a table
+// of several salt buckets is scanned bucket by bucket, readers at once, into one collector.
 func (b *backfill) read(ctx context.Context) error {
 	spec := store.ScanSpec{Table: b.opts.FactsTable, Family: b.opts.Family}
 	var rerr error
-	err := b.opts.Facts.Scan(ctx, spec, func(row []byte, cells []store.Cell) bool {
+	collect := func(row []byte, cells []store.Cell) bool {
 		entity, t, err := schema.ParseFactRow(row)
 		if err != nil {
 			b.sum.Undecodable += int64(len(cells))
@@ -467,7 +474,15 @@ func (b *backfill) read(ctx context.Context) error {
 			b.report("read")
 		}
 		return ctx.Err() == nil
-	})
+	}
+	var err error
+	if buckets := b.factBuckets(ctx); buckets > 1 {
+		b.sum.ReadRanges = buckets
+		err = scanBuckets(ctx, b.opts.Facts, spec, buckets, collect)
+	} else {
+		b.sum.ReadRanges = 1
+		err = b.opts.Facts.Scan(ctx, spec, collect)
+	}
 	b.entities = nil
 	if err == nil {
 		err = rerr

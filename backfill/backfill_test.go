@@ -201,6 +201,9 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("stopped: %+v\nresumed: %+v", stopped, sum)
+	if sum.ReadRanges != buckets {
+		t.Errorf("the facts table's %d buckets were read in %d scans, want one each", buckets, sum.ReadRanges)
+	}
 	if sum.Windows == 0 || sum.NotClosed != 0 || sum.OnDisk < sum.Facts/2 {
 		t.Errorf("backfill wrote %d windows, left %d not closed, and %d of %d facts went through files: want some, none, and most", sum.Windows, sum.NotClosed, sum.OnDisk, sum.Facts)
 	}
@@ -280,11 +283,16 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 	}
 	opts.Sets = []string{"hour", "alarms-10m"}
 	opts.Encoder = &sinks.AggregatesEncoder{Table: "serial", Family: family, SaltBuckets: buckets}
-	procs := runtime.GOMAXPROCS(1) // one goroutine runs every partition
-	_, err = backfill.Run(context.Background(), opts)
+	serial := opts
+	serial.Facts = struct{ store.Reader }{st} // a store that cannot say its buckets: one scan
+	procs := runtime.GOMAXPROCS(1)            // one goroutine runs every partition
+	one, err := backfill.Run(context.Background(), serial)
 	runtime.GOMAXPROCS(procs)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if one.ReadRanges != 1 {
+		t.Errorf("a store that cannot say its buckets was read in %d scans, want one", one.ReadRanges)
 	}
 	if procs < 2 {
 		t.Fatalf("GOMAXPROCS %d: the test needs two to run partitions side by side", procs)
@@ -524,7 +532,11 @@ func withFacts(t *testing.T, topo *topology.Topology, recs []source) (*cellstore
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	for _, tb := range []string{factsTable, "full", "full_keys", "live", "live_keys"} {
+	// The facts table as the facts sink makes it, salted: backfill scans its buckets side by side.
+	if err := st.EnsureTable(context.Background(), schema.TableLayout{Name: factsTable, Family: family, SaltBuckets: buckets}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tb := range []string{"full", "full_keys", "live", "live_keys"} {
 		if err := st.CreateTable(tb, map[string]int{family: 1}); err != nil {
 			t.Fatal(err)
 		}
