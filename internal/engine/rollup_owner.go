@@ -100,6 +100,12 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	isNew := ent == nil
 	if isNew {
 		ent = &state.Entity{}
+	} else {
+		// Closed windows that may leave (final acknowledged, progress recorded) leave now, as an
+		// entity's do at its next event. Left to the close message FinalRetention later, an owner
+		// kept every window closed in that time: a catch-up or a backfill, hours of event time a
+		// minute, grew it past MaxMessageBytes and its partials were dead-lettered as too large.
+		pt.prune(ctx.Key(), ent)
 	}
 	before := len(ent.Windows)
 	mi, si, hadMerged := pt.slotsOf(ent, set, m)

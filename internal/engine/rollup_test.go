@@ -501,3 +501,48 @@ func TestRollupMergePanicDeadLettersWindow(t *testing.T) {
 		t.Fatalf("%d dead letters of the contribution, %d of the window; want one each: %+v", entity, window, d.DeadLetters())
 	}
 }
+
+// TestRollupOwnerCatchUpKeepsStateSmall: a processor catching up on a backlog goes through hours
+// of event time in a minute of wall clock. A rollup owner drops its closed windows as it takes
+// the next partial, once the partition records (written at ticks) hold the progress that
+// completed them, not a FinalRetention of wall clock later: it kept every window closed in that
+// minute, and 16 KiB messages held about 200 fleet minutes, so the finals after them were
+// dead-lettered as too large.
+func TestRollupOwnerCatchUpKeepsStateSmall(t *testing.T) {
+	b := topology.New("catchup").MaxMessageBytes(16 << 10)
+	src := topology.NewSource(b, "readings", topology.JSON[reading](),
+		func(r reading) string { return r.Device },
+		func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	src.Aggregate("all", windows.Tumbling(time.Minute)).Grace(0).Global().Emit(topology.FinalOnly()).
+		Count("count").Max("max", "Temp")
+	topo, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A tick a second writes the partition records; each second of wall clock takes 50 minutes
+	// of readings (the finals retained for a minute would be 3,000 windows).
+	d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: 4, IdleTimeout: time.Minute, TickInterval: time.Second})
+	const minutes = 1000 // 16 hours of readings, 8 a minute, in 20 s of wall clock
+	for i := range minutes * 8 {
+		dev := fmt.Sprintf("d%02d", i%20)
+		ts := t0 + int64(i)*7_500
+		d.Pipe("readings", dev, reading{Device: dev, TS: ts, Temp: float64(i % 13)}, abacustest.At(at(ts)))
+		if i%400 == 399 {
+			d.Advance(time.Second)
+		}
+	}
+	d.Advance(3 * time.Minute)
+	if dl := d.DeadLetters(); len(dl) != 0 {
+		t.Fatalf("%d dead letters, the first: %+v", len(dl), dl[0])
+	}
+	// The last window stays open: the wall clock, hours behind the readings, cannot idle past it.
+	finals := d.FinalsOf("all", topology.GlobalKey)
+	if len(finals) != minutes-1 {
+		t.Fatalf("%d fleet-wide finals, want %d", len(finals), minutes-1)
+	}
+	for _, f := range finals {
+		if f.Float("count") != 8 {
+			t.Fatalf("window %s counts %v, want 8", f.Start, f.Float("count"))
+		}
+	}
+}
