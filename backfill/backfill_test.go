@@ -642,3 +642,73 @@ func (r *refuseMeta) Write(ctx context.Context, cells []store.Cell) ([]store.Cel
 	}
 	return r.Writer.Write(ctx, cells)
 }
+
+// TestBackfillLongRollupKeepsOwnerSmall: a global rollup backfilled over many windows, with the
+// smallest MaxMessageBytes. The rollup owner drops its closed windows only once the partition
+// records hold the progress that completed them, and the records are written at ticks: a run
+// without ticks kept every window of the run in the owner's state, which passed the limit (a
+// month of fleet minutes passed the default), so partials were dropped and dead-lettered. The
+// cells equal a deployment's that had the set from the start, and nothing is refused.
+func TestBackfillLongRollupKeepsOwnerSmall(t *testing.T) {
+	fleet := func(later bool) *topology.Topology {
+		b := topology.New("devices").MaxMessageBytes(16 << 10)
+		src := topology.NewSource(b, devices.Topic, topology.JSON[devices.Reading](),
+			func(r devices.Reading) string { return r.Device },
+			func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) })
+		src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(10 * time.Second).Count("count")
+		if later {
+			src.Aggregate("fleet-minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).Global().
+				Emit(topology.FinalOnly()).Count("count").Max("max_temp", "Temp")
+		}
+		tp, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	v1, v2 := fleet(false), fleet(true)
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	recs := readings(rand.New(rand.NewPCG(9, 10)), start, 12*time.Hour, 8000) // 720 fleet minutes
+	st, _ := withFacts(t, v2, recs)
+	// The deployments' clocks move, a second every 50 records (every partition hears from its
+	// devices many times a second: none is ever idle), so their owners drop closed windows as a
+	// live processor's do.
+	ticking := func(table string, v1 *topology.Topology, switchAt int) *abacustest.Driver {
+		d := abacustest.New(t, v1, abacustest.Options{Partitions: 4, Start: start})
+		for i, r := range recs {
+			if i == switchAt {
+				d.RestartWith(v2, false)
+			}
+			d.Send(devices.Topic, r.key, r.value, abacustest.At(r.ts))
+			if i%50 == 49 {
+				d.Advance(time.Second)
+			}
+		}
+		d.Advance(10 * time.Minute)
+		if dl := d.DeadLetters(); len(dl) != 0 {
+			t.Fatalf("the deployment dead-lettered %d records, the first: %+v", len(dl), dl[0])
+		}
+		enc := &sinks.AggregatesEncoder{Table: table, Family: family, SaltBuckets: buckets}
+		var out []store.Cell
+		for _, m := range d.Messages(v1.TotalsTopic()) {
+			var err error
+			if out, err = enc.Encode(&kgo.Record{Value: m.Value}, out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(t, st, out)
+		return d
+	}
+	ticking("full", v2, len(recs))
+	d := ticking("live", v1, len(recs)-50) // the set comes at the very end
+	sum, err := backfill.Run(context.Background(), backfill.Options{Topology: v2, Sets: []string{"fleet-minute"}, Live: records(d),
+		Facts: st, FactsTable: factsTable, Family: family, Out: st,
+		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Windows < 700 || sum.DeadLetters != 0 {
+		t.Fatalf("backfill wrote %d windows and refused %d facts or partials: want about 720 and none (%+v)", sum.Windows, sum.DeadLetters, sum)
+	}
+	same(t, "a deployment that had the set from the start", cells(t, st, "full"), cells(t, st, "live"))
+}

@@ -111,6 +111,11 @@ func (b *backfill) runSerial(ctx context.Context, r *run) error {
 		if r.heads[p].peek() == nil {
 			b.sum.Partitions++
 		}
+		if n%tickEvery == 0 && b.rollups() {
+			if err := r.tick(); err != nil {
+				return err
+			}
+		}
 		if n%progressEvery == 0 {
 			b.report("run")
 			if ctx.Err() != nil {
@@ -135,6 +140,14 @@ func (b *backfill) checkpointEvery() time.Duration {
 	}
 	return time.Minute
 }
+
+// tickEvery is how many facts go between two ticks of every partition, in a run with rollups.
+// The wall clock stands still, so a tick advances nothing by time; but it writes each partition's
+// record, as the processor's ticks do, and a rollup owner drops a closed window only once the
+// records hold the progress that completed it. Without ticks an owner kept every window of the
+// run: a month of fleet minutes passed MaxMessageBytes, and its partials were then dead-lettered
+// as too large.
+const tickEvery = 1000
 
 // progressEvery is how many facts go between two progress reports.
 const progressEvery = 20000
@@ -359,3 +372,13 @@ func (c *runContext) Lookup(goka.Table, string) any {
 }
 
 var _ goka.Context = (*runContext)(nil)
+
+// rollups reports whether the run computes a rollup set.
+func (b *backfill) rollups() bool {
+	for _, s := range b.plan.Sets {
+		if s.Rollup != nil {
+			return true
+		}
+	}
+	return false
+}
