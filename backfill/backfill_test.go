@@ -152,19 +152,25 @@ func run(t *testing.T, st store.Writer, table string, v1, v2 *topology.Topology,
 		d.Send(devices.Topic, r.key, r.value, abacustest.At(r.ts))
 	}
 	d.Advance(10 * time.Minute) // the last windows close as an idle partition's do
-	if table == "" {
-		return d
+	if table != "" {
+		writeTotals(t, st, table, d, v1)
 	}
+	return d
+}
+
+// writeTotals writes every total d emitted to table (and its key index table_keys) through the
+// aggregates sink's encoder, as the sink would.
+func writeTotals(t *testing.T, st store.Writer, table string, d *abacustest.Driver, topo *topology.Topology) {
+	t.Helper()
 	enc := &sinks.AggregatesEncoder{Table: table, Family: family, SaltBuckets: buckets, KeyIndex: table + "_keys"}
 	var out []store.Cell
-	for _, m := range d.Messages(v1.TotalsTopic()) {
+	for _, m := range d.Messages(topo.TotalsTopic()) {
 		var err error
 		if out, err = enc.Encode(&kgo.Record{Value: m.Value}, out); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write(t, st, out)
-	return d
 }
 
 // TestBackfillCompletesAnAddedSet is the promise on the in-memory driver: a deployment
@@ -688,15 +694,7 @@ func TestBackfillLongRollupKeepsOwnerSmall(t *testing.T) {
 		if dl := d.DeadLetters(); len(dl) != 0 {
 			t.Fatalf("the deployment dead-lettered %d records, the first: %+v", len(dl), dl[0])
 		}
-		enc := &sinks.AggregatesEncoder{Table: table, Family: family, SaltBuckets: buckets}
-		var out []store.Cell
-		for _, m := range d.Messages(v1.TotalsTopic()) {
-			var err error
-			if out, err = enc.Encode(&kgo.Record{Value: m.Value}, out); err != nil {
-				t.Fatal(err)
-			}
-		}
-		write(t, st, out)
+		writeTotals(t, st, table, d, v1)
 		return d
 	}
 	ticking("full", v2, len(recs))
