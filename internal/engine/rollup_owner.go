@@ -115,7 +115,15 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 	}
 	mi = pt.takePartial(ctx, ent, set, m, mi, si)
 	early := pt.earlyTotal(set, ent, mi)
-	if n := pt.stateSize(ent); n > e.plan.MaxMessageBytes {
+	n := pt.stateSize(ent)
+	if n > e.plan.MaxMessageBytes/4 && pt.ru.done[set.Index] > pt.ru.metaDone[set.Index] {
+		// The windows closed since the partition's record was written leave only once it holds
+		// the progress that closed them: write it now (a nudge), not at the next tick, so that
+		// a catch-up, hours of event time between two ticks, does not fill the owner.
+		pt.metaDirty, pt.recordWanted = true, true
+		pt.nudge(ctx)
+	}
+	if n > e.plan.MaxMessageBytes {
 		if mi = pt.fitOwnerState(ctx, ent, set, m, mi, n); ent.Windows[mi].Final {
 			early = nil
 		}

@@ -519,9 +519,10 @@ func TestRollupOwnerCatchUpKeepsStateSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A tick a second writes the partition records; each second of wall clock takes 50 minutes
-	// of readings (the finals retained for a minute would be 3,000 windows).
-	d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: 4, IdleTimeout: time.Minute, TickInterval: time.Second})
+	// Each second of wall clock takes 50 minutes of readings: the finals retained for a minute
+	// would be 3,000 windows, and the default 15 s between two ticks (which write the partition
+	// records) 750.
+	d := abacustest.New(t, topo, abacustest.Options{Start: at(t0), Partitions: 4, IdleTimeout: time.Minute})
 	const minutes = 1000 // 16 hours of readings, 8 a minute, in 20 s of wall clock
 	for i := range minutes * 8 {
 		dev := fmt.Sprintf("d%02d", i%20)
