@@ -98,6 +98,7 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		return
 	}
 	isNew := ent == nil
+	pruned := false
 	if isNew {
 		ent = &state.Entity{}
 	} else {
@@ -105,12 +106,17 @@ func (pt *partition) onPartial(ctx goka.Context, m *partialMsg) {
 		// entity's do at its next event. Left to the close message FinalRetention later, an owner
 		// kept every window closed in that time: a catch-up or a backfill, hours of event time a
 		// minute, grew it past MaxMessageBytes and its partials were dead-lettered as too large.
-		pt.prune(ctx.Key(), ent)
+		pruned = pt.prune(ctx.Key(), ent)
 	}
 	before := len(ent.Windows)
 	mi, si, hadMerged := pt.slotsOf(ent, set, m)
 	if mi < 0 {
 		pt.e.m.rollupIgnored.WithLabelValues(set.Name).Inc()
+		if pruned {
+			// What prune dropped (and counted gone) must leave the table too: the next load
+			// reads the table, and would drop and count it again.
+			pt.set(ctx, ent)
+		}
 		return // its slot is final, or the window was given up
 	}
 	mi = pt.takePartial(ctx, ent, set, m, mi, si)

@@ -147,6 +147,13 @@ func TestRollupsMergeEntityFinalsThroughRestarts(t *testing.T) {
 			}
 			d.Advance(5 * time.Minute)
 			checkRollupFinals(t, d)
+			// Every window closed, and left the table since: the gauges count none, never fewer.
+			d.Advance(5 * time.Minute)
+			for _, g := range []string{"abacus_processor_windows_held", "abacus_processor_windows_open"} {
+				if n := gauge(t, d.Registry(), g); n != 0 {
+					t.Errorf("%s = %v after every window closed and left", g, n)
+				}
+			}
 		})
 	}
 }
