@@ -39,6 +39,7 @@ import (
 	"github.com/abacus-stream/abacus/internal/memtable"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
+	"github.com/abacus-stream/abacus/tables"
 	"github.com/abacus-stream/abacus/topology"
 )
 
@@ -85,6 +86,7 @@ type Driver struct {
 
 	logs      map[string][][]record // topic -> partition -> records (sources and the loop)
 	tables    []*memtable.Table     // per partition
+	lookups   *tables.Memory        // the topology's tables (topology.NewTable), by name
 	changelog [][]change            // per partition, every write in order
 	queue     []delivery
 	out       []Message
@@ -156,6 +158,7 @@ func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 	d := &Driver{t: t, topo: topo, plan: plan.Of(topo), opts: opts, now: opts.Start,
 		nextTick: opts.Start.Add(opts.TickInterval), tickKeys: engine.TickKeys(opts.Partitions),
 		logs: map[string][][]record{}}
+	d.lookups = tables.NewMemory(d.plan)
 	for _, s := range d.plan.Sources {
 		d.logs[s.Topic] = make([][]record, opts.Partitions)
 	}
@@ -185,7 +188,8 @@ func (d *Driver) loopTopic() string { return plan.LoopTopic(d.plan.Name) }
 func (d *Driver) start(partitions []int32) {
 	d.reg = prometheus.NewRegistry()
 	eng, err := engine.New(d.plan, engine.Config{IdleTimeout: d.opts.IdleTimeout, FinalRetention: d.opts.FinalRetention,
-		Registerer: d.reg, Logger: d.opts.Logger, Now: func() time.Time { return d.now }, Output: d.output, Durability: kafka{d}})
+		Registerer: d.reg, Logger: d.opts.Logger, Now: func() time.Time { return d.now }, Output: d.output, Durability: kafka{d},
+		Tables: d.lookups.For(d.plan)})
 	if err != nil {
 		d.t.Fatalf("abacustest: %v", err)
 	}
@@ -197,6 +201,18 @@ func (d *Driver) start(partitions []int32) {
 	for _, p := range partitions {
 		eng.SetStorage(p, d.tables[p])
 		d.engs[p], d.plans[p] = eng, d.plan
+	}
+}
+
+// PutTable records a version of key in the table named name (topology.NewTable): value, which
+// must be of the table's type, from validFrom on; a nil value deletes the key from validFrom on.
+// It is as a record of the table's topic read by every instance at once: events processed after
+// it see it at their event time, events processed before it saw the version before, and the
+// versions outlive restarts (a processor keeps them in its versions topic).
+func (d *Driver) PutTable(name, key string, value any, validFrom time.Time) {
+	d.t.Helper()
+	if err := d.lookups.For(d.plan).Put(name, key, validFrom.UnixMilli(), value); err != nil {
+		d.t.Fatalf("abacustest: PutTable: %v", err)
 	}
 }
 

@@ -14,8 +14,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/abacus-stream/abacus/backfill"
+	"github.com/abacus-stream/abacus/internal/engine"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/processors"
 	"github.com/abacus-stream/abacus/sinks"
+	"github.com/abacus-stream/abacus/tables"
 )
 
 const backfillUsage = `Usage:
@@ -120,9 +123,19 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 	if err := d.st.EnsureTable(ctx, backfill.CheckpointLayout(cfg.Sinks.BackfillTable)); err != nil {
 		return fmt.Errorf("backfill: checkpoints table: %w", err)
 	}
+	var lookups engine.Tables
+	if tp := plan.Of(topo); len(tp.Tables) > 0 {
+		// The processor group's versions of its tables: the ones its live run looked up.
+		set, err := tables.OpenAll(ctx, tp, tables.Config{Group: cfg.Processor.Group, Client: d.kgoOpts(), Logger: d.log})
+		if err != nil {
+			return fmt.Errorf("backfill: %w", err)
+		}
+		defer set.Close()
+		lookups = set
+	}
 	started := time.Now()
 	pp := newProgressLine(stderr)
-	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Sets: sets, Live: live, From: from, Until: until, Partitions: parts, Share: share,
+	sum, err := backfill.Run(ctx, backfill.Options{Topology: topo, Tables: lookups, Sets: sets, Live: live, From: from, Until: until, Partitions: parts, Share: share,
 		MemoryBytes: *memory << 20, TempDir: *tempDir,
 		Facts: d.st, FactsTable: cfg.Sinks.Facts.Table, Family: cfg.Sinks.Facts.Family, Out: d.st, Encoder: agg.(*sinks.AggregatesEncoder),
 		Progress:    pp.update,

@@ -78,8 +78,8 @@ func (p Program) drop(ctx context.Context, args []string, stdout, stderr io.Writ
 		return err
 	}
 	for _, t := range specs {
-		if t.Role == processors.RoleSource && !*sources {
-			fmt.Fprintf(stdout, "source topic %s ... kept (-sources deletes it)\n", t.Name)
+		if (t.Role == processors.RoleSource || t.Role == processors.RoleLookup) && !*sources {
+			fmt.Fprintf(stdout, "%s topic %s ... kept (-sources deletes it)\n", t.Role, t.Name)
 			continue
 		}
 		if err := step(fmt.Sprintf("%s topic %s", t.Role, t.Name), func() (string, error) { return deleteTopic(ctx, adm, t.Name) }); err != nil {

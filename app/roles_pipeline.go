@@ -69,6 +69,7 @@ func (d *deployment) processorConfig(clientOpts func(*processors.Config)) proces
 		Registerer:  d.reg,
 		Logger:      d.log.With("part", "processor"),
 		Sarama:      d.saramaHook(),
+		KafkaClient: d.sec.KgoOpts(),
 
 		InstanceID:        d.memberID(RoleProcessor),
 		SessionTimeout:    time.Duration(d.cfg.Membership.SessionTimeout),

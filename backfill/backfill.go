@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/abacus-stream/abacus/internal/engine"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/schema"
@@ -89,6 +90,11 @@ type Options struct {
 	Progress func(Progress)
 	// Checkpoints, if set, is where the run saves its progress and resumes from.
 	Checkpoints *Checkpoints
+	// Tables are the topology's tables (topology.NewTable), which its joins look up by event
+	// time, as the processor does: open them as the processor group's (tables.OpenAll with its
+	// group), whose versions topic holds every version the live run read. Required when the
+	// topology has tables.
+	Tables engine.Tables
 }
 
 // Share is a worker's share of a backfill: the source partitions p with p % Of == Index.
@@ -206,6 +212,9 @@ func prepare(opts Options) (*backfill, error) {
 	var errs []error
 	if len(p.Sources) != 1 {
 		errs = append(errs, fmt.Errorf("backfill: topology %s has %d sources; backfill reads topologies of one (a fact does not record its source topic)", p.Name, len(p.Sources)))
+	}
+	if len(p.Tables) > 0 && opts.Tables == nil {
+		errs = append(errs, fmt.Errorf("backfill: topology %s joins tables, and no Tables were given (open them as the processor group's: tables.OpenAll)", p.Name))
 	}
 	if opts.Facts == nil || opts.FactsTable == "" || opts.Family == "" {
 		errs = append(errs, errors.New("backfill: no facts table to read (Facts, FactsTable, Family)"))

@@ -2,13 +2,16 @@ package backfill_test
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,12 +22,14 @@ import (
 	"github.com/abacus-stream/abacus/abacustest"
 	"github.com/abacus-stream/abacus/backfill"
 	"github.com/abacus-stream/abacus/examples/devices"
+	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/state"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/store/cellstore"
+	"github.com/abacus-stream/abacus/tables"
 	"github.com/abacus-stream/abacus/topology"
 	"github.com/abacus-stream/abacus/windows"
 )
@@ -144,7 +149,16 @@ func buildTopo(later bool) (*topology.Topology, error) {
 // encoder to table (if any), as the sink would; it returns the driver.
 func run(t *testing.T, st store.Writer, table string, v1, v2 *topology.Topology, recs []source, switchAt int, start time.Time) *abacustest.Driver {
 	t.Helper()
+	return runWith(t, st, table, v1, v2, recs, switchAt, start, nil)
+}
+
+// runWith is run with setup called on the driver before any record (to fill its tables).
+func runWith(t *testing.T, st store.Writer, table string, v1, v2 *topology.Topology, recs []source, switchAt int, start time.Time, setup func(*abacustest.Driver)) *abacustest.Driver {
+	t.Helper()
 	d := abacustest.New(t, v1, abacustest.Options{Partitions: 4, Start: start})
+	if setup != nil {
+		setup(d)
+	}
 	for i, r := range recs {
 		if i == switchAt {
 			d.RestartWith(v2, false) // a rolling deployment that adds the sets
@@ -709,4 +723,90 @@ func TestBackfillLongRollupKeepsOwnerSmall(t *testing.T) {
 		t.Fatalf("backfill wrote %d windows and refused %d facts or partials: want about 720 and none (%+v)", sum.Windows, sum.DeadLetters, sum)
 	}
 	same(t, "a deployment that had the set from the start", cells(t, st, "full"), cells(t, st, "live"))
+}
+
+// TestBackfillJoinsTablesByEventTime: a set that joins a table, backfilled with the versions the
+// processor read (here the driver's, in production its group's versions topic), writes the cells
+// of a deployment that had the set from the start, devices moving between regions midway
+// included; without tables a run is refused.
+func TestBackfillJoinsTablesByEventTime(t *testing.T) {
+	type place struct{ Region string }
+	joined := func(later bool) *topology.Topology {
+		b := topology.New("devices")
+		src := topology.NewSource(b, devices.Topic, topology.JSON[devices.Reading](),
+			func(r devices.Reading) string { return r.Device },
+			func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) })
+		places := topology.NewTable[place](b, "places", "places", topology.JSON[place]())
+		topology.Join(src, places, func(r devices.Reading) string { return r.Device }, func(r devices.Reading, p place, found bool) (devices.Reading, error) {
+			r.Sensor = "unknown"
+			if found {
+				r.Sensor = p.Region
+			}
+			return r, nil
+		})
+		src.Aggregate("region-minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
+			By("region", func(r devices.Reading) string { return r.Sensor }).Count("count")
+		if later {
+			src.Aggregate("region-10m", windows.Tumbling(10*time.Minute)).Grace(30*time.Second).
+				By("region", func(r devices.Reading) string { return r.Sensor }).Count("count").Max("max_temp", "Temp")
+		}
+		tp, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tp
+	}
+	v1, v2 := joined(false), joined(true)
+	start := time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)
+	recs := readings(rand.New(rand.NewPCG(9, 10)), start, 2*time.Hour, 6000)
+	// Every device is in a region from the start; odd ones move half an hour in (in the range
+	// backfilled: the live run switches to v2 an hour in); device-001 is
+	// never registered.
+	fill := func(put func(key string, v any, from time.Time)) {
+		for i := range 40 {
+			dev := fmt.Sprintf("device-%03d", i)
+			if i == 1 {
+				continue
+			}
+			put(dev, place{fmt.Sprint("r", i%3)}, start.Add(-time.Hour))
+			if i%2 == 1 {
+				put(dev, place{fmt.Sprint("moved", i%2)}, start.Add(30*time.Minute))
+			}
+		}
+	}
+	setup := func(d *abacustest.Driver) {
+		fill(func(key string, v any, from time.Time) { d.PutTable("places", key, v, from) })
+	}
+	st, _ := withFacts(t, v2, recs)
+	runWith(t, st, "full", v2, v2, recs, len(recs), start, setup)
+	d := runWith(t, st, "live", v1, v2, recs, len(recs)/2, start, setup)
+	opts := backfill.Options{Topology: v2, Sets: []string{"region-10m"}, Live: records(d),
+		Facts: st, FactsTable: factsTable, Family: family, Out: st,
+		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
+	if _, err := backfill.Run(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "joins tables") {
+		t.Fatalf("a run without tables: %v, want refused", err)
+	}
+	mem := tables.NewMemory(plan.Of(v2))
+	fill(func(key string, v any, from time.Time) {
+		if err := mem.Put("places", key, from.UnixMilli(), v); err != nil {
+			t.Fatal(err)
+		}
+	})
+	opts.Tables = mem
+	sum, err := backfill.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Windows == 0 {
+		t.Fatalf("backfill wrote no window: %+v", sum)
+	}
+	full := cells(t, st, "full")
+	names := func(region string) bool {
+		return slices.ContainsFunc(slices.Collect(maps.Keys(full)), func(k string) bool { return strings.Contains(k, hex.EncodeToString([]byte(region))) })
+	}
+	if !names("moved1") || !names("unknown") || !names("r2") {
+		t.Fatalf("the full run's cells name no moved or unknown region: the test proves nothing")
+	}
+	same(t, "a deployment that had the set from the start", full, cells(t, st, "live"))
+	same(t, "its key index", cells(t, st, "full_keys"), cells(t, st, "live_keys"))
 }

@@ -48,7 +48,7 @@ func (b *backfill) runAll(ctx context.Context, resume *checkpointState) error {
 		Registerer: prometheus.NewRegistry(), Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return r.now },
 		Output: func(c goka.Context, topic, key string, value []byte, h goka.Headers) {
 			c.(*runContext).r.output(c, topic, key, value, h) // the run of the callback: one per worker
-		}})
+		}, Tables: b.opts.Tables})
 	if err != nil {
 		return fmt.Errorf("backfill: %w", err)
 	}

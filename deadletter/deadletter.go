@@ -64,6 +64,7 @@ const (
 	Rejected     Reason = "rejected"       // the store refused its cells for good (no such family, too large)
 	Invalid      Reason = "invalid"        // a totals record that is not valid
 	Late         Reason = "late"           // the event came after its windows closed (late topic)
+	Unjoined     Reason = "unjoined"       // a join with a table refused the event (a missing key, by the topology's choice)
 )
 
 // Source is the position of the original record.

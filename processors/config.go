@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/lovoo/goka"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/internal/engine"
 	"github.com/abacus-stream/abacus/membership"
@@ -73,6 +74,10 @@ type Config struct {
 	Sarama func(*sarama.Config)
 	// GokaOptions are appended to the processor options (e.g. a storage builder).
 	GokaOptions []goka.ProcessorOption
+	// KafkaClient are franz-go options for the clients the processor runs beside goka's: the
+	// readers of the topology's tables (topology.NewTable). The seed brokers are Brokers; add
+	// TLS or SASL here as Sarama adds them to goka's clients.
+	KafkaClient []kgo.Opt
 }
 
 // The defaults of Config that others share (app's config file fills its own from them).

@@ -32,10 +32,12 @@ import (
 
 	"github.com/lovoo/goka"
 	"github.com/lovoo/goka/codec"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/abacus-stream/abacus/internal/engine"
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/membership"
+	"github.com/abacus-stream/abacus/tables"
 	"github.com/abacus-stream/abacus/topology"
 )
 
@@ -59,6 +61,9 @@ type Processor struct {
 
 	// tables are the partitions' local tables, by partition, for their size (statsCollector).
 	tables sync.Map // int32 -> *localtable.Table
+
+	// tableMetrics are the tables' metrics (nil when the topology has none).
+	tableMetrics *tables.Metrics
 
 	// gp is goka's processor while Run runs; joined and partitions follow its assignments (Status).
 	gp         atomic.Pointer[goka.Processor]
@@ -109,6 +114,11 @@ func New(topo *topology.Topology, cfg Config) (*Processor, error) {
 	}
 	if proc.m, err = newProcessorMetrics(proc, cfg.Registerer, p.Name); err != nil {
 		return nil, fmt.Errorf("processors.New: metrics: %w", err)
+	}
+	if len(p.Tables) > 0 {
+		if proc.tableMetrics, err = tables.NewMetrics(cfg.Registerer, p.Name); err != nil {
+			return nil, fmt.Errorf("processors.New: table metrics: %w", err)
+		}
 	}
 	return proc, nil
 }
@@ -186,6 +196,21 @@ func (p *Processor) runGroup(ctx context.Context) error {
 	}
 	if err := p.checkCleanShutdown(); err != nil {
 		return err
+	}
+	if len(p.plan.Tables) > 0 {
+		// Read before the group joins, as goka waits for its lookup tables: an event looks its
+		// table up by its time, and a table read halfway would answer from versions it has yet to
+		// replace.
+		set, err := tables.OpenAll(ctx, p.plan, tables.Config{Group: p.cfg.Group,
+			Client: append([]kgo.Opt{kgo.SeedBrokers(p.cfg.Brokers...)}, p.cfg.KafkaClient...), Metrics: p.tableMetrics, Logger: p.log})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("processor %s: %w", p.group, err)
+		}
+		defer set.Close()
+		p.eng.SetTables(set)
 	}
 	sp, err := p.durableProducer()
 	if err != nil {

@@ -2,6 +2,7 @@ package processors_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -45,6 +46,9 @@ type runner interface {
 	counter(name string) float64
 	gauge(name string) float64
 	now() time.Time
+	// putTable records a version of key in a table of the topology (topology.NewTable), valid
+	// from validFrom (nil value: deleted from then), and waits until the processor read it.
+	putTable(table, key string, value any, validFrom time.Time)
 }
 
 // runnerOptions are a scenario's processor settings.
@@ -54,6 +58,8 @@ type runnerOptions struct {
 	idleTimeout time.Duration
 	// sources lists the source topics to create (names as the topology declares them).
 	sources []string
+	// topicsExist says another runner created the source and table topics already.
+	topicsExist bool
 }
 
 // runners lists the runners a scenario runs on: always the driver; kfake and the real broker
@@ -134,6 +140,9 @@ func (r *driverRunner) counter(name string) float64 {
 }
 func (r *driverRunner) gauge(name string) float64 { return gauge(r.t, r.d.Registry(), name) }
 func (r *driverRunner) now() time.Time            { return r.d.Now() }
+func (r *driverRunner) putTable(table, key string, value any, validFrom time.Time) {
+	r.d.PutTable(table, key, value, validFrom)
+}
 
 // kafkaRunner runs a real processor group on Kafka with a wall clock of the test's own: ticks
 // come every 20 ms of real time, but what they decide follows the test's clock.
@@ -157,13 +166,59 @@ type kafkaRunner struct {
 	base map[string]float64
 	// beforeRestart, if set, runs while the processor is stopped in restartWith.
 	beforeRestart func()
+	// tablePuts counts the table records produced, which the processor must have read;
+	// tableBase those produced before the processor started (its versions topic had them).
+	tablePuts, tableBase int
+}
+
+// tableTopics are the topics of topo's tables: what Topics names beyond its sources and outputs.
+func tableTopics(topo *topology.Topology) []string {
+	var out []string
+	for _, tp := range topo.Topics() {
+		if !slices.Contains(topo.SourceTopics(), tp) && tp != topo.TotalsTopic() && tp != topo.DeadLetterTopic() && tp != topo.LateTopic() {
+			out = append(out, tp)
+		}
+	}
+	return out
+}
+
+// putTable produces the version to the table's topic (JSON, as the tests' tables decode it,
+// stamped validFrom) and waits until the processor applied every table record produced.
+func (r *kafkaRunner) putTable(table, key string, value any, validFrom time.Time) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var b []byte
+	if value != nil {
+		var err error
+		if b, err = json.Marshal(value); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	topics := tableTopics(r.topo)
+	if len(topics) != 1 {
+		r.t.Fatalf("putTable: the runner feeds one table, the topology reads %v", topics)
+	}
+	rec := &kgo.Record{Topic: topics[0], Key: []byte(key), Value: b, Timestamp: validFrom}
+	if err := r.cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.tablePuts++
+	for ctx.Err() == nil && counter(r.t, r.reg, "abacus_table_updates_total") < float64(r.tablePuts-r.tableBase) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ctx.Err() != nil {
+		r.t.Fatalf("the processor did not read table record %d of %s", r.tablePuts, table)
+	}
 }
 
 func newKafkaRunner(t *testing.T, brokers []string, topo *topology.Topology, o runnerOptions) *kafkaRunner {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, s := range topo.SourceTopics() {
-		createTopic(ctx, t, brokers, s, o.partitions)
+	for _, s := range append(topo.SourceTopics(), tableTopics(topo)...) {
+		if !o.topicsExist {
+			createTopic(ctx, t, brokers, s, o.partitions)
+		}
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(franz.Partitioner()))
 	if err != nil {
@@ -190,6 +245,7 @@ func (r *kafkaRunner) now() time.Time {
 
 func (r *kafkaRunner) startProcessor() {
 	r.reg = prometheus.NewRegistry()
+	r.tableBase = r.tablePuts
 	cfg := processors.Config{Brokers: r.brokers, Group: r.group, StoragePath: r.storage, IdleTimeout: r.opts.idleTimeout,
 		TickInterval: 20 * time.Millisecond, Registerer: r.reg, Logger: testLogger(r.t), Now: r.now}
 	p, err := processors.New(r.topo, cfg)

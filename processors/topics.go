@@ -26,6 +26,8 @@ const (
 	RoleLate       TopicRole = "late"        // events that came after their window closed
 	RoleLoop       TopicRole = "loop"        // re-keyed events and close messages (goka's loop)
 	RoleTable      TopicRole = "table"       // the group table's changelog (compacted)
+	RoleLookup     TopicRole = "lookup"      // a table's topic, read whole by every instance (topology.NewTable)
+	RoleVersions   TopicRole = "versions"    // the versions the group read of a table (compacted)
 )
 
 // TopicSpec is one topic a deployment of a topology needs.
@@ -41,7 +43,7 @@ type TopicSpec struct {
 
 // TopicSpecs lists every topic that running topo with cfg needs, as it must be created: the
 // sources, then the totals, dead-letter and late topics, the group's loop topic and its table's
-// changelog, all with the given partition count (goka copartitions a group's inputs, loop and
+// changelog, then each table's topic and the group's versions topic of it, all with the given partition count (goka copartitions a group's inputs, loop and
 // table) and cfg's replication. The processor creates the ones missing when it starts, `abacus
 // admin create` creates them all, `abacus admin verify` checks them. (topology.Topology.Topics
 // names only the topics the topology itself declares.)
@@ -67,6 +69,10 @@ func TopicSpecs(topo *topology.Topology, cfg Config, partitions int32) []TopicSp
 		spec(plan.LoopTopic(cfg.Group), RoleLoop, map[string]string{
 			"cleanup.policy": "delete", "retention.ms": strconv.FormatInt(cfg.LoopRetention.Milliseconds(), 10)}),
 		spec(string(goka.GroupTable(group)), RoleTable, map[string]string{"cleanup.policy": "compact"}))
+	for _, t := range p.Tables {
+		out = append(out, spec(t.Topic, RoleLookup, map[string]string{"cleanup.policy": "compact"}),
+			spec(plan.VersionsTopic(cfg.Group, t.Name), RoleVersions, map[string]string{"cleanup.policy": "compact"}))
+	}
 	return out
 }
 
@@ -140,8 +146,8 @@ func (p *Processor) ensureTopics() (int, error) {
 		npar = len(parts)
 	}
 	for _, t := range TopicSpecs(p.topo, p.cfg, int32(npar)) {
-		if t.Role == RoleSource {
-			continue
+		if t.Role == RoleSource || t.Role == RoleLookup {
+			continue // the user's topics: the tables' readers say so if one is missing
 		}
 		err := tm.EnsureTopicExists(t.Name, int(t.Partitions), int(t.Replication), t.Config)
 		// Instances of a group that start together race to create its topics; the losers are

@@ -17,6 +17,7 @@ type Source[E any] struct {
 	eventTime   func(E) time.Time
 	eventType   func(E) string
 	repartition bool
+	joins       []joinDecl
 }
 
 // NewSource declares that topic carries events of type E, decoded by codec (JSON, Raw or any Codec,
@@ -90,6 +91,13 @@ func (s *Source[E]) compile() (*plan.Source, error) {
 	}
 	if eventType != nil {
 		def.Type = func(e event) string { return eventType(e.(E)) }
+	}
+	for _, j := range s.joins {
+		pj, err := j.build()
+		if err != nil {
+			return nil, err
+		}
+		def.Joins = append(def.Joins, pj)
 	}
 	return def, nil
 }

@@ -63,6 +63,7 @@ type Builder struct {
 	maxMessage int
 	sources    []sourceDecl
 	sets       []setDecl
+	tables     []tableDecl
 }
 
 // sourceDecl and setDecl let the generic Source and AggregateSet register with the non-generic
@@ -250,7 +251,7 @@ func setInfo(p *plan.Plan, s *plan.Set) SetInfo {
 const GlobalKey = plan.GlobalKey
 
 // Topics lists every topic the topology names: its sources, then the totals, dead-letter and (if
-// set) late topics.
+// set) late topics, then its tables' topics.
 func (t *Topology) Topics() []string {
 	if t.pl() == empty {
 		return nil
@@ -259,6 +260,11 @@ func (t *Topology) Topics() []string {
 	out = append(out, t.pl().TotalsTopic, t.pl().DeadLetter)
 	if t.pl().LateTopic != "" {
 		out = append(out, t.pl().LateTopic)
+	}
+	for _, tb := range t.pl().Tables {
+		if !slices.Contains(out, tb.Topic) {
+			out = append(out, tb.Topic)
+		}
 	}
 	return out
 }
@@ -306,6 +312,12 @@ func (t *Topology) WithTopicNames(prefix string, names map[string]string) (*Topo
 		c := *s
 		c.Topic = rename(s.Topic)
 		p.Sources[i] = &c
+	}
+	p.Tables = make([]*plan.Table, len(t.pl().Tables))
+	for i, tb := range t.pl().Tables {
+		c := *tb
+		c.Topic = rename(tb.Topic)
+		p.Tables[i] = &c
 	}
 	return &Topology{plan.Compile(&p)}, nil
 }
@@ -359,6 +371,19 @@ func (b *Builder) Build() (*Topology, error) {
 	}
 	if len(b.sources) == 0 {
 		errs = append(errs, errors.New("no source declared (use topology.NewSource)"))
+	}
+	tableNames := map[string]bool{}
+	for _, td := range b.tables {
+		def, err := td.compile()
+		if err == nil && tableNames[def.Name] {
+			err = fmt.Errorf("table %q: name declared twice", def.Name)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			def = &plan.Table{} // keeps the indexes of the tables after it
+		}
+		tableNames[def.Name] = true
+		t.Tables = append(t.Tables, def)
 	}
 	topics := map[string]int{}
 	for _, s := range b.sources {

@@ -38,6 +38,13 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 				e.plan.MaxFutureSkew, recordTime.UTC().Format(time.RFC3339Nano)), at)
 		return
 	}
+	if len(src.Joins) > 0 {
+		var err error
+		if ev, err = e.join(ctx, src, ev, t, recordTime); err != nil {
+			e.deadLetter(ctx, raw, deadletter.Unjoined, err.Error(), at)
+			return
+		}
+	}
 	ent, err := pt.load(ctx)
 	if err != nil {
 		e.fail(ctx, err)
@@ -123,6 +130,27 @@ func (pt *partition) apply(ctx goka.Context, src *plan.Source, from originKey, a
 		pt.lag.Set(float64(now.UnixMilli()-st) / 1000)
 	}
 	pt.closeDue(ctx)
+}
+
+// join enriches ev, of event time t in a record stamped recordTime, from the tables src joins, in
+// order (plan.Join): the sets see what the joins return. An error is a join refusing the event,
+// named with its table.
+func (e *Engine) join(ctx goka.Context, src *plan.Source, ev plan.Event, t int64, recordTime time.Time) (plan.Event, error) {
+	tp := e.tables.Load()
+	if tp == nil {
+		e.fail(ctx, fmt.Errorf("source %s joins tables, and the engine was given none", src.Topic))
+	}
+	tables := *tp
+	for _, j := range src.Joins {
+		tables.Wait(ctx.Context(), j.Table, t, recordTime)
+		v, found := tables.At(j.Table, j.Key(ev), t)
+		out, err := j.Apply(ev, v, found)
+		if err != nil {
+			return nil, fmt.Errorf("join with table %q: %w", e.plan.Tables[j.Table].Name, err)
+		}
+		ev = out
+	}
+	return ev, nil
 }
 
 // addToSets adds key's event of type typ at event time t to each of src's sets that takes it: the

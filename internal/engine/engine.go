@@ -69,6 +69,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -135,6 +136,20 @@ type Config struct {
 	// committing the record now processed again: the engine does not write it a second time.
 	// It is called from callbacks, concurrently.
 	Written func(identity string) bool
+	// Tables, if set, are the topology's tables (its joins look them up); SetTables may set them
+	// later, before the first callback.
+	Tables Tables
+}
+
+// Tables looks up a topology's tables (plan.Plan.Tables, by index) by event time: package tables
+// reads them from Kafka, or holds them in memory for drivers.
+type Tables interface {
+	// Wait blocks until the table can answer for event time t of an event whose record is
+	// stamped record (what was written to the table before that record should be read); false
+	// when it stopped waiting (its grace passed, or ctx ended) and answers as it is.
+	Wait(ctx context.Context, table int, t int64, record time.Time) bool
+	// At is the value key had at time t in the table, if any.
+	At(table int, key string, t int64) (any, bool)
 }
 
 // Engine runs one topology's windows over the partitions of one goka group.
@@ -162,6 +177,8 @@ type Engine struct {
 	// partition sees a new one without taking the lock at every record.
 	resumes   map[int32]map[originKey]int64
 	resumeGen atomic.Uint64
+	// tables are Config.Tables, or what SetTables gave.
+	tables atomic.Pointer[Tables]
 }
 
 // New prepares an engine for the plan.
@@ -214,9 +231,17 @@ func New(p *plan.Plan, cfg Config) (*Engine, error) {
 		}
 		span = max(span, s.Window.Size()+s.Grace)
 	}
-	return &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span, cacheLimit: cfg.CacheEntities, rollups: p.HasRollups(),
-		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}, resumes: map[int32]map[originKey]int64{}}, nil
+	e := &Engine{plan: p, cfg: cfg, m: m, log: cfg.Logger, layout: p.Layout(), topicIDs: ids, span: span, cacheLimit: cfg.CacheEntities, rollups: p.HasRollups(),
+		parts: map[int32]*partition{}, storages: map[int32]storage.Storage{}, resumes: map[int32]map[originKey]int64{}}
+	if cfg.Tables != nil {
+		e.SetTables(cfg.Tables)
+	}
+	return e, nil
 }
+
+// SetTables gives the engine the tables its joins look up (package processors opens them for each
+// run of its group, before the group's first callback).
+func (e *Engine) SetTables(t Tables) { e.tables.Store(&t) }
 
 // SetPartitions tells the engine how many partitions the group has, so that a partition can send
 // itself messages (under its tick key). Call it before the group runs.

@@ -132,6 +132,34 @@ type Source struct {
 	Repartition bool
 	// Sets are the indexes of the aggregate sets fed by this source.
 	Sets []uint16
+	// Joins enrich each decoded event from tables, in order, before any set sees it.
+	Joins []Join
+}
+
+// Table is a compiled table: values by key, read from a (compacted) topic, each valid from its
+// own time until the key's next version, which events look up by their event time.
+type Table struct {
+	Name  string
+	Topic string
+	// Decode turns a record value into a table value; a record it refuses is counted and leaves
+	// the key's version before it in force.
+	Decode func([]byte) (any, error)
+	// ValueTime is the time from which a value is valid, in ms; nil: the record's timestamp.
+	ValueTime func(any) int64
+	// Grace is how long an event may wait for the table to catch up with its event time.
+	Grace time.Duration
+	// History is how far back in table time superseded versions are kept, for events (and
+	// replays) that far behind the newest version.
+	History time.Duration
+}
+
+// Join enriches a source's events from a table: Apply gets the event, the value its table held
+// for Key(event) at the event's time, and whether there was one; its result is the event the sets
+// see, and an error sends the record to the dead-letter topic.
+type Join struct {
+	Table int // index in Plan.Tables
+	Key   func(Event) string
+	Apply func(e Event, value any, found bool) (Event, error)
 }
 
 // Plan is a compiled topology.
@@ -150,6 +178,7 @@ type Plan struct {
 	MaxMessageBytes int
 	Sources         []*Source
 	Sets            []*Set
+	Tables          []*Table
 }
 
 // Future reports whether an event time lies further ahead than MaxFutureSkew of its record's
@@ -189,6 +218,12 @@ const LoopSuffix = "-loop"
 // LoopTopic is the loop topic of a processor group: re-keyed events, rollup partials, progress and
 // ticks go through it. Its name is part of a deployment's state: it must never change.
 func LoopTopic(group string) string { return group + LoopSuffix }
+
+// VersionsTopic is where a processor group keeps the versions it read of a table (compacted, one
+// record per key and version): the table's topic, compacted, keeps only each key's newest value,
+// and an event replayed later needs the version valid at its time. Part of a deployment's state:
+// the name must never change.
+func VersionsTopic(group, table string) string { return group + "-table-" + table }
 
 // TickKeyPrefix starts the keys of the ticks each partition is sent, under which it also keeps
 // its own record in the table.

@@ -1,0 +1,96 @@
+package tables
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/abacus-stream/abacus/internal/plan"
+)
+
+// Set is a topology's tables read from Kafka, by their index in the plan: what the processor
+// hands its engine to look tables up.
+type Set struct {
+	readers []*Reader
+}
+
+// OpenAll opens a Reader for each table of p (Open), in parallel; it returns once all are read.
+func OpenAll(ctx context.Context, p *plan.Plan, cfg Config) (*Set, error) {
+	s := &Set{readers: make([]*Reader, len(p.Tables))}
+	errs := make(chan error, len(p.Tables))
+	for i, def := range p.Tables {
+		go func() {
+			r, err := Open(ctx, def, cfg)
+			s.readers[i] = r
+			errs <- err
+		}()
+	}
+	var first error
+	for range p.Tables {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	if first != nil {
+		s.Close()
+		return nil, first
+	}
+	return s, nil
+}
+
+// Wait blocks until table can answer for event time t of a record stamped record (Reader.Wait).
+func (s *Set) Wait(ctx context.Context, table int, t int64, record time.Time) bool {
+	return s.readers[table].Wait(ctx, t, record)
+}
+
+// At is the value key had in table at time t.
+func (s *Set) At(table int, key string, t int64) (any, bool) { return s.readers[table].At(key, t) }
+
+// Close stops every reader.
+func (s *Set) Close() {
+	for _, r := range s.readers {
+		if r != nil {
+			r.Close()
+		}
+	}
+}
+
+// Memory is a topology's tables held in memory and fed by hand (Put), for drivers that run the
+// engine without Kafka (abacustest): it always answers at once.
+type Memory struct {
+	p      *plan.Plan
+	byName map[string]*Versions
+}
+
+// NewMemory returns empty tables for p.
+func NewMemory(p *plan.Plan) *Memory { return (&Memory{byName: map[string]*Versions{}}).For(p) }
+
+// For is the same tables seen by another version of the topology (a driver restarted with it):
+// tables are found by name.
+func (m *Memory) For(p *plan.Plan) *Memory {
+	for _, t := range p.Tables {
+		if m.byName[t.Name] == nil {
+			m.byName[t.Name] = NewVersions()
+		}
+	}
+	return &Memory{p: p, byName: m.byName}
+}
+
+// Put records a version of key in the table named name: value from time from on (ms), or, with
+// value nil, a deletion. The value must be of the table's type.
+func (m *Memory) Put(name, key string, from int64, value any) error {
+	v := m.byName[name]
+	if v == nil {
+		return fmt.Errorf("no table %q in topology %q", name, m.p.Name)
+	}
+	v.Put(key, from, value, value == nil)
+	return nil
+}
+
+// Wait always answers at once: a Memory table holds what it was given.
+func (m *Memory) Wait(context.Context, int, int64, time.Time) bool { return true }
+
+// At is the value key had in table at time t.
+func (m *Memory) At(table int, key string, t int64) (any, bool) {
+	return m.byName[m.p.Tables[table].Name].At(key, t)
+}
