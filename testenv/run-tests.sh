@@ -280,7 +280,7 @@ stage_unit() {
   local race_internal
   race_internal=$(go list ./internal/... | grep -v -e '/internal/doccheck$' -e '/internal/layers$')
   # shellcheck disable=SC2086 # one package a word
-  gotest unit-race -race ./abacustest $race_internal ./state ./totals ./windows ./topology \
+  gotest unit-race -race ./abacustest $race_internal ./state ./totals ./windows ./topology ./tables \
     ./schema ./deadletter ./partitioner ./store/cellstore ./testenv/testlog || failed=1
   log "go test ./... in deploy/ (compose file and Kubernetes overlays, checked against abacus)"
   (cd deploy && "$bin/gotestsum" --format standard-quiet --jsonfile "$run_dir/unit-deploy.json" -- -count=1 ./...) || failed=1
