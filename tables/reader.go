@@ -58,7 +58,10 @@ type Reader struct {
 	log      *slog.Logger
 	cl       *kgo.Client
 	store    *Versions
-	metrics  tableMetrics
+	// nsaved is the versions topic's partition count: the versions read from partition p of
+	// the table's topic go to its partition p % nsaved, in the order they were read.
+	nsaved  int32
+	metrics tableMetrics
 
 	mu      sync.Mutex
 	parts   map[int32]*partition
@@ -113,7 +116,12 @@ func Open(ctx context.Context, def *plan.Table, cfg Config) (*Reader, error) {
 		from[p] = kgo.NewOffset().At(next)
 	}
 	opts := append([]kgo.Opt{kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{def.Topic: from}),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords(), kgo.FetchMaxWait(time.Second)}, cfg.Client...)
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.KeepControlRecords(), kgo.FetchMaxWait(time.Second),
+		// Versions go to the partition their table partition maps to, in the order they were
+		// read (readVersions resumes after the last one it finds of each table partition: an
+		// idempotent producer keeps one partition's records in order, so none before it is
+		// missing, even after a crash in the middle of a write).
+		kgo.RecordPartitioner(kgo.ManualPartitioner())}, cfg.Client...)
 	if r.cl, err = kgo.NewClient(opts...); err != nil {
 		return nil, fmt.Errorf("table %q: kafka client: %w", def.Name, err)
 	}
@@ -166,7 +174,8 @@ func (r *Reader) offsets(ctx context.Context, adm *kadm.Client) (ends, starts ma
 	if err != nil {
 		return nil, nil, fmt.Errorf("table %q: versions topic %s: %w", r.def.Name, r.versions, err)
 	}
-	if len(vs.KOffsets()[r.versions]) == 0 {
+	r.nsaved = int32(len(vs.KOffsets()[r.versions]))
+	if r.nsaved == 0 {
 		return nil, nil, fmt.Errorf("table %q: versions topic %s does not exist", r.def.Name, r.versions)
 	}
 	return ends, starts, nil
@@ -206,7 +215,7 @@ func (r *Reader) readVersions(ctx context.Context, _ *kadm.Client) (map[int32]in
 				continue
 			}
 		}
-		r.store.Put(key, from, v, s.deleted)
+		r.store.Put(key, from, v, s.deleted, s.partition)
 	}
 	r.metrics.versions.Set(float64(r.store.Len()))
 	return resume, nil
@@ -314,7 +323,7 @@ func (r *Reader) run(ctx context.Context) {
 			}
 			ups[i] = u
 			if !u.skip {
-				out = append(out, &kgo.Record{Topic: r.versions,
+				out = append(out, &kgo.Record{Topic: r.versions, Partition: rec.Partition % r.nsaved,
 					Key: versionKey(string(rec.Key), u.from), Value: encodeSaved(saved{partition: rec.Partition, offset: rec.Offset, deleted: u.deleted, value: rec.Value})})
 			}
 		}
@@ -332,7 +341,7 @@ func (r *Reader) run(ctx context.Context) {
 			if u.skip {
 				continue
 			}
-			r.store.Put(string(u.rec.Key), u.from, u.value, u.deleted)
+			r.store.Put(string(u.rec.Key), u.from, u.value, u.deleted, u.rec.Partition)
 			r.metrics.updates.Inc()
 			if u.from <= looked {
 				r.metrics.late.Inc()
@@ -399,8 +408,7 @@ func (r *Reader) prune(ctx context.Context) {
 	r.metrics.versions.Set(float64(r.store.Len()))
 	var out []*kgo.Record
 	for _, g := range gone {
-		// The client's partitioner hashes the record key: the tombstone goes where the version went.
-		out = append(out, &kgo.Record{Topic: r.versions, Key: versionKey(g.Key, g.From)})
+		out = append(out, &kgo.Record{Topic: r.versions, Partition: g.Origin % r.nsaved, Key: versionKey(g.Key, g.From)})
 	}
 	r.save(ctx, out)
 }
@@ -452,7 +460,13 @@ func (r *Reader) watch(ctx context.Context) {
 // producer wrote to the table before the event's record was, the event sees (to within the
 // clocks' skew).
 func (r *Reader) Wait(ctx context.Context, t int64, record time.Time) bool {
-	r.lastWait.Store(time.Now().UnixNano())
+	now := time.Now()
+	r.lastWait.Store(now.UnixNano())
+	// A record stamped ahead of this clock (its producer's is fast) needs a listing from now,
+	// not from its stamp: nothing can have been written to the table after now yet.
+	if record.After(now) {
+		record = now
+	}
 	ready, ch := r.ready(t, record)
 	if ready {
 		return true

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/abacus-stream/abacus/internal/plan"
+	"github.com/abacus-stream/abacus/topology"
 )
 
 // Set is a topology's tables read from Kafka, by their index in the plan: what the processor
@@ -14,8 +15,13 @@ type Set struct {
 	readers []*Reader
 }
 
-// OpenAll opens a Reader for each table of p (Open), in parallel; it returns once all are read.
-func OpenAll(ctx context.Context, p *plan.Plan, cfg Config) (*Set, error) {
+// OpenAll opens a Reader for each table of topo (Open), in parallel; it returns once all are
+// read. With cfg.Group the processor group's, these are the versions its live run looked up.
+func OpenAll(ctx context.Context, topo *topology.Topology, cfg Config) (*Set, error) {
+	p := plan.Of(topo)
+	if p == nil {
+		return nil, fmt.Errorf("tables.OpenAll: topology is nil or zero (make it with topology.Builder.Build)")
+	}
 	s := &Set{readers: make([]*Reader, len(p.Tables))}
 	errs := make(chan error, len(p.Tables))
 	for i, def := range p.Tables {
@@ -62,12 +68,15 @@ type Memory struct {
 	byName map[string]*Versions
 }
 
-// NewMemory returns empty tables for p.
-func NewMemory(p *plan.Plan) *Memory { return (&Memory{byName: map[string]*Versions{}}).For(p) }
+// NewMemory returns empty tables for topo.
+func NewMemory(topo *topology.Topology) *Memory {
+	return (&Memory{byName: map[string]*Versions{}}).For(topo)
+}
 
 // For is the same tables seen by another version of the topology (a driver restarted with it):
 // tables are found by name.
-func (m *Memory) For(p *plan.Plan) *Memory {
+func (m *Memory) For(topo *topology.Topology) *Memory {
+	p := plan.Of(topo)
 	for _, t := range p.Tables {
 		if m.byName[t.Name] == nil {
 			m.byName[t.Name] = NewVersions()
@@ -76,14 +85,14 @@ func (m *Memory) For(p *plan.Plan) *Memory {
 	return &Memory{p: p, byName: m.byName}
 }
 
-// Put records a version of key in the table named name: value from time from on (ms), or, with
-// value nil, a deletion. The value must be of the table's type.
-func (m *Memory) Put(name, key string, from int64, value any) error {
+// Put records a version of key in the table named name: value from time from on, or, with value
+// nil, a deletion. The value must be of the table's type.
+func (m *Memory) Put(name, key string, from time.Time, value any) error {
 	v := m.byName[name]
 	if v == nil {
 		return fmt.Errorf("no table %q in topology %q", name, m.p.Name)
 	}
-	v.Put(key, from, value, value == nil)
+	v.Put(key, from.UnixMilli(), value, value == nil, 0)
 	return nil
 }
 

@@ -21,7 +21,8 @@ import (
 type version struct {
 	from    int64
 	value   any
-	deleted bool // a tombstone: the key has no value from this version on
+	deleted bool  // a tombstone: the key has no value from this version on
+	origin  int32 // the partition of the table's topic it was read from
 }
 
 // Versions holds every version of every key of one table. It is safe for concurrent use.
@@ -38,9 +39,10 @@ func NewVersions() *Versions { return &Versions{byKey: map[string][]version{}, n
 // minTime is before any version.
 const minTime = -1 << 63
 
-// Put records that key has value (or, if deleted, none) from time from on. A second version of
-// one key with the same time replaces the first: the later record of a key wins.
-func (v *Versions) Put(key string, from int64, value any, deleted bool) {
+// Put records that key has value (or, if deleted, none) from time from on, read from partition
+// origin of the table's topic. A second version of one key with the same time replaces the
+// first: the later record of a key wins.
+func (v *Versions) Put(key string, from int64, value any, deleted bool, origin int32) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	vs := v.byKey[key]
@@ -53,7 +55,7 @@ func (v *Versions) Put(key string, from int64, value any, deleted bool) {
 		}
 		return 0
 	})
-	nv := version{from: from, value: value, deleted: deleted}
+	nv := version{from: from, value: value, deleted: deleted, origin: origin}
 	if found {
 		vs[i] = nv
 	} else {
@@ -97,10 +99,11 @@ func (v *Versions) Newest() int64 {
 	return v.newest
 }
 
-// Pruned is a version Prune dropped: its key and time.
+// Pruned is a version Prune dropped: its key, time, and the partition it was read from.
 type Pruned struct {
-	Key  string
-	From int64
+	Key    string
+	From   int64
+	Origin int32
 }
 
 // Prune drops the versions no lookup at or after horizon can reach: every version superseded by
@@ -124,7 +127,7 @@ func (v *Versions) Prune(horizon int64) []Pruned {
 			continue
 		}
 		for _, x := range vs[:keep] {
-			out = append(out, Pruned{Key: key, From: x.from})
+			out = append(out, Pruned{Key: key, From: x.from, Origin: x.origin})
 		}
 		v.count -= keep
 		if keep == len(vs) {

@@ -9,14 +9,14 @@ import (
 // first, and pruning that keeps everything a lookup at or after the horizon can reach.
 func TestVersionsAtAndPrune(t *testing.T) {
 	v := NewVersions()
-	v.Put("a", 10, "a10", false)
-	v.Put("a", 30, "a30", false)
-	v.Put("a", 20, "a20", false)
-	v.Put("a", 20, "a20b", false) // the later record of one time wins
-	v.Put("a", 40, nil, true)
-	v.Put("b", 5, "b5", false)
-	v.Put("c", 1, "c1", false)
-	v.Put("c", 2, nil, true)
+	v.Put("a", 10, "a10", false, 0)
+	v.Put("a", 30, "a30", false, 0)
+	v.Put("a", 20, "a20", false, 0)
+	v.Put("a", 20, "a20b", false, 0) // the later record of one time wins
+	v.Put("a", 40, nil, true, 0)
+	v.Put("b", 5, "b5", false, 0)
+	v.Put("c", 1, "c1", false, 0)
+	v.Put("c", 2, nil, true, 0)
 	if v.Len() != 7 || v.Newest() != 40 {
 		t.Fatalf("len %d newest %d", v.Len(), v.Newest())
 	}
@@ -44,7 +44,7 @@ func TestVersionsAtAndPrune(t *testing.T) {
 		}
 		return int(x.From - y.From)
 	})
-	want := []Pruned{{"a", 10}, {"c", 1}, {"c", 2}}
+	want := []Pruned{{"a", 10, 0}, {"c", 1, 0}, {"c", 2, 0}}
 	if !slices.Equal(gone, want) {
 		t.Fatalf("pruned %v, want %v", gone, want)
 	}
