@@ -158,7 +158,7 @@ func New(t testing.TB, topo *topology.Topology, opts Options) *Driver {
 	d := &Driver{t: t, topo: topo, plan: plan.Of(topo), opts: opts, now: opts.Start,
 		nextTick: opts.Start.Add(opts.TickInterval), tickKeys: engine.TickKeys(opts.Partitions),
 		logs: map[string][][]record{}}
-	d.lookups = tables.NewMemory(d.plan)
+	d.lookups = tables.NewMemory(topo)
 	for _, s := range d.plan.Sources {
 		d.logs[s.Topic] = make([][]record, opts.Partitions)
 	}
@@ -189,7 +189,7 @@ func (d *Driver) start(partitions []int32) {
 	d.reg = prometheus.NewRegistry()
 	eng, err := engine.New(d.plan, engine.Config{IdleTimeout: d.opts.IdleTimeout, FinalRetention: d.opts.FinalRetention,
 		Registerer: d.reg, Logger: d.opts.Logger, Now: func() time.Time { return d.now }, Output: d.output, Durability: kafka{d},
-		Tables: d.lookups.For(d.plan)})
+		Tables: d.lookups.For(d.topo)})
 	if err != nil {
 		d.t.Fatalf("abacustest: %v", err)
 	}
@@ -211,7 +211,7 @@ func (d *Driver) start(partitions []int32) {
 // versions outlive restarts (a processor keeps them in its versions topic).
 func (d *Driver) PutTable(name, key string, value any, validFrom time.Time) {
 	d.t.Helper()
-	if err := d.lookups.For(d.plan).Put(name, key, validFrom.UnixMilli(), value); err != nil {
+	if err := d.lookups.For(d.topo).Put(name, key, validFrom, value); err != nil {
 		d.t.Fatalf("abacustest: PutTable: %v", err)
 	}
 }

@@ -124,9 +124,9 @@ func (p Program) backfillCmd(ctx context.Context, args []string, stdout, stderr 
 		return fmt.Errorf("backfill: checkpoints table: %w", err)
 	}
 	var lookups engine.Tables
-	if tp := plan.Of(topo); len(tp.Tables) > 0 {
+	if len(plan.Of(topo).Tables) > 0 {
 		// The processor group's versions of its tables: the ones its live run looked up.
-		set, err := tables.OpenAll(ctx, tp, tables.Config{Group: cfg.Processor.Group, Client: d.kgoOpts(), Logger: d.log})
+		set, err := tables.OpenAll(ctx, topo, tables.Config{Group: cfg.Processor.Group, Client: d.kgoOpts(), Logger: d.log})
 		if err != nil {
 			return fmt.Errorf("backfill: %w", err)
 		}

@@ -75,7 +75,7 @@ func TestTopicNamesPerEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(topo.Topics(), ","); got != "raw.readings,dev-devices-totals,dev-devices-dead-letter" {
+	if got := strings.Join(topo.Topics(), ","); got != "raw.readings,dev-devices-totals,dev-devices-dead-letter,dev-device-registry" {
 		t.Fatalf("topics %s", got)
 	}
 	if cfg.Processor.Group != "dev-devices" || cfg.Sinks.Facts.Group != "dev-devices-facts-sink" {

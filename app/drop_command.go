@@ -25,7 +25,7 @@ func (p Program) drop(ctx context.Context, args []string, stdout, stderr io.Writ
 	var c common
 	c.register(fs, "listen")
 	confirm := fs.String("confirm", "", "the deployment's processor group (prefix included), to confirm what is deleted (required)")
-	sources := fs.Bool("sources", false, "delete the source topics too (by default they are kept: they hold the input)")
+	sources := fs.Bool("sources", false, "delete the source and table topics too (by default they are kept: they hold the input)")
 	if err := parse(fs, args, stderr); err != nil {
 		return err
 	}

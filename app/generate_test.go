@@ -34,7 +34,7 @@ func TestGenerate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer adm.Close()
-	if _, err := kadm.NewClient(adm).CreateTopic(context.Background(), 2, 1, nil, devices.Topic); err != nil { // admin create's part
+	if _, err := kadm.NewClient(adm).CreateTopics(context.Background(), 2, 1, nil, devices.Topic, devices.RegistryTopic); err != nil { // admin create's part
 		t.Fatal(err)
 	}
 	conf := filepath.Join(t.TempDir(), "abacus.yaml")

@@ -92,8 +92,8 @@ type Options struct {
 	Checkpoints *Checkpoints
 	// Tables are the topology's tables (topology.NewTable), which its joins look up by event
 	// time, as the processor does: open them as the processor group's (tables.OpenAll with its
-	// group), whose versions topic holds every version the live run read. Required when the
-	// topology has tables.
+	// group), whose versions topics hold every version the live run read; a *tables.Memory for
+	// tables kept elsewhere. Required when the topology has tables.
 	Tables engine.Tables
 }
 

@@ -22,7 +22,6 @@ import (
 	"github.com/abacus-stream/abacus/abacustest"
 	"github.com/abacus-stream/abacus/backfill"
 	"github.com/abacus-stream/abacus/examples/devices"
-	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/partitioner"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
@@ -786,9 +785,9 @@ func TestBackfillJoinsTablesByEventTime(t *testing.T) {
 	if _, err := backfill.Run(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "joins tables") {
 		t.Fatalf("a run without tables: %v, want refused", err)
 	}
-	mem := tables.NewMemory(plan.Of(v2))
+	mem := tables.NewMemory(v2)
 	fill(func(key string, v any, from time.Time) {
-		if err := mem.Put("places", key, from.UnixMilli(), v); err != nil {
+		if err := mem.Put("places", key, from, v); err != nil {
 			t.Fatal(err)
 		}
 	})

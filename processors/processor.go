@@ -201,7 +201,7 @@ func (p *Processor) runGroup(ctx context.Context) error {
 		// Read before the group joins, as goka waits for its lookup tables: an event looks its
 		// table up by its time, and a table read halfway would answer from versions it has yet to
 		// replace.
-		set, err := tables.OpenAll(ctx, p.plan, tables.Config{Group: p.cfg.Group,
+		set, err := tables.OpenAll(ctx, p.topo, tables.Config{Group: p.cfg.Group,
 			Client: append([]kgo.Opt{kgo.SeedBrokers(p.cfg.Brokers...)}, p.cfg.KafkaClient...), Metrics: p.tableMetrics, Logger: p.log})
 		if err != nil {
 			if ctx.Err() != nil {

@@ -27,6 +27,7 @@ type reading struct {
 	Entity string  `json:"entity"`
 	TS     int64   `json:"ts"`
 	V      float64 `json:"v"`
+	Region string  `json:"-"` // a join workload's, from the registry
 }
 
 // abacusTopology is the benchmark's aggregation: per entity, 1-minute tumbling windows with no
@@ -34,8 +35,9 @@ type reading struct {
 // go to that topic, as users who keep them configure it: writing their late records is part of
 // what a late event costs. With rollup, the same source has two more sets with the same window
 // and aggregations: per region (By, regionOf the entity; sentinels have none, so they are left
-// out) and for all events (Global).
-func abacusTopology(group, input, output, late string, rollup bool) (*topology.Topology, error) {
+// out) and for all events (Global). With a registry, the region is the one the registry gave the
+// entity at the event's time (a table join), "" when it had none (the sentinels).
+func abacusTopology(group, input, output, late string, rollup bool, registry string) (*topology.Topology, error) {
 	b := topology.New(group).TotalsTopic(output)
 	if late != "" {
 		b.LateTopic(late)
@@ -45,9 +47,20 @@ func abacusTopology(group, input, output, late string, rollup bool) (*topology.T
 		func(r reading) time.Time { return time.UnixMilli(r.TS) })
 	src.Aggregate(setName, windows.Tumbling(time.Minute)).Grace(0).
 		Count("count").Sum("sum", "v").Max("max", "v")
+	region := func(r reading) string { return regionOf(r.Entity) }
+	if registry != "" {
+		regions := topology.NewTable[[]byte](b, "regions", registry, topology.Raw())
+		topology.Join(src, regions, func(r reading) string { return r.Entity }, func(r reading, v []byte, found bool) (reading, error) {
+			if found {
+				r.Region = string(v)
+			}
+			return r, nil
+		})
+		region = func(r reading) string { return r.Region }
+	}
 	if rollup {
 		src.Aggregate(regionSet, windows.Tumbling(time.Minute)).Grace(0).
-			By("region", func(r reading) string { return regionOf(r.Entity) }).
+			By("region", region).
 			Count("count").Sum("sum", "v").Max("max", "v")
 		src.Aggregate(globalSet, windows.Tumbling(time.Minute)).Grace(0).Global().
 			Count("count").Sum("sum", "v").Max("max", "v")
@@ -57,7 +70,7 @@ func abacusTopology(group, input, output, late string, rollup bool) (*topology.T
 
 // runAbacus runs the abacus processor until ctx is done, reporting the events it received.
 func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
-	topo, err := abacusTopology(a.group, a.input, a.output, a.late, a.rollup)
+	topo, err := abacusTopology(a.group, a.input, a.output, a.late, a.rollup, a.registry)
 	if err != nil {
 		return err
 	}

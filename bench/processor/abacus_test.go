@@ -12,10 +12,13 @@ import (
 )
 
 func TestAbacusTopologyBuilds(t *testing.T) {
-	if _, err := abacusTopology("g", "in", "out", "late", false); err != nil {
+	if _, err := abacusTopology("g", "in", "out", "late", false, ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := abacusTopology("g", "in", "out", "", true); err != nil {
+	if _, err := abacusTopology("g", "in", "out", "", true, ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := abacusTopology("g", "in", "out", "", true, "registry"); err != nil {
 		t.Fatal(err)
 	}
 }

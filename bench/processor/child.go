@@ -35,6 +35,7 @@ type childArgs struct {
 	output     string
 	late       string // abacus: the late topic ("": late events are counted and dropped)
 	rollup     bool   // abacus: add the per-region and global sets (a rollup workload)
+	registry   string // abacus: look the region up in this table topic (a join workload)
 	storage    string
 	cpuprofile string
 	// finalRetention is abacus's Config.FinalRetention (0: its default).
@@ -56,6 +57,7 @@ func childMain(args []string) int {
 	fl.StringVar(&a.output, "output", "", "output topic (abacus totals)")
 	fl.StringVar(&a.late, "late", "", "late topic (abacus)")
 	fl.BoolVar(&a.rollup, "rollup", false, "abacus: add the per-region and global rollup sets")
+	fl.StringVar(&a.registry, "registry", "", "abacus: the table topic the region is looked up in (join workloads)")
 	fl.StringVar(&a.storage, "storage", "", "local storage folder (goka tables)")
 	fl.StringVar(&a.cpuprofile, "cpuprofile", "", "write a CPU profile of this process here")
 	fl.DurationVar(&a.finalRetention, "final-retention", 0, "abacus: Config.FinalRetention (0: default)")

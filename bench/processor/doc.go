@@ -24,6 +24,13 @@
 //     lag (below) whether the global key's owner keeps up with the input rate. Systems that
 //     write no finals (franz-consume, goka-naive) are not run on them: they would repeat their
 //     base's run.
+//   - sparse-join, dense-join: the rollup workload, with its region looked up in a table by event
+//     time instead of computed: the registry topic holds one record per entity (its region, as
+//     above, stamped a day before the input), partitioned as the input. abacus declares it with
+//     topology.NewTable and joins it (every instance reads it whole); Kafka Streams left-joins
+//     the stream with it as a versioned KTable (co-partitioned, the version valid at the event's
+//     timestamp). The finals are the rollup workload's; a join workload's figures over its
+//     rollup workload's are what one lookup per event costs.
 //
 // The systems, each a process of its own with a fresh group: franz-go consume-only (the floor),
 // a naive goka processor (decode, SetValue), the Kafka Streams application in java/ with

@@ -122,6 +122,8 @@ type input struct {
 	base   int64
 	total  int64 // records in the topic, sentinels and probes included
 	expect *expectation
+	// registry is a join workload's entity registry topic, "" otherwise.
+	registry string
 }
 
 // ensureInput produces the workload into a topic of its own, or reuses the topic a previous run
@@ -173,10 +175,59 @@ func (a *admin) ensureInput(ctx context.Context, log *slog.Logger, w *workload, 
 			return nil, fmt.Errorf("input %s holds %d records after producing, want %d", in.topic, in.total, want)
 		}
 	}
+	if w.join {
+		in.registry = w.registryName(prefix)
+		if err := a.ensureRegistry(ctx, log, w, in, reuse); err != nil {
+			return nil, err
+		}
+	}
 	if w.sentinels {
 		in.expect = w.expect(in.base)
 	}
 	return in, nil
+}
+
+// ensureRegistry produces a join workload's registry (every entity's region, regionOf, stamped an
+// hour before the input's first window, partitioned as the input), or reuses the topic a previous
+// run produced. Kafka Streams' versioned table needs it partitioned as the input (co-partitioned);
+// abacus reads it whole.
+func (a *admin) ensureRegistry(ctx context.Context, log *slog.Logger, w *workload, in *input, reuse bool) error {
+	total, nparts, err := a.endOffsets(ctx, in.registry)
+	if err == nil && nparts == partitions && int(total) == w.entities && reuse {
+		log.Info("reusing registry", "topic", in.registry, "records", total)
+		return nil
+	}
+	if err == nil && nparts > 0 {
+		if _, err := a.adm.DeleteTopics(ctx, in.registry); err != nil {
+			return fmt.Errorf("delete %s: %w", in.registry, err)
+		}
+		if err := a.waitGone(ctx, in.registry); err != nil {
+			return err
+		}
+	}
+	if err := a.createTopic(ctx, in.registry, false); err != nil {
+		return err
+	}
+	p, err := a.producer(in.registry)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	// Stamped before the base of any input (a reused input's base is older than a new registry's).
+	at := time.UnixMilli(in.base).Add(-24 * time.Hour)
+	var recs []*kgo.Record
+	for i := range w.entities {
+		name := entityName(i)
+		recs = append(recs, &kgo.Record{Key: []byte(name), Value: []byte(regionOf(name)), Timestamp: at})
+		if len(recs) == 10_000 || i == w.entities-1 {
+			if err := p.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+				return fmt.Errorf("produce %s: %w", in.registry, err)
+			}
+			recs = recs[:0]
+		}
+	}
+	log.Info("produced registry", "topic", in.registry, "entities", w.entities)
+	return nil
 }
 
 func (a *admin) waitGone(ctx context.Context, topic string) error {

@@ -81,7 +81,7 @@ func parseFlags(args []string) (*config, error) {
 	fl.StringVar(&brokers, "brokers", envOr("ABACUS_KAFKA_BROKERS", "127.0.0.1:9092"), "Kafka seed brokers, comma separated (env ABACUS_KAFKA_BROKERS)")
 	fl.IntVar(&c.events, "events", 1_000_000, "events per workload (entities scale with it: sparse events/10, dense events/100)")
 	fl.IntVar(&c.entities, "entities", 0, "override the entity count of both workloads")
-	fl.StringVar(&workloads, "workloads", "sparse,dense", "workloads to run: sparse, dense, late ones: sparse-late<pct>, dense-late<pct> (the base workload plus pct% late events, e.g. sparse,sparse-late10,sparse-late50 -systems abacus), and rollup ones: sparse-rollup, dense-rollup (the base's input, with a per-region and a global set beside the per-entity one)")
+	fl.StringVar(&workloads, "workloads", "sparse,dense", "workloads to run: sparse, dense, late ones: sparse-late<pct>, dense-late<pct> (the base workload plus pct% late events, e.g. sparse,sparse-late10,sparse-late50 -systems abacus), and rollup ones: sparse-rollup, dense-rollup (the base's input, with a per-region and a global set beside the per-entity one), sparse-join, dense-join (the rollup workload, its region looked up by event time in a table of the entities)")
 	fl.StringVar(&systemsFlag, "systems", strings.Join(names, ","), "systems to run, in this order")
 	fl.IntVar(&c.runs, "runs", 1, "runs of each system per workload; the table shows the medians")
 	fl.BoolVar(&c.restore, "restore", true, "measure abacus's state size and restore times")
@@ -312,7 +312,7 @@ func cleanupRun(adm *admin, log *slog.Logger, cfg *config, runPrefix string) {
 
 // runSystem runs one system once over the input.
 func runSystem(ctx context.Context, cfg *config, adm *admin, log *slog.Logger, runPrefix string, in *input, sys system, run int) *result {
-	l := launch{group: fmt.Sprintf("%s-%s-%s-%d", runPrefix, in.w.name, sys.name, run+1), input: in.topic, rollup: in.w.rollup}
+	l := launch{group: fmt.Sprintf("%s-%s-%s-%d", runPrefix, in.w.name, sys.name, run+1), input: in.topic, rollup: in.w.rollup, registry: in.registry}
 	l.storage = filepath.Join(cfg.workdir, l.group)
 	if sys.finals {
 		l.output = l.group + "-out"

@@ -49,6 +49,7 @@ type launch struct {
 	output     string
 	late       string // abacus's late topic, which the step reads back and checks; "" for none
 	rollup     bool   // a rollup workload: per-region and global sets beside the per-entity one
+	registry   string // a join workload: the region is looked up in this table topic
 	storage    string
 	cpuprofile string
 }
@@ -68,6 +69,9 @@ func (s system) command(cfg *config, l launch) (*exec.Cmd, error) {
 		if l.rollup {
 			args = append(args, "rollup=true", fmt.Sprintf("rollup-grace-ms=%d", cfg.streamsRollupGrace.Milliseconds()), fmt.Sprintf("partitions=%d", partitions))
 		}
+		if l.registry != "" {
+			args = append(args, "registry="+l.registry)
+		}
 		return exec.Command("java", args...), nil
 	}
 	self, err := os.Executable()
@@ -84,6 +88,9 @@ func (s system) command(cfg *config, l launch) (*exec.Cmd, error) {
 	}
 	if l.rollup && s.name == "abacus" {
 		args = append(args, "-rollup")
+	}
+	if l.registry != "" && s.name == "abacus" {
+		args = append(args, "-registry", l.registry)
 	}
 	if cfg.finalRetention > 0 {
 		args = append(args, "-final-retention", cfg.finalRetention.String())

@@ -50,6 +50,11 @@ type workload struct {
 	// same source (sparse-rollup, dense-rollup). The input is its base's, the very same topic,
 	// so the ratio of the two workloads' figures is what the two rollup sets cost.
 	rollup bool
+	// join: a rollup workload whose region comes from a table, the entity registry (one record
+	// per entity, its region, stamped an hour before the input), looked up by event time; the
+	// same regions as regionOf, so the same finals (sparse-join, dense-join). Its figures over
+	// its rollup workload's are what one table lookup per event costs.
+	join bool
 }
 
 // newWorkload sizes a workload for about events events. Entity counts follow the issue at 1M
@@ -71,6 +76,8 @@ func newWorkload(name string, events, entities int) (*workload, error) {
 		kind, w.base, w.late = b, b, float64(n)/100
 	} else if b, ok := strings.CutSuffix(name, "-rollup"); ok && (b == "sparse" || b == "dense") {
 		kind, w.base, w.rollup = b, b, true
+	} else if b, ok := strings.CutSuffix(name, "-join"); ok && (b == "sparse" || b == "dense") {
+		kind, w.base, w.rollup, w.join = b, b, true, true
 	}
 	switch kind {
 	case "sparse":
@@ -80,7 +87,7 @@ func newWorkload(name string, events, entities int) (*workload, error) {
 	case "restore":
 		w.entities, w.roundMs = events, windowMs
 	default:
-		return nil, fmt.Errorf("unknown workload %q (sparse, dense, sparse-late<pct>, dense-late<pct>, sparse-rollup, dense-rollup)", name)
+		return nil, fmt.Errorf("unknown workload %q (sparse, dense, sparse-late<pct>, dense-late<pct>, sparse-rollup, dense-rollup, sparse-join, dense-join)", name)
 	}
 	if entities > 0 && kind != "restore" {
 		w.entities = entities
@@ -117,6 +124,11 @@ func (w *workload) topicName(prefix string) string {
 	}
 	// v2: the sentinels moved from one minute past the last window's end to sentinelGapMs.
 	return fmt.Sprintf("%s-%s-%dx%d-v2", prefix, name, w.rounds, w.entities)
+}
+
+// registryName is the topic of a join workload's entity registry.
+func (w *workload) registryName(prefix string) string {
+	return fmt.Sprintf("%s-registry-%d-v1", prefix, w.entities)
 }
 
 func entityName(i int) string { return entityPrefix + fmt.Sprintf("%07d", i) }

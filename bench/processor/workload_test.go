@@ -275,6 +275,27 @@ func TestLateOffsets(t *testing.T) {
 	}
 }
 
+// A join workload is its rollup workload (same input, same finals) with a registry of its own
+// entities.
+func TestJoinWorkload(t *testing.T) {
+	for _, name := range []string{"sparse", "dense"} {
+		j, err := newWorkload(name+"-join", 60_000, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, _ := newWorkload(name+"-rollup", 60_000, 0)
+		if !j.join || !j.rollup || r.join || j.topicName("p") != r.topicName("p") || j.events() != r.events() {
+			t.Fatalf("%s-join: %+v beside %+v", name, j, r)
+		}
+		if jx, rx := j.expect(testBase), r.expect(testBase); !slices.Equal(jx.wins, rx.wins) || jx.setFinals != rx.setFinals {
+			t.Fatalf("%s-join: finals differ from the rollup workload's", name)
+		}
+		if j.registryName("p") == j.topicName("p") {
+			t.Fatalf("%s-join: the registry is the input", name)
+		}
+	}
+}
+
 // A rollup workload reads its base's input (the same topic) and expects, beside its entities'
 // finals, one per region and window and one per window for all events, each the merge of its
 // entities' totals; the check catches a rollup final that is wrong, missing or in the wrong set.

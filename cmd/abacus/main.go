@@ -19,7 +19,7 @@ func main() {
 		DemoTopics: map[string]int32{devices.Topic: 4},
 		DemoGenerator: func(ctx context.Context, cl *kgo.Client) error {
 			g := devices.Generator{Devices: 20, PerSecond: 100, Jitter: 3 * time.Second, LatePercent: 2, DuplicatePercent: 1, Seed: 7,
-				History: time.Hour}
+				History: time.Hour, MoveEvery: 2 * time.Minute}
 			_, err := g.Run(ctx, cl)
 			return err
 		},

@@ -120,3 +120,20 @@ func TestRollupSets(t *testing.T) {
 		t.Fatalf("40 devices fall in %d regions (%v): some region is never used", len(seen), seen)
 	}
 }
+
+// TestRegionFromRegistry: a reading counts in the region the registry gave its device at the
+// reading's time: before and after a move, in any order of arrival, and Unknown for a device the
+// registry did not know yet.
+func TestRegionFromRegistry(t *testing.T) {
+	d := newDriver(t)
+	d.PutTable("devices", "dev-5", devices.Device{Region: "eu-west", Since: t0.UnixMilli()}, t0)
+	d.PutTable("devices", "dev-5", devices.Device{Region: "us-east", Since: t0.Add(time.Minute).UnixMilli()}, t0.Add(time.Minute))
+	d.Pipe(devices.Topic, "dev-5", reading("dev-5", 65*time.Second, 20, "reading")) // us-east
+	d.Pipe(devices.Topic, "dev-5", reading("dev-5", 50*time.Second, 22, "reading")) // eu-west: before the move
+	d.Pipe(devices.Topic, "dev-6", reading("dev-6", 55*time.Second, 25, "reading")) // not registered
+	d.Advance(3 * time.Minute)
+
+	d.Final("region-minute", "eu-west", t0).Expect(t, map[string]float64{"count": 1, "max_temp": 22})
+	d.Final("region-minute", "us-east", t0.Add(time.Minute)).Expect(t, map[string]float64{"count": 1, "max_temp": 20})
+	d.Final("region-minute", devices.Unknown, t0).Expect(t, map[string]float64{"count": 1, "max_temp": 25})
+}

@@ -1,5 +1,6 @@
 package abacus.bench;
 
+import com.fasterxml.jackson.annotation.JsonInclude;
 import com.fasterxml.jackson.databind.DeserializationFeature;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import java.io.IOException;
@@ -49,6 +50,7 @@ import org.apache.kafka.streams.processor.TimestampExtractor;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessor;
 import org.apache.kafka.streams.processor.api.FixedKeyProcessorContext;
 import org.apache.kafka.streams.processor.api.FixedKeyRecord;
+import org.apache.kafka.streams.state.Stores;
 import org.apache.kafka.streams.state.WindowStore;
 
 /**
@@ -105,6 +107,10 @@ public final class StreamsAggregate {
     public String entity;
     public long ts;
     public double v;
+
+    /** A join workload's region, from the registry; not in the input. */
+    @JsonInclude(JsonInclude.Include.NON_NULL)
+    public String region;
   }
 
   /** A window's running aggregate. Mutable: the aggregator updates the copy it was handed. */
@@ -286,11 +292,33 @@ public final class StreamsAggregate {
       boolean rollup,
       Duration rollupGrace,
       int partitions,
+      String registry,
       LongAdder seen) {
     StreamsBuilder b = new StreamsBuilder();
     KStream<String, Reading> src =
         b.stream(input, Consumed.with(Serdes.String(), new ReadingSerde()).withTimestampExtractor(new ReadingTime()))
             .peek((k, v) -> seen.increment());
+    if (registry != null) {
+      // A join workload: the region from the registry, by event time (a versioned table: the
+      // version valid at the stream record's timestamp, the event time), co-partitioned with
+      // the input. A left join: the sentinels are in no region.
+      KTable<String, String> regions =
+          b.table(
+              registry,
+              Consumed.with(Serdes.String(), Serdes.String()),
+              Materialized.<String, String>as(
+                      Stores.persistentVersionedKeyValueStore("registry-versions", Duration.ofDays(2)))
+                  .withKeySerde(Serdes.String())
+                  .withValueSerde(Serdes.String()));
+      src =
+          src.leftJoin(
+              regions,
+              (r, region) -> {
+                r.region = region;
+                return r;
+              });
+    }
+    final boolean joined = registry != null;
     aggregate(src.groupByKey(), TimeWindows.ofSizeWithNoGrace(Duration.ofMinutes(1)), "agg", emit, output);
     if (rollup) {
       TimeWindows windows = TimeWindows.ofSizeAndGrace(Duration.ofMinutes(1), rollupGrace);
@@ -300,7 +328,7 @@ public final class StreamsAggregate {
       KStream<String, Reading> byRegion =
           src.flatMap(
               (k, r) -> {
-                String region = regionOf(k);
+                String region = joined ? r.region : regionOf(k);
                 if (region != null) {
                   return List.of(KeyValue.pair(region, r));
                 }
@@ -366,6 +394,7 @@ public final class StreamsAggregate {
             Boolean.parseBoolean(a.getOrDefault("rollup", "false")),
             Duration.ofMillis(Long.parseLong(a.getOrDefault("rollup-grace-ms", "600000"))),
             Integer.parseInt(a.getOrDefault("partitions", "12")),
+            a.get("registry"),
             seen);
     KafkaStreams streams = new KafkaStreams(topo, p);
     CountDownLatch stop = new CountDownLatch(1);
