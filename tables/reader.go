@@ -64,7 +64,7 @@ type Reader struct {
 	metrics tableMetrics
 
 	mu      sync.Mutex
-	parts   map[int32]*partition
+	parts   []*partition  // by partition id (a topic's partitions are 0 to n-1)
 	changed chan struct{} // closed, and replaced, at every apply
 	// looked is the latest event time the table answered for (At): a version at or before it,
 	// read after, came too late for that event.
@@ -72,9 +72,9 @@ type Reader struct {
 	// observed is when the latest listing of the topic's end offsets was asked for (under mu):
 	// every record written before then is below the hwm it set.
 	observed time.Time
-	// lastWait is when an event last looked the table up (unix ns): the end offsets are listed
-	// only while events come.
-	lastWait atomic.Int64
+	// active says an event looked the table up since the watch's last tick: the end offsets are
+	// listed only while events come.
+	active atomic.Bool
 
 	stop    context.CancelFunc
 	running sync.WaitGroup
@@ -93,7 +93,7 @@ func Open(ctx context.Context, def *plan.Table, cfg Config) (*Reader, error) {
 		cfg.Freshness = DefaultFreshness
 	}
 	r := &Reader{def: def, versions: plan.VersionsTopic(cfg.Group, def.Name), cfg: cfg, store: NewVersions(),
-		log: cfg.Logger.With("table", def.Name, "topic", def.Topic), parts: map[int32]*partition{}, changed: make(chan struct{}),
+		log: cfg.Logger.With("table", def.Name, "topic", def.Topic), changed: make(chan struct{}),
 		metrics: cfg.Metrics.of(def.Name)}
 	r.looked.Store(minTime)
 	adm, err := kgo.NewClient(cfg.Client...)
@@ -110,7 +110,11 @@ func Open(ctx context.Context, def *plan.Table, cfg Config) (*Reader, error) {
 		return nil, err
 	}
 	from := map[int32]kgo.Offset{}
+	r.parts = make([]*partition, len(ends))
 	for p, end := range ends {
+		if p < 0 || int(p) >= len(ends) {
+			return nil, fmt.Errorf("table %q: its topic %s lists partition %d of %d", def.Name, def.Topic, p, len(ends))
+		}
 		next := max(resume[p], starts[p])
 		r.parts[p] = &partition{next: next, hwm: end}
 		from[p] = kgo.NewOffset().At(next)
@@ -244,6 +248,15 @@ func (r *Reader) valueTime(rec *kgo.Record, v any) (t int64, err error) {
 	return r.def.ValueTime(v), nil
 }
 
+// part is partition p's state, nil for a partition the topic did not have at Open (one added
+// since is not read: the processor reads it at its next start).
+func (r *Reader) part(p int32) *partition {
+	if p < 0 || int(p) >= len(r.parts) {
+		return nil
+	}
+	return r.parts[p]
+}
+
 func (r *Reader) changedCh() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -255,7 +268,7 @@ func (r *Reader) caughtUp(ends map[int32]int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for p, end := range ends {
-		if r.parts[p].next < end {
+		if r.part(p).next < end {
 			return false
 		}
 	}
@@ -284,7 +297,7 @@ func (r *Reader) run(ctx context.Context) {
 		var recs []*kgo.Record
 		r.mu.Lock()
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
-			if st := r.parts[fp.Partition]; st != nil {
+			if st := r.part(fp.Partition); st != nil {
 				// Known before the records are applied: an event waits for them meanwhile.
 				st.hwm = max(st.hwm, fp.HighWatermark)
 			}
@@ -333,7 +346,7 @@ func (r *Reader) run(ctx context.Context) {
 		looked := r.looked.Load()
 		r.mu.Lock()
 		for _, u := range ups {
-			st := r.parts[u.rec.Partition]
+			st := r.part(u.rec.Partition)
 			if st == nil {
 				continue
 			}
@@ -420,13 +433,18 @@ func (r *Reader) watch(ctx context.Context) {
 	adm := kadm.NewClient(r.cl)
 	tick := time.NewTicker(r.cfg.Freshness)
 	defer tick.Stop()
+	idle := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
 		}
-		if time.Since(time.Unix(0, r.lastWait.Load())) > 5*time.Second {
+		// Listed while events come, and for a second after the last: a table nobody looks up
+		// costs the broker nothing.
+		if r.active.Swap(false) {
+			idle = 0
+		} else if idle++; idle*int(r.cfg.Freshness) > int(time.Second) {
 			continue
 		}
 		asked := time.Now()
@@ -442,7 +460,7 @@ func (r *Reader) watch(ctx context.Context) {
 		}
 		r.mu.Lock()
 		ends.Each(func(o kadm.ListedOffset) {
-			if st := r.parts[o.Partition]; st != nil {
+			if st := r.part(o.Partition); st != nil {
 				st.hwm = max(st.hwm, o.Offset)
 			}
 		})
@@ -460,16 +478,20 @@ func (r *Reader) watch(ctx context.Context) {
 // producer wrote to the table before the event's record was, the event sees (to within the
 // clocks' skew).
 func (r *Reader) Wait(ctx context.Context, t int64, record time.Time) bool {
-	now := time.Now()
-	r.lastWait.Store(now.UnixNano())
-	// A record stamped ahead of this clock (its producer's is fast) needs a listing from now,
-	// not from its stamp: nothing can have been written to the table after now yet.
-	if record.After(now) {
-		record = now
+	if !r.active.Load() {
+		r.active.Store(true)
 	}
 	ready, ch := r.ready(t, record)
 	if ready {
 		return true
+	}
+	// A record stamped ahead of this clock (its producer's is fast) needs a listing from now,
+	// not from its stamp: nothing can have been written to the table after now yet.
+	if now := time.Now(); record.After(now) {
+		record = now
+		if ready, ch = r.ready(t, record); ready {
+			return true
+		}
 	}
 	r.metrics.waits.Inc()
 	start := time.Now()

@@ -49,10 +49,10 @@ func abacusTopology(group, input, output, late string, rollup bool, registry str
 		Count("count").Sum("sum", "v").Max("max", "v")
 	region := func(r reading) string { return regionOf(r.Entity) }
 	if registry != "" {
-		regions := topology.NewTable[[]byte](b, "regions", registry, topology.Raw())
-		topology.Join(src, regions, func(r reading) string { return r.Entity }, func(r reading, v []byte, found bool) (reading, error) {
+		regions := topology.NewTable[string](b, "regions", registry, stringCodec{})
+		topology.Join(src, regions, func(r reading) string { return r.Entity }, func(r reading, region string, found bool) (reading, error) {
 			if found {
-				r.Region = string(v)
+				r.Region = region
 			}
 			return r, nil
 		})
@@ -67,6 +67,13 @@ func abacusTopology(group, input, output, late string, rollup bool, registry str
 	}
 	return b.Build()
 }
+
+// stringCodec decodes a registry value into a string once, when the table reads it, so that a
+// lookup hands the join a string and allocates nothing per event.
+type stringCodec struct{}
+
+func (stringCodec) Encode(v any) ([]byte, error) { return []byte(v.(string)), nil }
+func (stringCodec) Decode(b []byte) (any, error) { return string(b), nil }
 
 // runAbacus runs the abacus processor until ctx is done, reporting the events it received.
 func runAbacus(ctx context.Context, a childArgs, progress func(int64)) error {
