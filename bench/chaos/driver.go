@@ -53,6 +53,7 @@ type driver struct {
 	logMu   sync.Mutex
 	logw    io.Writer
 	source  string
+	regions string // the regions table's topic
 	id      string
 }
 
@@ -241,6 +242,9 @@ func (d *driver) deployments(ctx context.Context, bin string) (chaosRun, refRun 
 	if _, err := d.adm.CreateTopic(ctx, int32(d.o.partitions), 1, nil, d.source); err != nil {
 		return nil, nil, fmt.Errorf("create %s: %w", d.source, err)
 	}
+	if err := d.registry(ctx); err != nil {
+		return nil, nil, err
+	}
 	if chaosRun, err = d.deployment(ctx, bin, "chaos", d.id+"-"); err != nil {
 		return nil, nil, err
 	}
@@ -250,6 +254,31 @@ func (d *driver) deployments(ctx context.Context, bin string) (chaosRun, refRun 
 		}
 	}
 	return chaosRun, refRun, nil
+}
+
+// registry creates the regions table's topic, shared by both deployments, and fills it before
+// anything runs: every entity's place at every RegionPeriod over the stream's event times (which
+// lie three days back, generator) and two hours around them. Both pipelines look each event's
+// region up in it; the oracle computes it (stream.RegionAt).
+func (d *driver) registry(ctx context.Context) error {
+	d.regions = d.id + "-regions"
+	compact := "compact"
+	if _, err := d.adm.CreateTopic(ctx, int32(d.o.partitions), 1, map[string]*string{"cleanup.policy": &compact}, d.regions); err != nil {
+		return fmt.Errorf("create %s: %w", d.regions, err)
+	}
+	g := &stream.Generator{Seed: d.o.seed, Entities: d.o.entities}
+	now := time.Now()
+	from := now.Add(-g.Span(d.o.events) - 3*24*time.Hour - 2*time.Hour).UnixMilli()
+	until := now.Add(-3*24*time.Hour + 2*time.Hour).UnixMilli()
+	var recs []*kgo.Record
+	for _, r := range stream.RegistryRecords(g.EntityCount(), from, until) {
+		recs = append(recs, &kgo.Record{Topic: d.regions, Key: r.Key, Value: r.Value})
+	}
+	if err := d.kc.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce the regions table: %w", err)
+	}
+	d.logf("regions table %s: %d places", d.regions, len(recs))
+	return nil
 }
 
 // phases runs the chaos phase while a supervisor revives an HBase that died unplanned, then the
@@ -302,11 +331,11 @@ func (d *driver) phases(ctx context.Context, chaosRun, refRun *runCfg) (bool, er
 
 // deployment writes a deployment's config and creates its topics and tables with the real binary.
 func (d *driver) deployment(ctx context.Context, bin, name, prefix string) (*runCfg, error) {
-	topo, err := stream.Topology()
+	topo, err := stream.TopologyJoined()
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]string{stream.SourceTopic: d.source}
+	names := map[string]string{stream.SourceTopic: d.source, stream.RegistryTopic: d.regions}
 	if topo, err = topo.WithTopicNames(prefix, names); err != nil {
 		return nil, err
 	}
@@ -319,6 +348,7 @@ topology: %s
 topics:
   prefix: %q
   names:
+    %s: %q
     %s: %q
 kafka:
   brokers: [%q]
@@ -336,7 +366,7 @@ sinks:
   flush_interval: 500ms
 query:
   listen: 127.0.0.1:0
-`, name, d.id, stream.Name, prefix, stream.SourceTopic, d.source, d.brokers[0], d.zk, rc.procGroup,
+`, name, d.id, stream.Name, prefix, stream.SourceTopic, d.source, stream.RegistryTopic, d.regions, d.brokers[0], d.zk, rc.procGroup,
 		filepath.Join(d.dir, name+"-processor-state"), rc.aggTable, rc.aggGroup, rc.factsTable, rc.factsGroup)
 	if err := os.WriteFile(rc.config, []byte(cfg), 0o644); err != nil {
 		return nil, err
@@ -374,7 +404,7 @@ func (d *driver) stopRoles(rc *runCfg) {
 func (d *driver) cleanup(runs ...*runCfg) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	topics := []string{d.source}
+	topics := []string{d.source, d.regions}
 	for _, rc := range runs {
 		if rc == nil {
 			continue
@@ -385,7 +415,8 @@ func (d *driver) cleanup(runs ...*runCfg) {
 				d.logf("drop table %s: %v", t, err)
 			}
 		}
-		topics = append(topics, rc.topo.TotalsTopic(), rc.topo.DeadLetterTopic(), rc.topo.LateTopic(), rc.loopTopic(), rc.procGroup+"-table")
+		topics = append(topics, rc.topo.TotalsTopic(), rc.topo.DeadLetterTopic(), rc.topo.LateTopic(), rc.loopTopic(), rc.procGroup+"-table",
+			rc.procGroup+"-table-regions") // the versions of the regions table (plan.VersionsTopic)
 	}
 	if _, err := d.adm.DeleteTopics(ctx, topics...); err != nil {
 		d.logf("delete topics: %v", err)

@@ -1,5 +1,5 @@
 // Command abacus-chaos is the abacus command with the chaos topology (package
-// internal/chaos/stream) compiled in, built the way users build theirs (README, "Build your binary").
+// internal/chaos/stream, its region joined from a table) compiled in, built the way users build theirs (README, "Build your binary").
 // The failure suite (bench/chaos) runs its roles as separate processes and kills them.
 package main
 
@@ -10,5 +10,5 @@ import (
 )
 
 func main() {
-	app.Main(app.Program{Topologies: []func() (*topology.Topology, error){stream.Topology}})
+	app.Main(app.Program{Topologies: []func() (*topology.Topology, error){stream.TopologyJoined}})
 }

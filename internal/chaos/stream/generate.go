@@ -104,6 +104,15 @@ func (g *Generator) init() {
 	}
 }
 
+// EntityCount is how many entities the generator names (Entities, or its default).
+func (g *Generator) EntityCount() int {
+	g.init()
+	return g.Entities
+}
+
+// entityName names the generator's entity i.
+func entityName(i int) string { return fmt.Sprintf("ent-%03d", i) }
+
 // Span is the event time n events cover.
 func (g *Generator) Span(n int64) time.Duration {
 	g.init()
@@ -117,7 +126,7 @@ func (g *Generator) Next(dst []Record) []Record {
 	i := g.n
 	g.n++
 	nominal := g.Start + int64(time.Duration(i)*g.Step/time.Millisecond)
-	entity := fmt.Sprintf("ent-%03d", g.rng.IntN(g.Entities))
+	entity := entityName(g.rng.IntN(g.Entities))
 	ev := Event{Entity: entity, Time: nominal, Kind: TypeMeasurement, V: float64(g.rng.IntN(1000)), Seq: i}
 	if g.PadBytes > 0 {
 		ev.Pad = strings.Repeat("x", g.PadBytes)

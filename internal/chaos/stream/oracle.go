@@ -138,8 +138,9 @@ type setDef struct {
 	name             string
 	size, adv, grace int64
 	aggs             []string // aggregation names, each computed by value
-	// rollup, for a rollup set, is an entity's rollup key; nil for an entity set.
-	rollup func(entity string) string
+	// rollup, for a rollup set, is an entity's rollup key in the window starting at start; nil
+	// for an entity set.
+	rollup func(entity string, start int64) string
 }
 
 // sets mirrors the topology's aggregate sets (the flush set's windows never close: it has no
@@ -150,9 +151,9 @@ var sets = []*setDef{
 	{name: SetHop, size: hopSpec.Size(), adv: hopSpec.Advance(), grace: hopGrace.Milliseconds(),
 		aggs: []string{"n", "min"}},
 	{name: SetRegion, size: tumbleSpec.Size(), adv: tumbleSpec.Advance(), grace: tumbleGrace.Milliseconds(),
-		aggs: []string{"n", "sum", "min", "max", "last"}, rollup: Region},
+		aggs: []string{"n", "sum", "min", "max", "last"}, rollup: RegionAt},
 	{name: SetGlobal, size: tumbleSpec.Size(), adv: tumbleSpec.Advance(), grace: tumbleGrace.Milliseconds(),
-		aggs: []string{"n", "sum", "min", "max", "mean", "last"}, rollup: func(string) string { return topology.GlobalKey }},
+		aggs: []string{"n", "sum", "min", "max", "mean", "last"}, rollup: func(string, int64) string { return topology.GlobalKey }},
 }
 
 // RollupSets names the topology's rollup sets, which the oracle totals from its entities'
@@ -284,7 +285,7 @@ func newWindow(s *setDef, entity string, start, closesAt int64) *oracleWindow {
 // cells are the final total's: the one the engine emits once every partition's stream time
 // passes the window's close (Open counts the windows not there yet).
 func (o *Oracle) contribute(c *oracleWindow) {
-	key := c.set.rollup(c.entity)
+	key := c.set.rollup(c.entity, c.start)
 	k := windowKey{c.set.name, key, c.start}
 	w := o.rollups[k]
 	if w == nil {

@@ -89,7 +89,7 @@ func TestOracleByHand(t *testing.T) {
 	// windows, c's minute 0 and 5 hopping windows, and the rollup contributions of a's minute 1,
 	// b's, and c's minute 0 (per rollup set); the rollup windows with a contribution in, not
 	// final: a's region and the global window of the first minute.
-	regions0 := map[string]bool{Region("a"): true, Region("c"): true}
+	regions0 := map[string]bool{RegionAt("a", base): true, RegionAt("c", base): true}
 	if n := o.Open(); n != 1+6+1+5+1+5+2*3+2 {
 		t.Fatalf("%d windows open before the flush", n)
 	}
@@ -105,7 +105,7 @@ func TestOracleByHand(t *testing.T) {
 	// b's minute 1 and its 5 hopping windows; c's minute 0 and its 5 hopping windows. Rollup
 	// windows: the regions of minute 0 (a's and c's) and of minute 1 (a's and b's), of 6 cells,
 	// and the two global windows, of 7.
-	regions1 := map[string]bool{Region("a"): true, Region("b"): true}
+	regions1 := map[string]bool{RegionAt("a", base+min): true, RegionAt("b", base+min): true}
 	if n := o.Aggregates.Len(); n != (2+1+1)*4+(6+5+5)*3+(len(regions0)+len(regions1))*6+2*7 {
 		t.Fatalf("%d aggregate cells after the flush", n)
 	}
@@ -324,7 +324,9 @@ func TestOracleRollupsByHand(t *testing.T) {
 			y = e
 		}
 	}
-	rx, ry := Region(x1), Region(y)
+	// Regions move every RegionPeriod; the two minutes of the test may be in two periods.
+	rx, ry := RegionAt(x1, base), RegionAt(y, base)
+	rx1, ry1 := RegionAt(x1, base+60*sec), RegionAt(y, base+60*sec)
 	o := NewOracle(layout)
 	offs := map[int32]int64{}
 	feed := func(p int32, e string, ts int64, v float64) {
@@ -374,8 +376,8 @@ func TestOracleRollupsByHand(t *testing.T) {
 		// not x1's 9, which x1's 3 replaced.
 		{"all", SetGlobal, base, 5, []cell{{"sum", f(29)}, {"min", f(3)}, {"max", f(9)}, {"mean", f(29.0 / 5)}, {"last", f(8)}}},
 		// x1's 2 at 81 s is later than x2's 7 at 65 s.
-		{rx, SetRegion, base + 60*sec, 2, []cell{{"sum", f(9)}, {"min", f(2)}, {"max", f(7)}, {"last", f(2)}}},
-		{ry, SetRegion, base + 60*sec, 1, []cell{{"sum", f(1)}, {"min", f(1)}, {"max", f(1)}, {"last", f(1)}}},
+		{rx1, SetRegion, base + 60*sec, 2, []cell{{"sum", f(9)}, {"min", f(2)}, {"max", f(7)}, {"last", f(2)}}},
+		{ry1, SetRegion, base + 60*sec, 1, []cell{{"sum", f(1)}, {"min", f(1)}, {"max", f(1)}, {"last", f(1)}}},
 		{"all", SetGlobal, base + 60*sec, 3, []cell{{"sum", f(10)}, {"min", f(1)}, {"max", f(7)}, {"mean", f(10.0 / 3)}, {"last", f(1)}}},
 	}
 	cmp := o.Aggregates.Compare(func(row, _, q []byte) string {

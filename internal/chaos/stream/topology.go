@@ -14,6 +14,7 @@
 package stream
 
 import (
+	"encoding/json"
 	"hash/fnv"
 	"time"
 
@@ -21,12 +22,13 @@ import (
 	"github.com/abacus-stream/abacus/windows"
 )
 
-// Name is the topology's name; SourceTopic its source topic and LateTopic its late topic as
-// declared (a deployment renames them).
+// Name is the topology's name; SourceTopic its source topic, LateTopic its late topic and
+// RegistryTopic its table's topic (TopologyJoined) as declared (a deployment renames them).
 const (
-	Name        = "chaos"
-	SourceTopic = "chaos-events"
-	LateTopic   = "chaos-late"
+	Name          = "chaos"
+	SourceTopic   = "chaos-events"
+	LateTopic     = "chaos-late"
+	RegistryTopic = "chaos-regions"
 )
 
 // Event types. The tumbling and hopping sets count only measurements. A flush event, one per
@@ -51,6 +53,9 @@ type Event struct {
 	Seq int64 `json:"seq"`
 	// Pad makes events as large as a test needs (Generator.PadBytes); nothing reads it.
 	Pad string `json:"pad,omitempty"`
+	// Region is the event's region: RegionAt its entity and time, looked up in the registry by
+	// TopologyJoined. Events do not carry it.
+	Region string `json:"-"`
 }
 
 // The aggregate sets and their parameters, which the oracle mirrors. SetRegion and SetGlobal are
@@ -70,13 +75,54 @@ const (
 // every partition and each of its windows merges partials from several partitions.
 var regions = []string{"af", "ap", "eu", "sa", "us"}
 
-// Region is the region of an entity, a fixed function of its name (the generator's events carry
+// Region is where an entity starts, a fixed function of its name (the generator's events carry
 // none): a hash, not the partitioner's, so that regions cut across partitions.
-func Region(entity string) string {
+func Region(entity string) string { return regions[regionIndex(entity)] }
+
+func regionIndex(entity string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(entity))
-	return regions[h.Sum32()%uint32(len(regions))]
+	return h.Sum32() % uint32(len(regions))
 }
+
+// RegionPeriod is how often every entity moves to the next region: a multiple of the rollup's
+// window, so that all of an entity's events of one window have one region.
+const RegionPeriod = 3 * time.Minute
+
+// RegionAt is the region of an entity at event time t: Region, moved on by one region every
+// RegionPeriod.
+func RegionAt(entity string, t int64) string {
+	step := floorDiv(t, RegionPeriod.Milliseconds())
+	n := int64(len(regions))
+	return regions[((int64(regionIndex(entity))+step)%n+n)%n]
+}
+
+// Place is a value of the registry (TopologyJoined): an entity's region from From (ms) on.
+type Place struct {
+	Region string `json:"region"`
+	From   int64  `json:"from"`
+}
+
+// RegistryRecords are the registry's records for entities named by the generator (Entities of
+// them) over event times from..until: each entity's place at every RegionPeriod boundary from the
+// one at or before from to the one after until. Produced before the stream, they give the joined
+// topology every region RegionAt gives.
+func RegistryRecords(entities int, from, until int64) []Record {
+	p := RegionPeriod.Milliseconds()
+	var out []Record
+	for b := floorDiv(from, p) * p; b <= until+p; b += p {
+		for i := range entities {
+			e := entityName(i)
+			v, _ := json.Marshal(Place{Region: RegionAt(e, b), From: b})
+			out = append(out, Record{Key: []byte(e), Value: v})
+		}
+	}
+	return out
+}
+
+// Missing is the region of an event whose entity the registry did not know at its time: no
+// event the oracle counts should ever have it.
+const Missing = "missing"
 
 var (
 	tumbleSpec  = windows.Tumbling(time.Minute)
@@ -95,19 +141,41 @@ var (
 // last breaks ties between entities by the larger value. Late events go to the late topic, one record per set an event
 // is late for (so that the suite can check that none is lost in a crash); events more than five
 // minutes ahead of their record's timestamp are dead-lettered.
-func Topology() (*topology.Topology, error) {
+//
+// Its region rollup computes RegionAt itself; TopologyJoined looks the region up in a table.
+func Topology() (*topology.Topology, error) { return build(false) }
+
+// TopologyJoined is Topology with the region of each event looked up, by event time, in the
+// registry table (RegistryTopic, filled with RegistryRecords): the same cells, through a table
+// join. The failure suite runs it.
+func TopologyJoined() (*topology.Topology, error) { return build(true) }
+
+func build(joined bool) (*topology.Topology, error) {
 	b := topology.New(Name).LateTopic(LateTopic)
 	src := topology.NewSource(b, SourceTopic, topology.JSON[Event](),
 		func(e Event) string { return e.Entity },
 		func(e Event) time.Time { return time.UnixMilli(e.Time) }).
 		EventType(func(e Event) string { return e.Kind })
+	region := func(e Event) string { return RegionAt(e.Entity, e.Time) }
+	if joined {
+		registry := topology.NewTable[Place](b, "regions", RegistryTopic, topology.JSON[Place]()).
+			ValueTime(func(p Place) time.Time { return time.UnixMilli(p.From) })
+		topology.Join(src, registry, func(e Event) string { return e.Entity }, func(e Event, p Place, found bool) (Event, error) {
+			e.Region = Missing
+			if found {
+				e.Region = p.Region
+			}
+			return e, nil
+		})
+		region = func(e Event) string { return e.Region }
+	}
 	src.Aggregate(SetTumble, tumbleSpec).Grace(tumbleGrace).Types(TypeMeasurement).
 		Emit(topology.EarlyEvery(5*time.Second)).
 		Count("n").Sum("sum", "V").Max("max", "V")
 	src.Aggregate(SetHop, hopSpec).Grace(hopGrace).Types(TypeMeasurement).
 		Count("n").Min("min", "V")
 	src.Aggregate(SetRegion, tumbleSpec).Grace(tumbleGrace).Types(TypeMeasurement).
-		By(RegionDimension, func(e Event) string { return Region(e.Entity) }).
+		By(RegionDimension, region).
 		Emit(topology.EarlyEvery(5*time.Second)).
 		Count("n").Sum("sum", "V").Min("min", "V").Max("max", "V").Last("last", "V")
 	src.Aggregate(SetGlobal, tumbleSpec).Grace(tumbleGrace).Types(TypeMeasurement).Global().
