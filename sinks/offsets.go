@@ -58,9 +58,15 @@ func (s *FlushThenCommit) adjustOffsets(ctx context.Context, assigned map[string
 			parts[t] = append(parts[t], p)
 		}
 	}
-	stored, err := s.offsets.Load(ctx, s.cfg.Group, parts)
-	if err != nil {
-		return nil, fmt.Errorf("sinks: load offsets of group %s: %w", s.cfg.Group, err)
+	var stored map[string]map[int32]int64
+	if s.externalOffsets {
+		// Only an external store has offsets to load, and only it is set before the client
+		// starts: kgo may call this for the first assignment before NewFlushThenCommit has
+		// set the Kafka store, which needs the client (a kfake run found s.offsets nil here).
+		var err error
+		if stored, err = s.offsets.Load(ctx, s.cfg.Group, parts); err != nil {
+			return nil, fmt.Errorf("sinks: load offsets of group %s: %w", s.cfg.Group, err)
+		}
 	}
 	for t, ps := range stored {
 		for p, off := range ps {

@@ -25,9 +25,12 @@ type FlushThenCommit struct {
 	enc     Encoder
 	store   store.Writer
 	offsets OffsetStore
-	cl      *kgo.Client
-	log     *slog.Logger
-	m       *Metrics
+	// externalOffsets says offsets live in Config.Offsets, not in Kafka: set before the client
+	// starts, unlike offsets itself when they live in Kafka.
+	externalOffsets bool
+	cl              *kgo.Client
+	log             *slog.Logger
+	m               *Metrics
 
 	// mu serialises the poll loop's processing with the rebalance callbacks.
 	mu       sync.Mutex
@@ -142,7 +145,7 @@ func NewFlushThenCommit(cfg Config, enc Encoder, store store.Writer) (*FlushThen
 		opts = append(opts, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
 	}
 	if cfg.Offsets != nil {
-		s.offsets = cfg.Offsets
+		s.offsets, s.externalOffsets = cfg.Offsets, true
 	}
 	// Also with offsets in Kafka: the committed offsets it is handed are where each partition
 	// resumes, which noteDeleted compares the first fetch with.

@@ -101,6 +101,7 @@ func Open(ctx context.Context, def *plan.Table, cfg Config) (*Reader, error) {
 		return nil, fmt.Errorf("table %q: kafka client: %w", def.Name, err)
 	}
 	defer adm.Close()
+	asked := time.Now() // every record written before this is below the end offsets listed now
 	ends, starts, err := r.offsets(ctx, kadm.NewClient(adm))
 	if err != nil {
 		return nil, err
@@ -131,7 +132,7 @@ func Open(ctx context.Context, def *plan.Table, cfg Config) (*Reader, error) {
 	}
 	rctx, stop := context.WithCancel(context.Background())
 	r.stop = stop
-	r.observed = time.Now() // the end offsets above were asked for just now
+	r.observed = asked
 	r.running.Add(2)
 	go r.run(rctx)
 	go r.watch(rctx)
