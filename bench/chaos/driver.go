@@ -54,7 +54,10 @@ type driver struct {
 	logw    io.Writer
 	source  string
 	regions string // the regions table's topic
-	id      string
+	// start is the stream's first nominal event time, set with the regions table (registry);
+	// placedUntil is the last RegionPeriod boundary whose places are written (produce extends it).
+	start, placedUntil int64
+	id                 string
 }
 
 // logf writes a line of the run's timeline, on stdout and in timeline.log.
@@ -256,28 +259,44 @@ func (d *driver) deployments(ctx context.Context, bin string) (chaosRun, refRun 
 	return chaosRun, refRun, nil
 }
 
-// registry creates the regions table's topic, shared by both deployments, and fills it before
-// anything runs: every entity's place at every RegionPeriod over the stream's event times (which
-// lie three days back, generator) and two hours around them. Both pipelines look each event's
-// region up in it; the oracle computes it (stream.RegionAt).
+// registry creates the regions table's topic, shared by both deployments, and fills it for the
+// stream's first minutes (and the half hour before, for late events): every entity's place at
+// every RegionPeriod. produce writes the next places as the stream goes, each before the events
+// that need it, so the processor reads table updates through its SIGKILLs and the broker's
+// restarts. Both pipelines look each event's region up in it; the oracle computes it
+// (stream.RegionAt).
 func (d *driver) registry(ctx context.Context) error {
 	d.regions = d.id + "-regions"
 	compact := "compact"
 	if _, err := d.adm.CreateTopic(ctx, int32(d.o.partitions), 1, map[string]*string{"cleanup.policy": &compact}, d.regions); err != nil {
 		return fmt.Errorf("create %s: %w", d.regions, err)
 	}
+	// The stream lies days in the past, so nothing but the future-dated events is ever ahead of
+	// the wall clock, and the flush events a day before now close every window.
 	g := &stream.Generator{Seed: d.o.seed, Entities: d.o.entities}
-	now := time.Now()
-	from := now.Add(-g.Span(d.o.events) - 3*24*time.Hour - 2*time.Hour).UnixMilli()
-	until := now.Add(-3*24*time.Hour + 2*time.Hour).UnixMilli()
+	d.start = time.Now().Add(-g.Span(d.o.events) - 3*24*time.Hour).UnixMilli()
+	period := stream.RegionPeriod.Milliseconds()
+	d.placedUntil = (d.start-30*time.Minute.Milliseconds())/period*period - period // the boundary before the first
+	return d.place(ctx, d.start+2*period)
+}
+
+// place writes the regions table's places of the RegionPeriod boundaries after the last one
+// written, up to event time until.
+func (d *driver) place(ctx context.Context, until int64) error {
+	if until < d.placedUntil+stream.RegionPeriod.Milliseconds() {
+		return nil // no boundary left to write
+	}
+	g := &stream.Generator{Seed: d.o.seed, Entities: d.o.entities}
 	var recs []*kgo.Record
-	for _, r := range stream.RegistryRecords(g.EntityCount(), from, until) {
+	for _, r := range stream.RegistryRecords(g.EntityCount(), d.placedUntil+stream.RegionPeriod.Milliseconds(), until) {
 		recs = append(recs, &kgo.Record{Topic: d.regions, Key: r.Key, Value: r.Value})
 	}
 	if err := d.kc.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("produce the regions table: %w", err)
 	}
-	d.logf("regions table %s: %d places", d.regions, len(recs))
+	period := stream.RegionPeriod.Milliseconds()
+	d.placedUntil = until / period * period
+	d.logf("regions table %s: %d places, up to %s", d.regions, len(recs), time.UnixMilli(d.placedUntil).UTC().Format("15:04:05"))
 	return nil
 }
 

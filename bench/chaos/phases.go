@@ -82,13 +82,10 @@ func (d *driver) chaosPhase(ctx context.Context, rc *runCfg, f *faults, rng *ran
 	return true, nil
 }
 
-// generator is the run's stream, counted by kind in sum. The stream lies days in the past, so
-// nothing but the future-dated events is ever ahead of the wall clock, and the flush events a day
-// before now close every window.
+// generator is the run's stream, counted by kind in sum, from the start the regions table was
+// filled for (registry).
 func (d *driver) generator(sum *summary) *stream.Generator {
-	gen := &stream.Generator{Seed: d.o.seed, Entities: d.o.entities}
-	span := gen.Span(d.o.events)
-	gen.Start = time.Now().Add(-span - 3*24*time.Hour).UnixMilli()
+	gen := &stream.Generator{Seed: d.o.seed, Entities: d.o.entities, Start: d.start}
 	sum.kinds = map[stream.Kind]int64{}
 	return gen
 }
@@ -199,6 +196,11 @@ func (d *driver) produce(ctx context.Context, g *stream.Generator, sum *summary)
 		// As many events as the even rate asks by now: a busy machine that delays ticks does not
 		// slow the stream down.
 		target := min(int64(float64(d.o.events)*float64(time.Since(t0))/float64(d.o.duration))+1, d.o.events)
+		// The regions table first, a period ahead of the batch's last nominal time: no event is
+		// ahead of its nominal time but the future-dated ones, which never reach the join.
+		if err := d.place(ctx, g.Start+g.Span(target).Milliseconds()+stream.RegionPeriod.Milliseconds()); err != nil {
+			return err
+		}
 		for ; n < target; n++ {
 			recs = g.Next(recs[:0])
 			for _, r := range recs {

@@ -86,8 +86,9 @@ func regionIndex(entity string) uint32 {
 }
 
 // RegionPeriod is how often every entity moves to the next region: a multiple of the rollup's
-// window, so that all of an entity's events of one window have one region.
-const RegionPeriod = 3 * time.Minute
+// window, so that all of an entity's events of one window have one region; one window, so that
+// the failure suite's few minutes of event time see several moves.
+const RegionPeriod = time.Minute
 
 // RegionAt is the region of an entity at event time t: Region, moved on by one region every
 // RegionPeriod.
@@ -104,13 +105,13 @@ type Place struct {
 }
 
 // RegistryRecords are the registry's records for entities named by the generator (Entities of
-// them) over event times from..until: each entity's place at every RegionPeriod boundary from the
-// one at or before from to the one after until. Produced before the stream, they give the joined
+// them): each entity's place at every RegionPeriod boundary from the one at or before from to the
+// last at or before until. Produced before the events of those times, they give the joined
 // topology every region RegionAt gives.
 func RegistryRecords(entities int, from, until int64) []Record {
 	p := RegionPeriod.Milliseconds()
 	var out []Record
-	for b := floorDiv(from, p) * p; b <= until+p; b += p {
+	for b := floorDiv(from, p) * p; b <= until; b += p {
 		for i := range entities {
 			e := entityName(i)
 			v, _ := json.Marshal(Place{Region: RegionAt(e, b), From: b})
