@@ -43,10 +43,10 @@ func (p Program) generate(ctx context.Context, args []string, stdout, stderr io.
 		return err
 	}
 	defer d.shutdown()
-	// The generator writes the topics the topology declares: renamed ones would get nothing, and
-	// a topic of that name, another environment's, the events.
-	if declared, renamed := p.declaredSources(d.cfg.Topology), d.topo.SourceTopics(); !slices.Equal(declared, renamed) {
-		return fmt.Errorf("abacus generate writes the topology's declared source topics %v, which this config renames to %v (topics.prefix, topics.names): run it without them", declared, renamed)
+	// The generator writes the topics the topology declares (its sources and its tables'):
+	// renamed ones would get nothing, and a topic of that name, another environment's, the events.
+	if declared, renamed := p.declaredInputs(d.cfg.Topology), append(d.topo.SourceTopics(), d.topo.TableTopics()...); !slices.Equal(declared, renamed) {
+		return fmt.Errorf("abacus generate writes the topology's declared source and table topics %v, which this config renames to %v (topics.prefix, topics.names): run it without them", declared, renamed)
 	}
 	// Keys go to partitions as goka places them, or the processor would see entities split.
 	cl, err := kgo.NewClient(d.kgoOpts(kgo.RecordPartitioner(franz.Partitioner()))...)
@@ -62,12 +62,12 @@ func (p Program) generate(ctx context.Context, args []string, stdout, stderr io.
 	return err
 }
 
-// declaredSources are the source topics of topology name as the program declares them, before
-// any renaming.
-func (p Program) declaredSources(name string) []string {
+// declaredInputs are the source and table topics of topology name as the program declares
+// them, before any renaming.
+func (p Program) declaredInputs(name string) []string {
 	topos, _, err := p.topologies()
 	if t, ok := topos[name]; err == nil && ok {
-		return t.SourceTopics()
+		return append(t.SourceTopics(), t.TableTopics()...)
 	}
 	return nil
 }

@@ -73,8 +73,20 @@ func TestGenerate(t *testing.T) {
 	// A config that renames the sources: the generator would write the declared names.
 	t.Setenv("ABACUS_TOPIC_PREFIX", "dev-")
 	out.Reset()
-	if code := p.Run(context.Background(), []string{"generate", "-config", conf}, &out, &out); code != 1 || !strings.Contains(out.String(), "renames to [dev-device-readings]") {
+	if code := p.Run(context.Background(), []string{"generate", "-config", conf}, &out, &out); code != 1 || !strings.Contains(out.String(), "renames to [dev-device-readings dev-device-registry]") {
 		t.Fatalf("generate under a prefix: exit %d\n%s", code, out.String())
+	}
+	// One that renames only the table: the registry the generator fills would not be the table
+	// the processor reads.
+	t.Setenv("ABACUS_TOPIC_PREFIX", "")
+	named := filepath.Join(t.TempDir(), "named.yaml")
+	body, _ := os.ReadFile(conf)
+	if err := os.WriteFile(named, append(body, "topics:\n  names: {device-registry: fleet-registry}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := p.Run(context.Background(), []string{"generate", "-config", named}, &out, &out); code != 1 || !strings.Contains(out.String(), "renames to [device-readings fleet-registry]") {
+		t.Fatalf("generate with the table renamed: exit %d\n%s", code, out.String())
 	}
 	t.Setenv("ABACUS_TOPIC_PREFIX", "")
 	if code := (Program{Topologies: p.Topologies}).Run(context.Background(), []string{"generate", "-config", conf}, &out, &out); code != 2 {

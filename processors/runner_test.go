@@ -171,16 +171,8 @@ type kafkaRunner struct {
 	tablePuts, tableBase int
 }
 
-// tableTopics are the topics of topo's tables: what Topics names beyond its sources and outputs.
-func tableTopics(topo *topology.Topology) []string {
-	var out []string
-	for _, tp := range topo.Topics() {
-		if !slices.Contains(topo.SourceTopics(), tp) && tp != topo.TotalsTopic() && tp != topo.DeadLetterTopic() && tp != topo.LateTopic() {
-			out = append(out, tp)
-		}
-	}
-	return out
-}
+// tableTopics are the topics of topo's tables.
+func tableTopics(topo *topology.Topology) []string { return topo.TableTopics() }
 
 // putTable produces the version to the table's topic (JSON, as the tests' tables decode it,
 // stamped validFrom) and waits until the processor applied every table record produced.

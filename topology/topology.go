@@ -186,6 +186,18 @@ func (t *Topology) SourceTopics() []string {
 	return out
 }
 
+// TableTopics lists the topics of the topology's tables (NewTable), in declaration order, each
+// once.
+func (t *Topology) TableTopics() []string {
+	var out []string
+	for _, tb := range t.pl().Tables {
+		if !slices.Contains(out, tb.Topic) {
+			out = append(out, tb.Topic)
+		}
+	}
+	return out
+}
+
 // SetInfo describes an aggregate set.
 type SetInfo struct {
 	Name         string
@@ -261,9 +273,9 @@ func (t *Topology) Topics() []string {
 	if t.pl().LateTopic != "" {
 		out = append(out, t.pl().LateTopic)
 	}
-	for _, tb := range t.pl().Tables {
-		if !slices.Contains(out, tb.Topic) {
-			out = append(out, tb.Topic)
+	for _, tb := range t.TableTopics() {
+		if !slices.Contains(out, tb) {
+			out = append(out, tb)
 		}
 	}
 	return out
