@@ -258,6 +258,15 @@ func (r *Reader) part(p int32) *partition {
 	return r.parts[p]
 }
 
+// noteLag sets the lag gauge; r.mu is held.
+func (r *Reader) noteLag() {
+	var n int64
+	for _, st := range r.parts {
+		n += max(st.hwm-st.next, 0)
+	}
+	r.metrics.lag.Set(float64(n))
+}
+
 func (r *Reader) changedCh() <-chan struct{} {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -366,6 +375,7 @@ func (r *Reader) run(ctx context.Context) {
 				st.newest, st.applied = u.from, true
 			}
 		}
+		r.noteLag()
 		close(r.changed)
 		r.changed = make(chan struct{})
 		r.mu.Unlock()
@@ -466,6 +476,7 @@ func (r *Reader) watch(ctx context.Context) {
 			}
 		})
 		r.observed = asked
+		r.noteLag()
 		close(r.changed)
 		r.changed = make(chan struct{})
 		r.mu.Unlock()

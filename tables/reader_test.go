@@ -141,6 +141,9 @@ func TestReaderKeepsVersionsTheTopicLost(t *testing.T) {
 			put("d1", "sa", t0.Add(30*time.Minute))
 			r, reg := open()
 			check(r, "after the table's topic lost its records")
+			if lag := testGauge(t, reg, "abacus_table_lag_records"); lag != 0 {
+				t.Errorf("lag %v records once the table is read", lag)
+			}
 			if v, ok := r.At("d1", t0.Add(time.Hour).UnixMilli()); !ok || v.(device).Region != "sa" {
 				t.Errorf("d1 after the new version: %v %v", v, ok)
 			}
@@ -180,6 +183,21 @@ func TestReaderKeepsVersionsTheTopicLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+func testGauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no gauge %s", name)
+	return 0
 }
 
 func testCounter(t *testing.T, reg *prometheus.Registry, name string) float64 {
