@@ -237,6 +237,12 @@ type QueryConfig struct {
 	// shared so that a request holding fewer gets the next: a one-entity panel is not queued
 	// behind fleet panels' scans.
 	MaxScans int `yaml:"max_scans"`
+	// CacheBytes bounds the cache of settled windows (query.Cache; default 256 MiB): windows
+	// that started over an hour ago are read from HBase once, and then only when a writer moved
+	// their set's epoch (a replay, a backfill, a sink that fell behind).
+	CacheBytes int64 `yaml:"cache_bytes"`
+	// NoCache reads every window from HBase at every request.
+	NoCache bool `yaml:"no_cache"`
 }
 
 // QueryTLS names the query server's certificate and key files.

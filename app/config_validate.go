@@ -78,6 +78,9 @@ func (c *Config) validateHBase(errs *fieldErrors) {
 	case c.HBase.ZooKeeper != "" && c.HBase.Embedded != "":
 		errs.bad("hbase", "hbase.zookeeper and hbase.embedded are both set: choose one")
 	}
+	if c.Query.CacheBytes < 0 {
+		errs.bad("query.cache_bytes", "must not be negative, got %d (query.no_cache turns the cache off)", c.Query.CacheBytes)
+	}
 	if c.Query.MaxScans < 0 {
 		errs.bad("query.max_scans", "must not be negative, got %d", c.Query.MaxScans)
 	}

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/abacus-stream/abacus/query"
 	"github.com/abacus-stream/abacus/query/httpapi"
 	"github.com/abacus-stream/abacus/query/httpsec"
@@ -67,6 +69,11 @@ func (d *deployment) serve(ctx context.Context, ready func(url string)) error {
 	r, err := d.reader(ctx)
 	if err != nil {
 		return err
+	}
+	if !d.cfg.Query.NoCache {
+		c := query.NewCache(d.cfg.Query.CacheBytes)
+		d.registerCache(c)
+		r = r.WithCache(c)
 	}
 	if !d.cfg.Query.NoLive {
 		live := &lazyLive{}
@@ -224,4 +231,26 @@ func (rg *roleGroup) startQuery(r *role, o startOptions) error {
 	})
 	rg.goRole(rs, func(ctx context.Context) error { return d.serve(ctx, o.ready) })
 	return nil
+}
+
+// registerCache exports what the query cache did and holds.
+func (d *deployment) registerCache(c *query.Cache) {
+	stat := func(f func(query.CacheStats) float64) func() float64 {
+		return func() float64 { return f(c.Stats()) }
+	}
+	opts := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: "abacus", Subsystem: "query_cache", Name: name, Help: help}
+	}
+	d.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts(opts("hits_total", "Reads of settled windows answered from the cache (the rest of their range read from HBase).")),
+			stat(func(s query.CacheStats) float64 { return float64(s.Hits) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts(opts("misses_total", "Reads of settled windows the cache could not answer: read from HBase, then kept.")),
+			stat(func(s query.CacheStats) float64 { return float64(s.Misses) })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts(opts("evictions_total", "Entity spans dropped to keep the cache within query.cache_bytes.")),
+			stat(func(s query.CacheStats) float64 { return float64(s.Evictions) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("bytes", "Estimated memory the cache holds.")),
+			stat(func(s query.CacheStats) float64 { return float64(s.Bytes) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts(opts("spans", "Entity spans the cache holds (a set's entity and the aggregates read).")),
+			stat(func(s query.CacheStats) float64 { return float64(s.Spans) })),
+	)
 }

@@ -144,7 +144,7 @@ func Run(ctx context.Context, opts Options) (Summary, error) {
 	var cancel context.CancelFunc
 	b.wctx, cancel = context.WithCancel(ctx)
 	defer cancel()
-	b.w = startWriter(b.wctx, b.opts.Out)
+	b.w = startWriter(b.wctx, b.opts.Out, b.enc.EpochCells)
 	err = b.runAll(ctx, resume)
 	if err == nil {
 		err = b.flush(ctx)
@@ -558,28 +558,35 @@ func (b *backfill) sync(ctx context.Context) error {
 	}
 	err := b.w.close()
 	b.cellsBefore += b.w.cells.Load()
-	b.w = startWriter(b.wctx, b.opts.Out)
+	b.w = startWriter(b.wctx, b.opts.Out, b.enc.EpochCells)
 	return err
 }
 
 // writer writes batches of cells in the background, a few at most waiting, so that the engine
 // does not wait for HBase at every batch.
 type writer struct {
-	out   store.Writer
-	in    chan []store.Cell
-	done  chan struct{} // closed when the writer has stopped
-	cells atomic.Int64  // written
-	mu    sync.Mutex
-	err   error
+	out store.Writer
+	// epochs gives the cells that move the epochs of the sets whose settled windows a landed
+	// batch wrote: a backfill writes the past, which readers' caches must learn of.
+	epochs func(cells []store.Cell, now time.Time) []store.Cell
+	in     chan []store.Cell
+	done   chan struct{} // closed when the writer has stopped
+	cells  atomic.Int64  // written
+	mu     sync.Mutex
+	err    error
 }
 
-func startWriter(ctx context.Context, out store.Writer) *writer {
-	w := &writer{out: out, in: make(chan []store.Cell, writers), done: make(chan struct{})}
+func startWriter(ctx context.Context, out store.Writer, epochs func([]store.Cell, time.Time) []store.Cell) *writer {
+	w := &writer{out: out, epochs: epochs, in: make(chan []store.Cell, writers), done: make(chan struct{})}
 	var wg sync.WaitGroup
 	for range writers {
 		wg.Go(func() {
 			for cells := range w.in {
-				if err := w.write(ctx, cells); err != nil {
+				err := w.write(ctx, cells, true)
+				if err == nil && w.epochs != nil {
+					err = w.write(ctx, w.epochs(cells, time.Now()), false)
+				}
+				if err != nil {
 					w.mu.Lock()
 					w.err = cmp.Or(w.err, err)
 					w.mu.Unlock()
@@ -614,8 +621,9 @@ func (w *writer) close() error {
 	return w.failed()
 }
 
-// write writes cells, resending those that failed for a cause that may pass.
-func (w *writer) write(ctx context.Context, cells []store.Cell) error {
+// write writes cells, resending those that failed for a cause that may pass; count adds the
+// written ones to the cells written.
+func (w *writer) write(ctx context.Context, cells []store.Cell, count bool) error {
 	for attempt := 0; len(cells) > 0; attempt++ {
 		failed, err := w.out.Write(ctx, cells)
 		if err != nil {
@@ -625,7 +633,9 @@ func (w *writer) write(ctx context.Context, cells []store.Cell) error {
 			sleep(ctx, attempt)
 			continue
 		}
-		w.cells.Add(int64(len(cells) - len(failed)))
+		if count {
+			w.cells.Add(int64(len(cells) - len(failed)))
+		}
 		var again []store.Cell
 		for _, f := range failed {
 			if f.Permanent || attempt >= 10 {

@@ -1,6 +1,7 @@
 package backfill_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -85,6 +86,9 @@ func cells(t *testing.T, st store.Reader, table string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := st.Scan(context.Background(), store.ScanSpec{Table: table, Family: family}, func(row []byte, cs []store.Cell) bool {
+		if bytes.Equal(row, schema.EpochRow) {
+			return true // the sets' epochs: new values at every move, compared by epochs()
+		}
 		for _, c := range cs {
 			out[fmt.Sprintf("%x %s %d", row, c.Qualifier, c.Timestamp)] = fmt.Sprintf("%x", c.Value)
 		}
@@ -94,6 +98,24 @@ func cells(t *testing.T, st store.Reader, table string) map[string]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// epochs lists the sets whose epoch (schema.EpochRow) the key index table holds.
+func epochs(t *testing.T, st store.Reader, table string) []string {
+	t.Helper()
+	var sets []string
+	err := st.Scan(context.Background(), store.ScanSpec{Table: table, Family: family, Start: schema.EpochRow, Stop: append(bytes.Clone(schema.EpochRow), 0)},
+		func(_ []byte, cs []store.Cell) bool {
+			for _, c := range cs {
+				sets = append(sets, string(c.Qualifier))
+			}
+			return true
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(sets)
+	return sets
 }
 
 // topo is the example's per-device sets and one rollup; with later, two sets and two rollups
@@ -239,6 +261,23 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 	}
 	same(t, "a deployment that had the sets from the start", want, got)
 	same(t, "its key index", cells(t, st, "full_keys"), cells(t, st, "live_keys"))
+	// Every window it wrote is of the past: query caches of the sets it wrote must drop them.
+	wrote := map[string]bool{}
+	for k := range got {
+		if _, ok := before[k]; ok {
+			continue
+		}
+		var row []byte
+		if _, err := fmt.Sscanf(k, "%x", &row); err != nil {
+			t.Fatal(err)
+		}
+		if _, set, _, err := schema.ParseAggregateRow(row); err == nil {
+			wrote[set] = true
+		}
+	}
+	if moved := epochs(t, st, "live_keys"); fmt.Sprint(moved) != fmt.Sprint(slices.Sorted(maps.Keys(wrote))) {
+		t.Errorf("backfill moved the epochs of %v, want those of the sets it wrote: %v", moved, slices.Sorted(maps.Keys(wrote)))
+	}
 
 	// A run that ended marked its checkpoint done: the next starts over.
 	if again, err := backfill.Run(context.Background(), opts); err != nil {

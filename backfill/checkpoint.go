@@ -227,7 +227,7 @@ func (b *backfill) stamp() int64 {
 // they are durable.
 func (b *backfill) writeNow(ctx context.Context, cells []store.Cell) error {
 	w := &writer{out: b.opts.Checkpoints.Store}
-	return w.write(ctx, cells)
+	return w.write(ctx, cells, false)
 }
 
 // snapshot is the run's state now, between two facts: no loop message is pending.

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +98,8 @@ type Reader struct {
 
 	index *indexState // shared by the readers WithLive makes
 	slots *scanSlots  // the scans it runs at once, shared fairly among requests (and WithLive's copies)
+	cache *Cache      // settled windows read before; nil: none
+	ttl   time.Duration
 }
 
 // indexState is what a reader knows of its table's key index.
@@ -146,7 +149,37 @@ func NewReader(ctx context.Context, src Source, table, family string) (*Reader, 
 	}
 	r := &Reader{store: src, table: table, family: family, buckets: n, index: &indexState{}, slots: newScanSlots(DefaultMaxScans)}
 	r.keyIndexed(ctx)
+	if fs, ok := src.(familySettings); ok {
+		// The TTL, for a cache not to answer windows the table has expired. A failed read leaves
+		// none: the table is read again at the first request anyway.
+		if settings, err := fs.FamilySettings(ctx, table, family); err == nil {
+			r.ttl = ttlOf(settings)
+		}
+	}
 	return r, nil
+}
+
+// familySettings is a Source that also reads a family's settings (store.Tables).
+type familySettings interface {
+	FamilySettings(ctx context.Context, table, family string) (map[string]string, error)
+}
+
+// ttlOf is the TTL of HBase family settings: seconds, or none when absent or FOREVER.
+func ttlOf(settings map[string]string) time.Duration {
+	s, err := strconv.ParseInt(settings["TTL"], 10, 64)
+	if err != nil || s <= 0 || s >= math.MaxInt32 {
+		return 0
+	}
+	return time.Duration(s) * time.Second
+}
+
+// WithCache returns a reader that keeps settled windows in c and answers from it what c can
+// vouch for (see Cache). c must serve readers of this reader's table only. Windows answered from
+// c share their Values maps with it: callers must not change them.
+func (r *Reader) WithCache(c *Cache) *Reader {
+	cp := *r
+	cp.cache = c
+	return &cp
 }
 
 // WithLive returns a reader that adds the windows still open in the processors, read from live.
@@ -181,6 +214,33 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 	if o.Limit < 0 {
 		return nil, fmt.Errorf("%w: negative limit %d", ErrInvalid, o.Limit)
 	}
+	var (
+		out []Window
+		err error
+	)
+	if r.cache != nil && o.Limit == 0 {
+		out, err = r.cachedWindows(ctx, set, entity, o)
+	} else {
+		out, err = r.stored(ctx, set, entity, o)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("query: windows of %s in %s: %w", entity, set, err)
+	}
+	if r.live != nil && !o.NoLive {
+		live, err := r.live.OpenWindows(ctx, set, entity)
+		if err != nil {
+			return nil, fmt.Errorf("query: live windows of %s in %s: %w", entity, set, err)
+		}
+		out = merge(out, live, o)
+	}
+	if o.Limit > 0 && len(out) > o.Limit {
+		out = out[:o.Limit]
+	}
+	return out, nil
+}
+
+// stored reads the windows of one entity of a set from the table, as Windows selects them.
+func (r *Reader) stored(ctx context.Context, set, entity string, o Options) ([]Window, error) {
 	prefix := schema.AggregatePrefix(entity, set, r.buckets)
 	spec := store.ScanSpec{Table: r.table, Family: r.family, Reversed: o.OldestFirst}
 	if len(o.Aggregates) > 0 {
@@ -205,7 +265,7 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 	)
 	sctx, user := requestSlots(ctx)
 	if err := r.slots.acquire(sctx, user); err != nil {
-		return nil, fmt.Errorf("query: windows of %s in %s: %w", entity, set, err)
+		return nil, err
 	}
 	dec := rowDecoder{entity: entity, set: set, prefix: prefix, names: map[string]string{}}
 	err := r.store.Scan(sctx, spec, func(row []byte, cells []store.Cell) bool {
@@ -227,20 +287,7 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 	if err == nil {
 		err = scanErr
 	}
-	if err != nil {
-		return nil, fmt.Errorf("query: windows of %s in %s: %w", entity, set, err)
-	}
-	if r.live != nil && !o.NoLive {
-		live, err := r.live.OpenWindows(ctx, set, entity)
-		if err != nil {
-			return nil, fmt.Errorf("query: live windows of %s in %s: %w", entity, set, err)
-		}
-		out = merge(out, live, o)
-	}
-	if o.Limit > 0 && len(out) > o.Limit {
-		out = out[:o.Limit]
-	}
-	return out, nil
+	return out, err
 }
 
 // EntityOptions bound an entity listing.

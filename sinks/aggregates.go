@@ -1,8 +1,10 @@
 package sinks
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -185,4 +187,45 @@ func (a *AggregatesEncoder) batchesDropped() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	clear(a.pending)
+}
+
+// EpochCells returns the cells that move the epochs (schema.EpochRow) of the sets of which cells
+// hold a settled window row at now, none when they hold none or the encoder writes no key index.
+// Whoever writes cells encoded by a, and holds readers' caches to the table (query.Cache), writes
+// these once cells have landed and before it counts them written: a reader that read the epoch
+// before them then finds it moved.
+func (a *AggregatesEncoder) EpochCells(cells []store.Cell, now time.Time) []store.Cell {
+	if a.KeyIndex == "" {
+		return nil
+	}
+	settled := now.Add(-schema.SettledAfter).UnixMilli()
+	var sets map[string]bool
+	for i := range cells {
+		c := &cells[i]
+		// One meta cell per window row; the start is the row's last 8 bytes, so only rows of the
+		// past are parsed whole.
+		if c.Table != a.Table || string(c.Qualifier) != schema.MetaQualifier || len(c.Row) < 8 {
+			continue
+		}
+		if start := math.MaxInt64 - int64(binary.BigEndian.Uint64(c.Row[len(c.Row)-8:])); start >= settled {
+			continue
+		}
+		_, set, _, err := schema.ParseAggregateRow(c.Row)
+		if err != nil {
+			continue
+		}
+		if sets == nil {
+			sets = map[string]bool{}
+		}
+		sets[set] = true
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	out := make([]store.Cell, 0, len(sets))
+	for set := range sets {
+		out = append(out, store.Cell{Table: a.KeyIndex, Row: schema.EpochRow, Family: []byte(a.Family),
+			Qualifier: []byte(set), Timestamp: schema.EpochTimestamp, Value: schema.EpochValue(now)})
+	}
+	return out
 }

@@ -26,6 +26,7 @@ type Metrics struct {
 	expired      prometheus.Counter
 	lag          *prometheus.GaugeVec
 	deleted      *prometheus.CounterVec
+	epochs       prometheus.Counter
 }
 
 // NewMetrics registers a sink's metrics on reg, labelled with the sink's name.
@@ -75,8 +76,11 @@ func NewMetrics(reg prometheus.Registerer, sink string) *Metrics {
 			Name: "records_deleted_unread_total", ConstLabels: l,
 			Help: "Records the broker deleted (retention, DeleteRecords) after the group's committed offset and before the sink read them: lost to this sink."},
 			[]string{"topic"}),
+		epochs: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "abacus", Subsystem: "sink",
+			Name: "epochs_moved_total", ConstLabels: l,
+			Help: "Epoch cells written after a batch wrote a set's settled windows (a replay, a sink that fell behind): each clears what query caches keep of the set."}),
 	}
-	reg.MustRegister(m.deleted, m.lag, m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.skipped, m.held, m.heldOld,
+	reg.MustRegister(m.epochs, m.deleted, m.lag, m.expired, m.rebalances, m.records, m.batchCells, m.batchBytes, m.writeLatency, m.failed, m.dead, m.skipped, m.held, m.heldOld,
 		m.commits, m.commitFails, m.commitLat, m.lastCommit)
 	return m
 }
@@ -161,5 +165,11 @@ func (m *Metrics) dropLag(topic string, partition int32) {
 func (m *Metrics) deletedUnread(topic string, n int64) {
 	if m != nil {
 		m.deleted.WithLabelValues(topic).Add(float64(n))
+	}
+}
+
+func (m *Metrics) epochsMoved(n int) {
+	if m != nil {
+		m.epochs.Add(float64(n))
 	}
 }

@@ -12,8 +12,55 @@ import (
 
 // write lands a batch: dead letters first, then the cells, retrying what failed for a transient
 // cause until it lands or ctx ends; permanent failures send their source records to the dead-letter
-// topic and are never resent.
+// topic and are never resent. Then it moves the epochs of the sets whose settled windows the
+// batch wrote (AggregatesEncoder.EpochCells), before the batch counts as landed.
 func (s *FlushThenCommit) write(ctx context.Context, b *batch) error {
+	if err := s.writeCells(ctx, b); err != nil {
+		return err
+	}
+	return s.moveEpochs(ctx, b)
+}
+
+// epochEncoder is an Encoder whose cells may need the epochs moved once they land.
+type epochEncoder interface {
+	EpochCells(cells []store.Cell, now time.Time) []store.Cell
+}
+
+// moveEpochs writes the epoch cells of a landed batch, retrying until they land or ctx ends. A
+// permanent failure (no key index table) stops the sink: the batch is then not committed, as a
+// reader's cache could otherwise keep missing its windows.
+func (s *FlushThenCommit) moveEpochs(ctx context.Context, b *batch) error {
+	ep, ok := s.enc.(epochEncoder)
+	if !ok {
+		return nil
+	}
+	cells := ep.EpochCells(b.cells, time.Now())
+	backoff := s.cfg.RetryBackoff
+	for len(cells) > 0 {
+		failed, err := s.store.Write(ctx, cells)
+		if err == nil && len(failed) == 0 {
+			s.m.epochsMoved(len(cells))
+			return nil
+		}
+		if err == nil {
+			if failed[0].Permanent {
+				return fmt.Errorf("sinks: moving the epochs of sets with settled windows: %w", failed[0].Err)
+			}
+			err = failed[0].Err
+		}
+		s.log.Warn("epoch write failed; retrying", "cells", len(cells), "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, s.cfg.MaxRetryBackoff)
+	}
+	return nil
+}
+
+// writeCells is write's landing of the batch's dead letters and cells.
+func (s *FlushThenCommit) writeCells(ctx context.Context, b *batch) error {
 	if err := s.produceDead(ctx, b.dead); err != nil {
 		return err
 	}

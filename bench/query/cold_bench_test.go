@@ -34,6 +34,9 @@ func coldRestarts() int {
 // benchmark read, so its rows are cold too, not only the servers. It prints the median and the
 // largest of the cold answers per panel, and what each read.
 func BenchmarkPanelsCold(b *testing.B) {
+	// Cold reads are HBase's: the query server's cache of settled windows (which fleet and
+	// rollup panels share across entities' picks) stays out of it.
+	b.Setenv("ABACUS_BENCH_CACHE", "off")
 	pb := newPanelBench(b)
 	defer pb.close()
 	ctx := context.Background()

@@ -153,6 +153,13 @@ func newPanelBench(b *testing.B) *panelBench {
 	if n, err := strconv.Atoi(os.Getenv("ABACUS_BENCH_MAX_SCANS")); err == nil {
 		r = r.WithMaxScans(n) // the query server's query.max_scans
 	}
+	if os.Getenv("ABACUS_BENCH_CACHE") != "off" {
+		// As the query server does by default; its clock at the dataset's end, so that the last
+		// hour of the dataset is read from HBase at every request, as a live one would be.
+		c := query.NewCache(0)
+		c.Now = func() time.Time { return end }
+		r = r.WithCache(c)
+	}
 	topo, err := fleetTopology()
 	if err != nil {
 		b.Fatal(err)

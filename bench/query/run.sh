@@ -11,7 +11,8 @@
 #                                                                 HBase's region servers (BenchmarkPanelsCold:
 #                                                                 it restarts the testenv HBase, so run it alone)
 #
-# ABACUS_BENCH_MAX_SCANS sets the reader's query.max_scans (default 16).
+# ABACUS_BENCH_MAX_SCANS sets the reader's query.max_scans (default 16); ABACUS_BENCH_CACHE=off
+# reads every window from HBase (query.no_cache; the cold benchmark always does).
 # ABACUS_BENCH_DAYS sets the days of history (default 7); ABACUS_BENCH_ROUNDS the rounds of every
 # panel per dashboard (default 100); ABACUS_BENCH_PANELS a regular expression of the panels to ask
 # (all by default), e.g. to profile one with -cpuprofile; ABACUS_BENCH_KEY_INDEX=off hides the key

@@ -1,0 +1,291 @@
+package query
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/abacus-stream/abacus/schema"
+	"github.com/abacus-stream/abacus/store"
+)
+
+// Cache keeps what readers of one aggregate table read of settled windows (schema.SettledAfter:
+// windows that started over an hour ago), so that a dashboard's week of minute windows is read
+// from HBase once and then only its last hour is. It keeps, by set, entity and the aggregates
+// read, one span of window starts with every window the table held in it, absences included:
+// that is what lets it answer a range without reading it.
+//
+// It never answers from a span it cannot vouch for. A window row of the past can still be
+// written (a sink that fell behind, a replay, a backfill), and every writer that writes one then
+// moves its set's epoch (schema.EpochRow). A span is kept with the epoch read before it was
+// read, and answers only while the set's epoch is that one; the epochs are read again every
+// EpochRecheck, so a window of the past written now shows within that much more. Without a
+// complete key index, or when the epochs cannot be read, every read goes to the table.
+//
+// A Cache is safe for concurrent use, by the readers of one table only (Reader.WithCache). It
+// holds at most its size in bytes, as estimated, dropping the spans used least recently.
+type Cache struct {
+	// Now is the clock that says which windows are settled (time.Now when nil). The writers
+	// decide by their own clocks, so it must be the wall clock in a server; benchmarks over a
+	// dataset of the past set it to the dataset's end, so that its last hour is read as live.
+	Now func() time.Time
+
+	max int64
+
+	mu      sync.Mutex
+	used    int64
+	entries map[cacheKey]*list.Element // of *span
+	lru     list.List                  // most recently used first
+
+	ep      epochState
+	recheck time.Duration // EpochRecheck; tests read the epochs at every request
+
+	hits, misses, evictions atomic.Int64
+}
+
+// EpochRecheck is how often a cache reads its table's epochs again.
+const EpochRecheck = 2 * time.Second
+
+// cacheSkew is how much later than schema.SettledAfter a cache takes a window to be settled: a
+// writer's clock may be this much behind the reader's.
+const cacheSkew = 5 * time.Minute
+
+// NewCache returns a cache of at most maxBytes (estimated; DefaultCacheBytes when 0 or less).
+func NewCache(maxBytes int64) *Cache {
+	if maxBytes <= 0 {
+		maxBytes = DefaultCacheBytes
+	}
+	return &Cache{max: maxBytes, entries: map[cacheKey]*list.Element{}, recheck: EpochRecheck}
+}
+
+// DefaultCacheBytes is the size of a cache made with no size: a week of minute windows with two
+// aggregates is about 3 MiB, so this keeps about a hundred such panels' entities.
+const DefaultCacheBytes = 256 << 20
+
+// CacheStats is what a cache did and holds.
+type CacheStats struct {
+	Hits, Misses int64 // reads of settled windows answered from the cache, and not
+	Evictions    int64 // spans dropped to stay within the size
+	Bytes        int64 // estimated size of what it holds
+	Spans        int   // entity spans held
+}
+
+// Stats reports what the cache did and holds.
+func (c *Cache) Stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CacheStats{Hits: c.hits.Load(), Misses: c.misses.Load(), Evictions: c.evictions.Load(),
+		Bytes: c.used, Spans: len(c.entries)}
+}
+
+// cacheKey is what a span is kept by: a set's entity, and the aggregates read (empty: all).
+type cacheKey struct{ set, entity, aggs string }
+
+// span is every window the table held, at epoch, with a start in [lo, hi), oldest first.
+type span struct {
+	key     cacheKey
+	epoch   string
+	lo, hi  int64
+	windows []Window
+	bytes   int64
+}
+
+// get returns, when a span of key at epoch starts at or before from and reaches it, its windows
+// with a start in [from, to) (oldest first) and how far up to to it covers; otherwise nothing,
+// and from. The slice is the span's: callers copy what they keep.
+func (c *Cache) get(key cacheKey, epoch string, from, to int64) ([]Window, int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		return nil, from
+	}
+	s := el.Value.(*span)
+	if s.epoch != epoch || s.lo > from || s.hi < from {
+		return nil, from
+	}
+	c.lru.MoveToFront(el)
+	covered := min(s.hi, to)
+	return within(s.windows, from, covered), covered
+}
+
+// put keeps ws, the windows with a start in [from, to) read at epoch (oldest first), joining them
+// to the span of key when it is of the same epoch and meets the range.
+func (c *Cache) put(key cacheKey, epoch string, from, to int64, ws []Window) {
+	s := &span{key: key, epoch: epoch, lo: from, hi: to, windows: ws}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[key]; ok {
+		old := el.Value.(*span)
+		if old.epoch == epoch && old.lo <= to && from <= old.hi {
+			before, after := within(old.windows, old.lo, from), within(old.windows, to, old.hi)
+			s.windows = slices.Concat(before, ws, after)
+			s.lo, s.hi = min(old.lo, from), max(old.hi, to)
+		}
+		c.remove(el)
+	}
+	s.bytes = spanBytes(s)
+	if s.bytes > c.max {
+		return
+	}
+	c.entries[key] = c.lru.PushFront(s)
+	c.used += s.bytes
+	for c.used > c.max {
+		c.remove(c.lru.Back())
+		c.evictions.Add(1)
+	}
+}
+
+func (c *Cache) remove(el *list.Element) {
+	s := el.Value.(*span)
+	c.lru.Remove(el)
+	delete(c.entries, s.key)
+	c.used -= s.bytes
+}
+
+// within returns the windows of ws (oldest first) with a start in [from, to).
+func within(ws []Window, from, to int64) []Window {
+	i, _ := slices.BinarySearchFunc(ws, from, func(w Window, t int64) int { return cmpInt(w.Start.UnixMilli(), t) })
+	j, _ := slices.BinarySearchFunc(ws, to, func(w Window, t int64) int { return cmpInt(w.Start.UnixMilli(), t) })
+	return ws[i:j]
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// spanBytes estimates the memory a span holds: the windows, their value maps and what the values
+// point to.
+func spanBytes(s *span) int64 {
+	n := int64(128 + len(s.key.set) + len(s.key.entity) + len(s.key.aggs))
+	for i := range s.windows {
+		n += 160 // the Window, its map's header and first bucket
+		for _, v := range s.windows[i].Values {
+			n += 96 + int64(len(v.Bytes)) + 16*int64(len(v.Quantiles))
+		}
+	}
+	return n
+}
+
+// epochState is the epochs of a table's sets, as last read.
+type epochState struct {
+	mu   sync.Mutex
+	at   time.Time         // when read; zero: never
+	vals map[string]string // by set; a set with no epoch cell has ""
+	ok   bool              // the last read succeeded
+}
+
+// epoch returns the epoch of set, reading the epoch row again when it was read EpochRecheck ago.
+// ok is false when the row cannot be read: nothing is then answered or kept.
+func (c *Cache) epoch(ctx context.Context, r *Reader, set string) (string, bool) {
+	e := &c.ep
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.at.IsZero() || time.Since(e.at) >= c.recheck {
+		vals := map[string]string{}
+		err := r.store.Scan(ctx, store.ScanSpec{Table: schema.KeyIndexTable(r.table), Family: r.family,
+			Start: schema.EpochRow, Stop: append(bytes.Clone(schema.EpochRow), 0), Limit: 1},
+			func(_ []byte, cells []store.Cell) bool {
+				for _, cell := range cells {
+					vals[string(cell.Qualifier)] = string(cell.Value)
+				}
+				return false
+			})
+		if err != nil {
+			if ctx.Err() != nil {
+				return "", false // this request's end says nothing of the table: read again next time
+			}
+			e.ok = false
+		} else {
+			e.ok, e.vals = true, vals
+		}
+		e.at = time.Now()
+	}
+	return e.vals[set], e.ok
+}
+
+// cachedWindows is Windows' read of stored windows through the cache: the settled part of the
+// range from the cache (read and kept on a miss), the rest from the table.
+func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Options) ([]Window, error) {
+	c := r.cache
+	now := time.Now()
+	if c.Now != nil {
+		now = c.Now()
+	}
+	settled := now.Add(-schema.SettledAfter - cacheSkew).UnixMilli()
+	from, to := int64(math.MinInt64), int64(math.MaxInt64)
+	if !o.From.IsZero() {
+		from = o.From.UnixMilli()
+	}
+	if !o.To.IsZero() {
+		to = o.To.UnixMilli()
+	}
+	if from >= settled || !r.keyIndexed(ctx) {
+		return r.stored(ctx, set, entity, o)
+	}
+	epoch, ok := c.epoch(ctx, r, set)
+	if !ok {
+		return r.stored(ctx, set, entity, o)
+	}
+	end := min(to, settled)
+	key := cacheKey{set: set, entity: entity, aggs: strings.Join(slices.Sorted(slices.Values(o.Aggregates)), "\x00")}
+	past, covered := c.get(key, epoch, from, end)
+	if covered > from {
+		c.hits.Add(1)
+		if o.Budget != nil && o.Budget.left.Add(-int64(len(past))) < 0 {
+			return nil, ErrBudget
+		}
+	} else {
+		c.misses.Add(1)
+	}
+	// The rest comes from the table, in one scan; its settled part joins the span.
+	var rest []Window
+	if covered < to {
+		ro := o
+		ro.OldestFirst = true
+		if covered != math.MinInt64 {
+			ro.From = time.UnixMilli(covered)
+		}
+		var err error
+		if rest, err = r.stored(ctx, set, entity, ro); err != nil {
+			return nil, err
+		}
+		if covered < end {
+			n, _ := slices.BinarySearchFunc(rest, end, func(w Window, t int64) int { return cmpInt(w.Start.UnixMilli(), t) })
+			c.put(key, epoch, covered, end, rest[:n:n])
+		}
+	}
+	if r.ttl > 0 {
+		past = unexpired(past, now.Add(-r.ttl))
+	}
+	// A fresh slice: the live merge writes into it, and the cache's is shared.
+	out := make([]Window, 0, len(past)+len(rest))
+	out = append(append(out, past...), rest...)
+	if !o.OldestFirst {
+		slices.Reverse(out)
+	}
+	return out, nil
+}
+
+// unexpired leaves out the windows whose cells the table's TTL has expired at cutoff (a cell
+// expires once its timestamp, the window's end, is older than the TTL): the table no longer
+// answers them, so neither does the cache.
+func unexpired(ws []Window, cutoff time.Time) []Window {
+	expired := func(w Window) bool { return w.End.Before(cutoff) }
+	if !slices.ContainsFunc(ws, expired) {
+		return ws
+	}
+	return slices.DeleteFunc(slices.Clone(ws), expired)
+}
