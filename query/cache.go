@@ -119,7 +119,8 @@ func (c *Cache) get(key cacheKey, epoch string, from, to int64) ([]Window, int64
 // put keeps ws, the windows with a start in [from, to) read at epoch (oldest first), joining them
 // to the span of key when it is of the same epoch and meets the range.
 func (c *Cache) put(key cacheKey, epoch string, from, to int64, ws []Window) {
-	s := &span{key: key, epoch: epoch, lo: from, hi: to, windows: ws}
+	base := int64(128 + len(key.set) + len(key.entity) + len(key.aggs))
+	s := &span{key: key, epoch: epoch, lo: from, hi: to, windows: ws, bytes: base + windowsBytes(ws)}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
@@ -128,10 +129,10 @@ func (c *Cache) put(key cacheKey, epoch string, from, to int64, ws []Window) {
 			before, after := within(old.windows, old.lo, from), within(old.windows, to, old.hi)
 			s.windows = slices.Concat(before, ws, after)
 			s.lo, s.hi = min(old.lo, from), max(old.hi, to)
+			s.bytes += old.bytes - base - windowsBytes(within(old.windows, from, to))
 		}
 		c.remove(el)
 	}
-	s.bytes = spanBytes(s)
 	if s.bytes > c.max {
 		return
 	}
@@ -167,13 +168,13 @@ func cmpInt(a, b int64) int {
 	return 0
 }
 
-// spanBytes estimates the memory a span holds: each window is about 160 bytes with its map's
+// windowsBytes estimates the memory windows hold: each is about 160 bytes with its map's
 // header, and a map of values takes about 900 bytes per 8 values (measured with Go 1.26's maps:
 // 1,064 bytes a window of 2 values, 2,028 of 9), plus what the values point to.
-func spanBytes(s *span) int64 {
-	n := int64(128 + len(s.key.set) + len(s.key.entity) + len(s.key.aggs))
-	for i := range s.windows {
-		vs := s.windows[i].Values
+func windowsBytes(ws []Window) int64 {
+	var n int64
+	for i := range ws {
+		vs := ws[i].Values
 		n += 160 + 900*int64((len(vs)+7)/8)
 		for _, v := range vs {
 			n += int64(len(v.Bytes)) + 16*int64(len(v.Quantiles))
@@ -257,7 +258,7 @@ func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Option
 	var rest []Window
 	if covered < to {
 		ro := o
-		ro.OldestFirst = true
+		ro.OldestFirst = false // a forward scan: HBase's reversed scans seek row by row
 		if covered != math.MinInt64 {
 			ro.From = time.UnixMilli(covered)
 		}
@@ -265,6 +266,7 @@ func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Option
 		if rest, err = r.stored(ctx, set, entity, ro); err != nil {
 			return nil, err
 		}
+		slices.Reverse(rest)
 		if covered < end {
 			n, _ := slices.BinarySearchFunc(rest, end, func(w Window, t int64) int { return cmpInt(w.Start.UnixMilli(), t) })
 			c.put(key, epoch, covered, end, rest[:n:n])

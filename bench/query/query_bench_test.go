@@ -69,6 +69,17 @@ func rounds() int {
 	return 100
 }
 
+// refreshPick is what each round adds to a dashboard's pick of entities: by default each round
+// asks other entities (as many people's dashboards do, and what a cache helps least);
+// ABACUS_BENCH_PICKS=refresh asks each dashboard's own entities at every round, as a dashboard
+// that refreshes does.
+func refreshPick() int {
+	if os.Getenv("ABACUS_BENCH_PICKS") == "refresh" {
+		return 0
+	}
+	return 104729
+}
+
 // panelFilter keeps the panels whose name matches ABACUS_BENCH_PANELS (a regular expression;
 // all when unset), so that one slow panel can be measured or profiled on its own.
 func panelFilter(b *testing.B) func([]panel) []panel {
@@ -272,7 +283,7 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (tim
 		for d := range dashboards {
 			wg.Go(func() {
 				for round := range rounds() {
-					ps := panelsOf(d*7919 + round*104729)
+					ps := panelsOf(d*7919 + round*refreshPick())
 					mu.Lock()
 					n = len(ps)
 					mu.Unlock()
