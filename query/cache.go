@@ -243,24 +243,49 @@ func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Option
 	if !ok {
 		return r.stored(ctx, set, entity, o)
 	}
+	// Newest first with a limit, the unsettled part may be all the answer needs ("the latest
+	// windows"): it is read first, and the cache only when it falls short.
+	var newest []Window
+	if o.Limit > 0 && !o.OldestFirst && to > settled {
+		no := o
+		no.From = time.UnixMilli(settled)
+		var err error
+		if newest, err = r.stored(ctx, set, entity, no); err != nil || len(newest) >= o.Limit {
+			return newest, err
+		}
+		to = settled
+	}
 	end := min(to, settled)
 	key := cacheKey{set: set, entity: entity, aggs: strings.Join(slices.Sorted(slices.Values(o.Aggregates)), "\x00")}
 	past, covered := c.get(key, epoch, from, end)
 	if covered > from {
 		c.hits.Add(1)
+		if r.ttl > 0 {
+			past = unexpired(past, now.Add(-r.ttl))
+		}
+		if o.Limit > 0 && o.OldestFirst && len(past) >= o.Limit {
+			past = past[:o.Limit]
+			to = covered // nothing after is needed
+		}
 		if o.Budget != nil && o.Budget.left.Add(-int64(len(past))) < 0 {
 			return nil, ErrBudget
 		}
 	} else {
 		c.misses.Add(1)
 	}
-	// The rest comes from the table, in one scan; its settled part joins the span.
+	// The rest comes from the table, in one scan, whole (its settled part joins the span);
+	// Windows applies the limit.
 	var rest []Window
 	if covered < to {
 		ro := o
 		ro.OldestFirst = false // a forward scan: HBase's reversed scans seek row by row
+		ro.Limit = 0
+		ro.From, ro.To = time.Time{}, time.Time{}
 		if covered != math.MinInt64 {
 			ro.From = time.UnixMilli(covered)
+		}
+		if to != math.MaxInt64 {
+			ro.To = time.UnixMilli(to)
 		}
 		var err error
 		if rest, err = r.stored(ctx, set, entity, ro); err != nil {
@@ -272,14 +297,16 @@ func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Option
 			c.put(key, epoch, covered, end, rest[:n:n])
 		}
 	}
-	if r.ttl > 0 {
-		past = unexpired(past, now.Add(-r.ttl))
-	}
 	// A fresh slice: the live merge writes into it, and the cache's is shared.
-	out := make([]Window, 0, len(past)+len(rest))
-	out = append(append(out, past...), rest...)
-	if !o.OldestFirst {
-		slices.Reverse(out)
+	out := make([]Window, 0, len(newest)+len(past)+len(rest))
+	if o.OldestFirst {
+		return append(append(out, past...), rest...), nil
+	}
+	out = append(out, newest...)
+	for _, ws := range [][]Window{rest, past} {
+		for i := len(ws) - 1; i >= 0; i-- {
+			out = append(out, ws[i])
+		}
 	}
 	return out, nil
 }

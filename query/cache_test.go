@@ -126,6 +126,13 @@ func TestCacheAnswersWhatTheTableHolds(t *testing.T) {
 				{From: t0.Add(10 * time.Minute), To: t0.Add(40 * time.Minute), OldestFirst: true},
 				{From: t0, OldestFirst: true},
 				{To: t0.Add(100 * time.Minute)}, // before the span: read, and joined to it
+				// Limits: the newest few need only the unsettled part, more the cache too; the
+				// oldest few only the cache.
+				{From: week.From, Limit: 10},
+				{From: week.From, Limit: 100},
+				{From: week.From, Limit: 10, OldestFirst: true},
+				{From: week.From, Limit: 170, OldestFirst: true},
+				{From: t0.Add(20 * time.Minute), To: t0.Add(50 * time.Minute), Limit: 7},
 			} {
 				same(fmt.Sprintf("%+v", o), o)
 				if rows := same(fmt.Sprintf("%+v, again", o), o); rows > unsettled {

@@ -218,7 +218,8 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 		out []Window
 		err error
 	)
-	if r.cache != nil && o.Limit == 0 {
+	// With a limit and no start, the cache would read an entity's whole history to keep it.
+	if r.cache != nil && (o.Limit == 0 || !o.From.IsZero()) {
 		out, err = r.cachedWindows(ctx, set, entity, o)
 	} else {
 		out, err = r.stored(ctx, set, entity, o)
