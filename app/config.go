@@ -238,7 +238,7 @@ type QueryConfig struct {
 	// behind fleet panels' scans.
 	MaxScans int `yaml:"max_scans"`
 	// CacheBytes bounds the cache of settled windows (query.Cache; default 256 MiB): windows
-	// that started over an hour ago are read from HBase once, and then only when a writer moved
+	// that started over 15 minutes ago are read from HBase once, and then only when a writer moved
 	// their set's epoch (a replay, a backfill, a sink that fell behind).
 	CacheBytes int64 `yaml:"cache_bytes"`
 	// NoCache reads every window from HBase at every request.

@@ -16,8 +16,8 @@ import (
 )
 
 // Cache keeps what readers of one aggregate table read of settled windows (schema.SettledAfter:
-// windows that started over an hour ago), so that a dashboard's week of minute windows is read
-// from HBase once and then only its last hour is. It keeps, by set, entity and the aggregates
+// windows that started over 15 minutes ago), so that a dashboard's week of minute windows is
+// read from HBase once and then only its last 20 minutes are. It keeps, by set, entity and the aggregates
 // read, one span of window starts with every window the table held in it, absences included:
 // that is what lets it answer a range without reading it.
 //
@@ -33,7 +33,7 @@ import (
 type Cache struct {
 	// Now is the clock that says which windows are settled (time.Now when nil). The writers
 	// decide by their own clocks, so it must be the wall clock in a server; benchmarks over a
-	// dataset of the past set it to the dataset's end, so that its last hour is read as live.
+	// dataset of the past set it to the dataset's end, so that its last minutes are read as live.
 	Now func() time.Time
 
 	max int64

@@ -23,9 +23,12 @@ import (
 
 // SettledAfter is how long after its start a window row is settled: written again only by a
 // writer that then moves its set's epoch. Finals of windows shorter than about SettledAfter minus
-// their grace land well inside it, so a sink keeping up never moves an epoch for them; a set of
+// their grace land well inside it (a minute's final lands a minute and its grace after its
+// start, a 10-minute window's ten), so a sink keeping up never moves an epoch for them; a set of
 // longer windows moves its epoch with each of their writes, and readers then keep none of it.
-const SettledAfter = time.Hour
+// Shorter would move epochs for 10-minute sets; longer makes every request read more of the
+// unsettled part (bench/query: 50 entities' day at 1 h, 35.8 ms; at 15 minutes, 24.8 ms).
+const SettledAfter = 15 * time.Minute
 
 // EpochRow is the key index table's row of the sets' epochs. 0x00 0x02 starts no index row (an
 // escaped set name starts with a byte other than 0x00, or with 0x00 0xFF) and sorts after the

@@ -234,14 +234,19 @@ func entitySeries(met tsdbMetric, entity string, ws []query.Window, finalFilters
 	agg := met.agg
 	byTags := map[string]*series{}
 	var order []string
-	add := func(tags map[string]string, t int64, x float64) {
+	// k is the series' quantile tag ("" for other kinds); its tags are made with the series, not
+	// per window (a week of minute windows made 10,080 maps for one series).
+	add := func(k string, t int64, x float64) {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return
 		}
-		k := tags[tagQuantile]
 		s := byTags[k]
 		if s == nil {
-			s = &series{tags: tags}
+			tags := met.seriesTags(entity)
+			if k != "" {
+				tags[tagQuantile] = k
+			}
+			s = &series{tags: tags, pts: make([]point, 0, len(ws))}
 			byTags[k] = s
 			order = append(order, k)
 		}
@@ -260,12 +265,10 @@ func entitySeries(met tsdbMetric, entity string, ws []query.Window, finalFilters
 		switch v.Kind {
 		case totals.KindQuantiles:
 			for _, q := range v.Quantiles {
-				tags := met.seriesTags(entity)
-				tags[tagQuantile] = formatQuantile(q.Q)
-				add(tags, w.Start.UnixMilli(), q.Value)
+				add(formatQuantile(q.Q), w.Start.UnixMilli(), q.Value)
 			}
 		case totals.KindInt, totals.KindFloat:
-			add(met.seriesTags(entity), w.Start.UnixMilli(), v.Number())
+			add("", w.Start.UnixMilli(), v.Number())
 		}
 	}
 	sort.Strings(order)
