@@ -167,7 +167,8 @@ func newPanelBench(b *testing.B) *panelBench {
 	if os.Getenv("ABACUS_BENCH_CACHE") != "off" {
 		// As the query server does by default; its clock at the dataset's end, so that the last
 		// hour of the dataset is read from HBase at every request, as a live one would be.
-		c := query.NewCache(0)
+		size, _ := strconv.ParseInt(os.Getenv("ABACUS_BENCH_CACHE_BYTES"), 10, 64) // query.cache_bytes; 0: its default
+		c := query.NewCache(size)
 		c.Now = func() time.Time { return end }
 		r = r.WithCache(c)
 	}

@@ -12,7 +12,9 @@
 #                                                                 it restarts the testenv HBase, so run it alone)
 #
 # ABACUS_BENCH_MAX_SCANS sets the reader's query.max_scans (default 16); ABACUS_BENCH_CACHE=off
-# reads every window from HBase (query.no_cache; the cold benchmark always does).
+# reads every window from HBase (query.no_cache; the cold benchmark always does), and
+# ABACUS_BENCH_CACHE_BYTES sizes the cache (query.cache_bytes); ABACUS_BENCH_PICKS=refresh has
+# each dashboard ask the same entities at every round (by default each round asks others).
 # ABACUS_BENCH_DAYS sets the days of history (default 7); ABACUS_BENCH_ROUNDS the rounds of every
 # panel per dashboard (default 100); ABACUS_BENCH_PANELS a regular expression of the panels to ask
 # (all by default), e.g. to profile one with -cpuprofile; ABACUS_BENCH_KEY_INDEX=off hides the key
