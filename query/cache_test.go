@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -230,5 +231,100 @@ func TestCacheLeavesOutWhatTheTTLExpired(t *testing.T) {
 	ws := []Window{{End: now.Add(-3 * time.Hour)}, {End: now.Add(-90 * time.Minute)}, {End: now.Add(-time.Minute)}}
 	if got := unexpired(ws, now.Add(-2*time.Hour)); len(got) != 2 || !got[0].End.Equal(ws[1].End) || len(ws) != 3 || !ws[0].End.Equal(now.Add(-3*time.Hour)) {
 		t.Fatalf("unexpired: %v (from %v)", got, ws)
+	}
+}
+
+// TestCacheUnderConcurrentReads: readers sharing one cache too small for every span, asking
+// overlapping ranges of several entities and aggregates at once while late windows are written
+// and epochs move, each answer what the table held when they asked (run under -race in CI).
+func TestCacheUnderConcurrentReads(t *testing.T) {
+	ctx := context.Background()
+	st, table := querytest.CellStore(t)
+	agg := schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}
+	if err := st.(store.Tables).EnsureTable(ctx, schema.KeyIndexLayout(agg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := keyindex.MarkComplete(ctx, st, agg); err != nil {
+		t.Fatal(err)
+	}
+	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4, KeyIndex: schema.KeyIndexTable(table)}
+	var mu sync.Mutex // the encoder is not safe for concurrent use
+	land := func(e string, start time.Time, n int64) {
+		mu.Lock()
+		r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: start.UnixMilli(), End: start.Add(time.Minute).UnixMilli(),
+			Final: true, Revision: uint64(n), Values: []totals.Value{{Name: "count", Kind: totals.KindInt, Int: n}, {Name: "max", Kind: totals.KindFloat, Float: float64(n)}}}
+		cells, err := enc.Encode(&kgo.Record{Value: r.Encode()}, nil)
+		mu.Unlock()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if failed, err := st.Write(ctx, cells); err != nil || len(failed) > 0 {
+			t.Errorf("write: %v %v", failed, err)
+		}
+		if failed, err := st.Write(ctx, enc.EpochCells(cells, time.Now())); err != nil || len(failed) > 0 {
+			t.Errorf("epochs: %v %v", failed, err)
+		}
+	}
+	now := time.Now().Truncate(time.Minute)
+	t0 := now.Add(-2 * time.Hour)
+	entities := []string{"a", "b", "c", "d"}
+	for _, e := range entities {
+		for m := 0; m < 120; m += 2 { // every other minute: the odd ones come late, below
+			land(e, t0.Add(time.Duration(m)*time.Minute), int64(m))
+		}
+	}
+	cache := NewCache(200 << 10) // about a span and a half: spans are dropped all the time
+	cache.recheck = 0
+	cached, plain := newReader(t, st, table).WithCache(cache), newReader(t, st, table)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 40 {
+				e := entities[(g+i)%len(entities)]
+				o := Options{From: t0.Add(time.Duration(i%30) * time.Minute), To: now.Add(time.Minute), OldestFirst: i%2 == 0}
+				if i%3 == 0 {
+					o.Aggregates = []string{"count"}
+				}
+				before, err := plain.Windows(ctx, "minute", e, o)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				got, err := cached.Windows(ctx, "minute", e, o)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				after, err := plain.Windows(ctx, "minute", e, o)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				// Writes go on meanwhile: the answer lies between the table before and after.
+				if g, b, a := windowsText(got), windowsText(before), windowsText(after); g != b && g != a && (len(got) < len(before) || len(got) > len(after)) {
+					t.Errorf("%s %+v: the cache answered %d windows, the table held %d before and %d after", e, o, len(got), len(before), len(after))
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for m := 1; m < 120; m += 8 {
+			land(entities[m%len(entities)], t0.Add(time.Duration(m)*time.Minute), int64(1000+m))
+		}
+	})
+	wg.Wait()
+	// Once the writes are done, every answer is the table's.
+	for _, e := range entities {
+		o := Options{From: t0}
+		want, _ := plain.Windows(ctx, "minute", e, o)
+		got, err := cached.Windows(ctx, "minute", e, o)
+		if err != nil || windowsText(got) != windowsText(want) {
+			t.Fatalf("%s after the writes: %v\n%s\nwant\n%s", e, err, windowsText(got), windowsText(want))
+		}
+	}
+	if s := cache.Stats(); s.Evictions == 0 || s.Hits == 0 || s.Bytes > 200<<10 {
+		t.Fatalf("stats %+v: want hits, evictions, and no more than the size held", s)
 	}
 }

@@ -282,6 +282,8 @@ stage_unit() {
   # shellcheck disable=SC2086 # one package a word
   gotest unit-race -race ./abacustest $race_internal ./state ./totals ./windows ./topology ./tables \
     ./schema ./deadletter ./partitioner ./store/cellstore ./testenv/testlog || failed=1
+  # The query cache is shared by every request's goroutines: its tests on the embedded store.
+  gotest unit-race-cache -race -run '^TestCache(UnderConcurrentReads|NeedsACompleteKeyIndex|LeavesOutWhatTheTTLExpired)$' ./query || failed=1
   log "go test ./... in deploy/ (compose file and Kubernetes overlays, checked against abacus)"
   (cd deploy && "$bin/gotestsum" --format standard-quiet --jsonfile "$run_dir/unit-deploy.json" -- -count=1 ./...) || failed=1
   log "docker-compose config (docker-compose.yml)"
