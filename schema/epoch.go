@@ -40,9 +40,6 @@ var EpochRow = []byte{0, 2}
 // one timestamp).
 const EpochTimestamp = KeyIndexMarkerTimestamp
 
-// Settled reports whether a window starting at start (ms) is settled at now.
-func Settled(start int64, now time.Time) bool { return start < now.Add(-SettledAfter).UnixMilli() }
-
 // EpochValue is a new epoch value: the clock and random bytes, so that two writers moving one
 // epoch at the same moment still each write a value no reader has seen.
 func EpochValue(now time.Time) []byte {
