@@ -493,17 +493,10 @@ func (r *Reader) Wait(ctx context.Context, t int64, record time.Time) bool {
 	if !r.active.Load() {
 		r.active.Store(true)
 	}
-	ready, ch := r.ready(t, record)
+	after := written(record, time.Now())
+	ready, ch := r.ready(t, after)
 	if ready {
 		return true
-	}
-	// A record stamped ahead of this clock (its producer's is fast) needs a listing from now,
-	// not from its stamp: nothing can have been written to the table after now yet.
-	if now := time.Now(); record.After(now) {
-		record = now
-		if ready, ch = r.ready(t, record); ready {
-			return true
-		}
 	}
 	r.metrics.waits.Inc()
 	start := time.Now()
@@ -519,18 +512,31 @@ func (r *Reader) Wait(ctx context.Context, t int64, record time.Time) bool {
 			return false
 		case <-ch:
 		}
-		if ready, ch = r.ready(t, record); ready {
+		if ready, ch = r.ready(t, after); ready {
 			return true
 		}
 	}
 }
 
-// ready reports whether the table can answer for t, of a record stamped record, and the channel
-// that closes at its next change.
-func (r *Reader) ready(t int64, record time.Time) (bool, <-chan struct{}) {
+// written is the latest time by which a record stamped record, as Kafka stamps (to the
+// millisecond, rounded down), was written, as known at now: the end of its millisecond, or now
+// when that is sooner (a stamp of the last millisecond, or one ahead of this clock because its
+// producer's is fast). Whatever was written to the table before the record was is below end offsets
+// listed from then on; a listing asked within the stamp's millisecond may have come before it.
+func written(record, now time.Time) time.Time {
+	end := record.Truncate(time.Millisecond).Add(time.Millisecond)
+	if end.After(now) {
+		return now
+	}
+	return end
+}
+
+// ready reports whether the table can answer for t, of a record written by after (written), and
+// the channel that closes at its next change.
+func (r *Reader) ready(t int64, after time.Time) (bool, <-chan struct{}) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	fresh := !r.observed.Before(record)
+	fresh := !r.observed.Before(after)
 	for _, st := range r.parts {
 		if (st.applied && st.newest >= t) || (fresh && st.next >= st.hwm) {
 			continue
