@@ -3,6 +3,7 @@ package topology
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -64,6 +65,10 @@ type AggregateSet[E any] struct {
 	where    func(E) bool
 	rollup   *rollupDecl[E]
 	aggs     []aggDecl[E]
+	// finer is the set this one is a coarser form of (Coarser): it takes its events, key and
+	// aggregations from there; keep names those of its aggregations it keeps (nil: all).
+	finer *AggregateSet[E]
+	keep  []string
 }
 
 // rollupDecl is what By or Global declared.
@@ -245,6 +250,59 @@ func (a *AggregateSet[E]) Custom(name string, agg CustomAggregation[E]) *Aggrega
 	})
 }
 
+// Coarser declares a set holding a's totals over longer windows: tumbling windows of size, a
+// multiple of a's tumbling window, each holding exactly the events that a's windows inside it
+// took. It has a's key (entity, By or Global), Types, Where, grace and aggregations (those named
+// in keep, or all), all declared on a (a coarser set declares none of its own), and may Emit
+// otherwise. An event a
+// judges late is left out of the coarser window too, even when that window is still open, so that
+// each coarser total is the merge of a's totals inside it: a count or sum is their sum, a min
+// their min, a max their max, a last the last one's, a mean, distinct count or quantile sketch
+// what merging their accumulators gives. The query side reads the coarser set for a panel whose
+// buckets are multiples of size (OpenTSDB's downsampling): an hour of minute windows is one row.
+func (a *AggregateSet[E]) Coarser(name string, size time.Duration, keep ...string) *AggregateSet[E] {
+	c := a.src.Aggregate(name, windows.Tumbling(size))
+	c.finer, c.keep = a, keep
+	return c
+}
+
+// takeFromFiner gives a coarser set what its finer set declared, and says what cannot be.
+func (a *AggregateSet[E]) takeFromFiner(where string) []error {
+	f := a.finer
+	var errs []error
+	if len(a.aggs) > 0 || a.where != nil || len(a.types) > 0 || a.rollup != nil || a.graceSet {
+		errs = append(errs, fmt.Errorf("%s: a coarser set of %q takes its aggregations, Where, Types, By and Grace from it: declare them there", where, f.setName))
+	}
+	switch fs := f.spec; {
+	case fs.Kind() != windows.KindTumbling:
+		errs = append(errs, fmt.Errorf("%s: Coarser needs a set of tumbling windows, and %q has %s", where, f.setName, fs))
+	case a.spec.Size() <= fs.Size() || a.spec.Size()%fs.Size() != 0:
+		errs = append(errs, fmt.Errorf("%s: its window (%v) is not a multiple of %q's (%v) larger than it", where,
+			time.Duration(a.spec.Size())*time.Millisecond, f.setName, time.Duration(fs.Size())*time.Millisecond))
+	}
+	a.where, a.types, a.rollup, a.grace, a.graceSet = f.where, f.types, f.rollup, f.grace, f.graceSet
+	a.aggs = f.aggs
+	if a.keep != nil {
+		a.aggs = nil
+		for _, k := range a.keep {
+			i := slices.IndexFunc(f.aggs, func(d aggDecl[E]) bool { return d.name == k })
+			if i < 0 {
+				errs = append(errs, fmt.Errorf("%s: Coarser keeps %q, which %q does not declare", where, k, f.setName))
+				continue
+			}
+			a.aggs = append(a.aggs, f.aggs[i])
+		}
+	}
+	return errs
+}
+
+func (a *AggregateSet[E]) finerName() string {
+	if a.finer == nil {
+		return ""
+	}
+	return a.finer.setName
+}
+
 // compileRollup checks what By or Global declared.
 func (a *AggregateSet[E]) compileRollup(where string) (*plan.Rollup, []error) {
 	r := a.rollup
@@ -310,6 +368,8 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	}
 	if err := a.spec.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: window: %w", where, err))
+	} else if a.finer != nil {
+		errs = append(errs, a.takeFromFiner(where)...)
 	}
 	if !a.graceSet {
 		errs = append(errs, fmt.Errorf("%s: Grace is not stated (state it, even Grace(0))", where))

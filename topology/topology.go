@@ -76,6 +76,7 @@ type setDecl interface {
 	compile(source int) (*plan.Set, error)
 	sourceTopic() string
 	name() string
+	finerName() string // the set a Coarser set is of; "" for others
 }
 
 // New starts a topology. The name is also the default goka group, and it prefixes the default
@@ -212,6 +213,11 @@ type SetInfo struct {
 	// Dimension names what the set's keys are: EntityDimension for an entity set, the name
 	// given to By for a rollup, "" for a global rollup (whose one key is plan.GlobalKey).
 	Dimension string
+	// Coarsens names the set this one is a coarser form of (AggregateSet.Coarser); "" for others.
+	Coarsens string
+	// Kinds are the aggregations' kinds ("count", "sum", "min", "max", "mean", "last",
+	// "distinct hll", "quantiles ddsketch ...", "custom ..."), as Aggregations orders them.
+	Kinds []string
 }
 
 // Sets describes the aggregate sets, in declaration order.
@@ -254,6 +260,10 @@ func setInfo(p *plan.Plan, s *plan.Set) SetInfo {
 	slices.Sort(info.Types)
 	for _, a := range s.Aggs {
 		info.Aggregations = append(info.Aggregations, a.Name)
+		info.Kinds = append(info.Kinds, a.Kind)
+	}
+	if s.Finer != nil {
+		info.Coarsens = s.Finer.Name
 	}
 	return info
 }
@@ -430,6 +440,13 @@ func (b *Builder) Build() (*Topology, error) {
 		if err := fitsMessages(def, b.maxMessage); err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if fn := s.finerName(); fn != "" {
+			i := slices.IndexFunc(t.Sets, func(f *plan.Set) bool { return f.Name == fn })
+			if i < 0 {
+				continue // the finer set failed to compile and said so
+			}
+			def.Finer = t.Sets[i]
 		}
 		def.Index = uint16(len(t.Sets))
 		t.Sets = append(t.Sets, def)

@@ -158,9 +158,25 @@ func (e *Engine) join(ctx goka.Context, src *plan.Source, ev plan.Event, t int64
 // whether any window took it. An error is user code refusing a window's state, named with its set
 // and entity, or a rollupKeyError; ent is then half updated and must not be written.
 func (pt *partition) addToSets(key string, ent *state.Entity, src *plan.Source, ev plan.Event, typ string, t, judge int64, now time.Time) (ups []update, contribs []contribution, late []*plan.Set, applied bool, err error) {
+	// took says which sets applied the event, for the coarser sets after them: a coarser set
+	// takes what its finer set took, and is late where it was late.
+	var tookBuf [4]uint64
+	took, lateFor := tookBuf[:2], tookBuf[2:]
+	if n := (len(pt.e.plan.Sets) + 63) / 64; n > 1 {
+		took, lateFor = make([]uint64, n), make([]uint64, n)
+	}
 	for _, si := range src.Sets {
 		set := pt.e.plan.Sets[si]
-		if !set.Takes(ev, typ) {
+		if f := set.Finer; f != nil {
+			switch {
+			case lateFor[f.Index/64]&(1<<(f.Index%64)) != 0:
+				late = append(late, set)
+				lateFor[si/64] |= 1 << (si % 64)
+				continue
+			case took[f.Index/64]&(1<<(f.Index%64)) == 0:
+				continue
+			}
+		} else if !set.Takes(ev, typ) {
 			continue
 		}
 		var ok, isLate bool
@@ -183,8 +199,12 @@ func (pt *partition) addToSets(key string, ent *state.Entity, src *plan.Source, 
 			return nil, nil, nil, false, fmt.Errorf("set %s, entity %q: %w", set.Name, key, err)
 		}
 		applied = applied || ok
+		if ok {
+			took[si/64] |= 1 << (si % 64)
+		}
 		if isLate {
 			late = append(late, set)
+			lateFor[si/64] |= 1 << (si % 64)
 		}
 	}
 	return ups, contribs, late, applied, nil

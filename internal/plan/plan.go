@@ -81,6 +81,10 @@ type Set struct {
 	// Rollup, if set, keys the set by something other than the source's entity.
 	Rollup *Rollup
 	Aggs   []Agg
+	// Finer, if set, is the set this one is a coarser form of (topology AggregateSet.Coarser):
+	// an earlier set of the same source, key and aggregations whose tumbling window divides
+	// this one's. The set takes an event only when Finer applied it.
+	Finer *Set
 }
 
 // Rollup is how a rollup set keys its windows: by Key(event) under the dimension's name, or, for a
