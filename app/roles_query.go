@@ -19,6 +19,7 @@ import (
 	"github.com/abacus-stream/abacus/query/httpsec"
 	"github.com/abacus-stream/abacus/query/live"
 	"github.com/abacus-stream/abacus/topology"
+	"github.com/abacus-stream/abacus/windows"
 )
 
 // sets describes the topology's aggregate sets for the query API, rollups with their dimension:
@@ -29,8 +30,12 @@ func (d *deployment) sets() []query.ServedSet { return servedSets(d.topo.Sets())
 func servedSets(sets []topology.SetInfo) []query.ServedSet {
 	var out []query.ServedSet
 	for _, s := range sets {
-		out = append(out, query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations,
-			Rollup: s.Rollup, Dimension: s.Dimension})
+		ss := query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations,
+			Rollup: s.Rollup, Dimension: s.Dimension, Coarsens: s.Coarsens, Kinds: s.Kinds}
+		if s.Window.Kind() == windows.KindTumbling {
+			ss.Size = time.Duration(s.Window.Size()) * time.Millisecond
+		}
+		out = append(out, ss)
 	}
 	return out
 }

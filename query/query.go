@@ -364,13 +364,19 @@ const manyParallel = 8
 // many reads the windows of each entity (in the order given) by o, manyParallel scans at a time.
 // The first error ends the reads.
 func (r *Reader) many(ctx context.Context, set string, entities []string, o Options) ([][]Window, error) {
+	return r.each(ctx, entities, func(ctx context.Context, e string) ([]Window, error) { return r.Windows(ctx, set, e, o) })
+}
+
+// each runs read for each entity (answers in the order given), manyParallel at a time. The first
+// error ends the reads.
+func (r *Reader) each(ctx context.Context, entities []string, read func(context.Context, string) ([]Window, error)) ([][]Window, error) {
 	out := make([][]Window, len(entities))
 	ctx, _ = requestSlots(ctx) // the request's scans share its place among the others
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(manyParallel)
 	for i, e := range entities {
 		g.Go(func() error {
-			ws, err := r.Windows(gctx, set, e, o)
+			ws, err := read(gctx, e)
 			out[i] = ws
 			return err
 		})

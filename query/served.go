@@ -1,6 +1,11 @@
 package query
 
-import "github.com/abacus-stream/abacus/internal/plan"
+import (
+	"slices"
+	"time"
+
+	"github.com/abacus-stream/abacus/internal/plan"
+)
 
 // Served is what the HTTP APIs (query/httpapi, query/opentsdb) serve of one topology: the
 // aggregate sets it exposes and the reader of their table. (It is not a topology.Topology: the
@@ -33,6 +38,21 @@ type ServedSet struct {
 	// is GlobalKey. It is the OpenTSDB tag key of the set's series (none for a global rollup). A
 	// set that is not a rollup and leaves it empty is an entity set.
 	Dimension string `json:"dimension"`
+	// Coarsens names the set this one is a coarser form of (topology AggregateSet.Coarser): the
+	// OpenTSDB API answers that set's downsampled panels from this one where they are the same.
+	Coarsens string `json:"coarsens,omitempty"`
+	// Size is the length of the set's tumbling windows; 0 for other kinds.
+	Size time.Duration `json:"-"`
+	// Kinds are the aggregations' kinds (topology.SetInfo.Kinds), in Aggregates' order.
+	Kinds []string `json:"-"`
+}
+
+// Kind is the kind of the set's aggregation named agg, "" when it has none of that name.
+func (s ServedSet) Kind(agg string) string {
+	if i := slices.Index(s.Aggregates, agg); i >= 0 && i < len(s.Kinds) {
+		return s.Kinds[i]
+	}
+	return ""
 }
 
 // EntityDimension is the Dimension of an entity set (topology.EntityDimension). The query

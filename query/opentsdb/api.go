@@ -122,6 +122,9 @@ type API struct {
 	Now func() time.Time
 	// Logger gets the failures that clients are answered without details; slog.Default when nil.
 	Logger *slog.Logger
+	// NoCoarser reads every sub-query from the set its metric names, never from a coarser form
+	// of it (query.Reader.Coarsened): the answers are the same, only slower; tests compare the two.
+	NoCoarser bool
 
 	// kinds caches, per aggregate table and set, which aggregates are quantiles and with which
 	// quantiles, learned from stored windows: the topology description does not say, and a

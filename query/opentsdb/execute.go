@@ -50,6 +50,18 @@ type prepared struct {
 	entities     []string // in order: the order its series meet in
 	finalFilters []tagFilter
 	fold         *folder
+	// coarse, when set, is a coarser form of the metric's set that answers the sub-query's
+	// buckets as the set would (coarserFor).
+	coarse *query.Coarse
+}
+
+// readKey names what a prepared sub-query reads: its set, and the coarser form it reads through.
+func (p *prepared) readKey() string {
+	k := setKey(p.met)
+	if p.coarse != nil {
+		k += "\x00" + p.coarse.Set
+	}
+	return k
 }
 
 // chunkEntities is how many entities' windows are read before they are folded and let go: two
@@ -78,7 +90,7 @@ func (a *API) query(r *http.Request) (any, error) {
 			return nil, err
 		}
 		subs[i] = p
-		k := setKey(p.met)
+		k := p.readKey()
 		if _, ok := bySet[k]; !ok {
 			sets = append(sets, k)
 		}
@@ -139,7 +151,62 @@ func (a *API) prepare(ctx context.Context, req *tsdbRequest, sq *subQuery) (*pre
 	}
 	list := slices.Clone(ents.list)
 	sort.Strings(list)
-	return &prepared{sq: sq, met: met, agg: agg, entities: list, finalFilters: finalFilters, fold: newFolder(sq, agg, a.Limits.MaxPoints)}, nil
+	p := &prepared{sq: sq, met: met, agg: agg, entities: list, finalFilters: finalFilters, fold: newFolder(sq, agg, a.Limits.MaxPoints)}
+	if !a.NoCoarser {
+		p.coarse = coarserFor(met, sq, len(finalFilters) > 0)
+	}
+	return p, nil
+}
+
+// mergesBy lists, by aggregation kind, the downsampling aggregators that give over a coarser
+// window's value what they give over the finer windows inside it: a sum of counts or sums is
+// their sum, a min of mins their min, a max of maxes their max, the last of lasts the last one
+// (a last aggregation keeps the event with the latest time, and windows come in time order).
+// Others (avg, count, dev, percentiles; means, sketches' estimates) depend on the points
+// themselves.
+var mergesBy = map[string][]string{
+	"count": {"sum", "zimsum"},
+	"sum":   {"sum", "zimsum"},
+	"min":   {"min", "mimmin"},
+	"max":   {"max", "mimmax"},
+	"last":  {"last"},
+}
+
+// coarserFor is the coarsest coarser form of the metric's set (topology AggregateSet.Coarser, to
+// any depth) that keeps the metric's aggregate, whose window divides the sub-query's downsampling
+// interval and whose windows merge by its downsampling aggregator; nil when none does, or the sub-query filters on final (a
+// window's finality is its own).
+func coarserFor(met tsdbMetric, sq *subQuery, onFinal bool) *query.Coarse {
+	ds := sq.downsample
+	if ds == nil || onFinal {
+		return nil
+	}
+	byName := map[string]query.ServedSet{}
+	for _, s := range met.topo.Sets {
+		byName[s.Name] = s
+	}
+	fine, ok := byName[met.set]
+	if !ok || !slices.Contains(mergesBy[fine.Kind(met.agg)], ds.agg) {
+		return nil
+	}
+	var best *query.ServedSet
+	for _, s := range met.topo.Sets {
+		if s.Size <= 0 || (ds.interval > 0 && ds.interval%s.Size.Milliseconds() != 0) || (best != nil && s.Size <= best.Size) ||
+			!slices.Contains(s.Aggregates, met.agg) {
+			continue
+		}
+		for c, depth := s, 0; c.Coarsens != "" && depth < len(met.topo.Sets); depth++ {
+			if c.Coarsens == met.set {
+				best = &s
+				break
+			}
+			c = byName[c.Coarsens]
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return &query.Coarse{Set: best.Name, Size: best.Size, Aggregates: best.Aggregates}
 }
 
 // readSet reads the windows of one set's entities that the sub-queries ps ask, whose start is in
@@ -165,8 +232,14 @@ func (a *API) readSet(ctx context.Context, st *reqState, req *tsdbRequest, ps []
 	for len(all) > 0 {
 		chunk := all[:min(chunkEntities, len(all))]
 		all = all[len(chunk):]
-		res, err := met.topo.Reader.Many(ctx, met.set, chunk, query.Options{From: req.start, To: req.end.Add(time.Millisecond),
-			Aggregates: aggs, Budget: st.budget})
+		o := query.Options{From: req.start, To: req.end.Add(time.Millisecond), Aggregates: aggs, Budget: st.budget}
+		var res map[string][]query.Window
+		var err error
+		if c := ps[0].coarse; c != nil {
+			res, err = met.topo.Reader.ManyCoarsened(ctx, met.set, *c, chunk, o)
+		} else {
+			res, err = met.topo.Reader.Many(ctx, met.set, chunk, o)
+		}
 		if errors.Is(err, query.ErrBudget) {
 			return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.Limits.MaxWindows)
 		}
