@@ -25,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -321,6 +322,9 @@ func (b *backfill) owners() error {
 	var errs []error
 	b.live = make([][]owner, len(b.plan.Sets))
 	for i, set := range b.plan.Sets {
+		if !b.want[set.Name] {
+			continue // a finer set run for a coarser one: none of its windows is written
+		}
 		b.live[i] = make([]owner, b.nParts)
 		lastEnd := int64(minInt64) // the end of the latest window backfill may write
 		latest, latestPart := int64(minInt64), 0
@@ -397,20 +401,35 @@ func lastWindowEnd(set *plan.Set, liveFrom int64) int64 {
 	return end
 }
 
-// reduce returns a copy of p that runs only the sets in want: the engine then spends nothing on
-// the others, and no rollup partial crosses partitions.
+// reduce returns a copy of p that runs only the sets in want, and the finer sets of the coarser
+// ones among them (a coarser set takes what its finer set took: plan.Set.Finer), whose windows
+// are not written: the engine then spends nothing on the others, and no rollup partial crosses
+// partitions.
 func reduce(p *plan.Plan, want map[string]bool) *plan.Plan {
+	run := maps.Clone(want)
+	for _, s := range p.Sets {
+		if want[s.Name] {
+			for f := s.Finer; f != nil; f = f.Finer {
+				run[f.Name] = true
+			}
+		}
+	}
 	out := *p
 	out.Sets = nil
 	index := map[uint16]uint16{}
 	for _, s := range p.Sets {
-		if !want[s.Name] {
+		if !run[s.Name] {
 			continue
 		}
 		c := *s
 		c.Index = uint16(len(out.Sets))
 		index[s.Index] = c.Index
 		out.Sets = append(out.Sets, &c)
+	}
+	for _, c := range out.Sets {
+		if c.Finer != nil {
+			c.Finer = out.Sets[index[c.Finer.Index]] // a finer set comes before its coarser ones
+		}
 	}
 	out.Sources = nil
 	for _, src := range p.Sources {

@@ -144,11 +144,11 @@ func buildTopo(later bool) (*topology.Topology, error) {
 		},
 		func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) }).
 		EventType(func(r devices.Reading) string { return r.Kind })
-	src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
+	minute := src.Aggregate("minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
 		Emit(topology.EarlyEvery(5*time.Second)).
 		Count("count").Mean("mean_temp", "Temp").Max("max_temp", "Temp").
 		Quantiles("temp_quantiles", "Temp", 0.5, 0.99).Distinct("sensors", "Sensor")
-	src.Aggregate("region-minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
+	region := src.Aggregate("region-minute", windows.Tumbling(time.Minute)).Grace(10*time.Second).
 		By("region", func(r devices.Reading) string { return devices.RegionOf(r.Device) }).Emit(topology.FinalOnly()).
 		Count("count")
 	if later {
@@ -161,6 +161,8 @@ func buildTopo(later bool) (*topology.Topology, error) {
 			Count("count").Max("max_temp", "Temp").Quantiles("temp_quantiles", "Temp", 0.5)
 		src.Aggregate("fleet-10m", windows.Tumbling(10*time.Minute)).Grace(30*time.Second).Global().
 			Emit(topology.FinalOnly()).Count("count").Distinct("devices", "Device")
+		minute.Coarser("minute-10m", 10*time.Minute, "count", "max_temp")
+		region.Coarser("region-10m", 10*time.Minute)
 	}
 	return b.Build()
 }
@@ -221,7 +223,7 @@ func TestBackfillCompletesAnAddedSet(t *testing.T) {
 	run(t, st, "full", v2, v2, recs, len(recs), start)
 	d := run(t, st, "live", v1, v2, recs, len(recs)*5/12, start)
 	live := records(d)
-	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}, Live: live,
+	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m", "minute-10m", "region-10m"}, Live: live,
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"}}
 	before := cells(t, st, "live")
@@ -433,7 +435,7 @@ func TestBackfillRefuses(t *testing.T) {
 		{"a share out of range", func(o *backfill.Options) {
 			o.Sets, o.Live, o.Share = []string{"hour"}, added, backfill.Share{Index: 2, Of: 2}
 		}, "share 2 of 2: the index must be from 0 to 1"},
-		{"an unknown set", func(o *backfill.Options) { o.Sets, o.Live = []string{"hours"}, added }, `no set "hours" (it has minute, region-minute, hour, alarms-10m, region-hour, fleet-10m)`},
+		{"an unknown set", func(o *backfill.Options) { o.Sets, o.Live = []string{"hours"}, added }, `no set "hours" (it has minute, region-minute, hour, alarms-10m, region-hour, fleet-10m, minute-10m, region-10m)`},
 		{"a set not deployed", func(o *backfill.Options) { o.Sets, o.Live = []string{"hour"}, old }, `set "hour" does not run on partition 0 yet`},
 		{"no records", func(o *backfill.Options) { o.Sets = []string{"hour"} }, "the processor's records of 0 partitions"},
 		{"past the live start", func(o *backfill.Options) {
@@ -634,7 +636,7 @@ func TestBackfillCheckpointCutShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut := &refuseMeta{Writer: st, at: 2}
-	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}, Live: live,
+	opts := backfill.Options{Topology: v2, Sets: []string{"hour", "alarms-10m", "region-hour", "fleet-10m", "minute-10m", "region-10m"}, Live: live,
 		Facts: st, FactsTable: factsTable, Family: family, Out: st,
 		Encoder: &sinks.AggregatesEncoder{Table: "live", Family: family, SaltBuckets: buckets, KeyIndex: "live_keys"},
 		Checkpoints: &backfill.Checkpoints{Store: struct {

@@ -146,7 +146,7 @@ ops: {listen: "127.0.0.1:0"}
 		}
 		time.Sleep(time.Second)
 	}
-	added := []string{"hour", "alarms-10m", "region-hour", "fleet-10m"}
+	added := []string{"hour", "alarms-10m", "region-hour", "fleet-10m", "minute-10m", "region-10m"}
 	st, err := hbasestore.New(hc, hbasestore.Config{})
 	if err != nil {
 		t.Fatal(err)
