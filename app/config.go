@@ -243,6 +243,9 @@ type QueryConfig struct {
 	CacheBytes int64 `yaml:"cache_bytes"`
 	// NoCache reads every window from HBase at every request.
 	NoCache bool `yaml:"no_cache"`
+	// NoCoarser answers every OpenTSDB panel from the set its metric names, never from a coarser
+	// form of it (topology AggregateSet.Coarser): the same answers, from more rows.
+	NoCoarser bool `yaml:"no_coarser"`
 }
 
 // QueryTLS names the query server's certificate and key files.

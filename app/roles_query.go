@@ -58,6 +58,7 @@ func (d *deployment) queryServer(r *query.Reader) *httpapi.Server {
 		Logger:     d.log.With("part", "query"),
 		Limits:     d.cfg.Query.Limits.Limits(),
 		Ready:      func(ctx context.Context) error { return d.tableReachable(ctx, r.Table()) },
+		NoCoarser:  d.cfg.Query.NoCoarser,
 	}
 	if d.ops != nil && d.opsOnQuery {
 		// The process's ops endpoints ride on this listener: /readyz and /healthz speak for every

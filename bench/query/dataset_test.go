@@ -28,6 +28,7 @@ import (
 const (
 	topoName   = "fleet"
 	setMinute  = "minute"
+	setTen     = "minute-10m"
 	setHour    = "hour"
 	setRegion  = "region-minute"
 	setFleet   = "fleet-minute"
@@ -58,9 +59,11 @@ func datasetSize() size {
 	return s
 }
 
-func (s size) minutes() int  { return s.days * 24 * 60 }
-func (s size) start() int64  { return end.Add(-time.Duration(s.days) * 24 * time.Hour).UnixMilli() }
-func (s size) table() string { return fmt.Sprintf("bench_query_e%d_d%d", s.entities, s.days) }
+func (s size) minutes() int { return s.days * 24 * 60 }
+func (s size) start() int64 { return end.Add(-time.Duration(s.days) * 24 * time.Hour).UnixMilli() }
+
+// table is the aggregate table of the size; v2 has the minutes' 10-minute coarser set.
+func (s size) table() string { return fmt.Sprintf("bench_query_v2_e%d_d%d", s.entities, s.days) }
 
 // loadedTable marks a complete load: it is created only after every cell of table was
 // acknowledged, so a load cut short is done again rather than measured.
@@ -75,11 +78,12 @@ func fleetTopology() (*topology.Topology, error) {
 	src := topology.NewSource(b, devices.Topic, topology.JSON[devices.Reading](),
 		func(r devices.Reading) string { return r.Device },
 		func(r devices.Reading) time.Time { return time.UnixMilli(r.Time) })
-	src.Aggregate(setMinute, windows.Tumbling(time.Minute)).Grace(10*time.Second).
+	minute := src.Aggregate(setMinute, windows.Tumbling(time.Minute)).Grace(10*time.Second).
 		Count("count").Sum("sum_temp", "Temp").Max("max_temp", "Temp").
 		Quantiles("temp_quantiles", "Temp", quantileQ1, quantileQ2, quantileQ3)
-	src.Aggregate(setHour, windows.Tumbling(time.Hour)).Grace(time.Minute).
-		Count("count").Sum("sum_temp", "Temp").Max("max_temp", "Temp")
+	// Coarser forms of the minutes: panels downsampled by 10 minutes or hours read them.
+	minute.Coarser(setTen, 10*time.Minute, "count", "sum_temp", "max_temp").
+		Coarser(setHour, time.Hour)
 	src.Aggregate(setRegion, windows.Tumbling(time.Minute)).Grace(10*time.Second).
 		By("region", func(r devices.Reading) string { return devices.RegionOf(r.Device) }).Emit(topology.FinalOnly()).
 		Count("count").Sum("sum_temp", "Temp").Max("max_temp", "Temp")
@@ -95,7 +99,8 @@ func servedSets(t *topology.Topology) []query.ServedSet {
 	var out []query.ServedSet
 	for _, s := range t.Sets() {
 		out = append(out, query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations,
-			Rollup: s.Rollup, Dimension: s.Dimension})
+			Rollup: s.Rollup, Dimension: s.Dimension, Coarsens: s.Coarsens, Kinds: s.Kinds,
+			Size: time.Duration(s.Window.Size()) * time.Millisecond})
 	}
 	return out
 }
@@ -292,16 +297,24 @@ func load(ctx context.Context, c *hbase.Client, s size, progress func(string)) (
 					reg = newRollup(s.minutes())
 					mine[devices.RegionOf(name)] = reg
 				}
-				hour := newRollup(1)
+				hour, ten := newRollup(1), newRollup(1)
 				for m := range s.minutes() {
 					win := windowAt(e, m)
 					reg.add(m, win)
 					all.add(m, win)
 					hour.add(0, win)
+					ten.add(0, win)
 					start := s.start() + int64(m)*60_000
 					if err := w.put(ctx, totalsRecord(setMinute, name, start, 60_000, win, true)); err != nil {
 						errs <- err
 						return
+					}
+					if m%10 == 9 {
+						if err := w.put(ctx, totalsRecord(setTen, name, start-9*60_000, 600_000, ten.at(0), false)); err != nil {
+							errs <- err
+							return
+						}
+						ten = newRollup(1)
 					}
 					if m%60 == 59 {
 						if err := w.put(ctx, totalsRecord(setHour, name, start-59*60_000, 3_600_000, hour.at(0), false)); err != nil {

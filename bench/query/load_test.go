@@ -30,8 +30,8 @@ func TestLoadSmall(t *testing.T) {
 	if err != nil || !loaded {
 		t.Fatalf("load: %v (loaded %v)", err, loaded)
 	}
-	if want := int64(s.entities * s.minutes() * 61 / 60); stats.rows < want {
-		t.Fatalf("loaded %d rows, want at least %d (every entity's minutes and hours)", stats.rows, want)
+	if want := int64(s.entities * s.minutes() * 67 / 60); stats.rows < want {
+		t.Fatalf("loaded %d rows, want at least %d (every entity's minutes, 10 minutes and hours)", stats.rows, want)
 	}
 	st, err := hbasestore.New(c, hbasestore.Config{})
 	if err != nil {
@@ -54,6 +54,19 @@ func TestLoadSmall(t *testing.T) {
 			if want := windowAt(e, m); w.Values["count"].Int != want.count || w.Values["sum_temp"].Float != want.sum {
 				t.Fatalf("entity %d minute %d: count %d sum %v, the loader wrote %d and %v", e, m,
 					w.Values["count"].Int, w.Values["sum_temp"].Float, want.count, want.sum)
+			}
+		}
+		// The coarser sets hold the merge of the minutes inside each of their windows.
+		for set, width := range map[string]int{setTen: 10, setHour: 60} {
+			ws, err := r.Windows(ctx, set, entityName(e), query.Options{Limit: 3, NoLive: true})
+			if err != nil || len(ws) != 3 {
+				t.Fatalf("entity %d: %d windows of %s (%v), want the newest 3", e, len(ws), set, err)
+			}
+			for _, w := range ws {
+				m := int((w.Start.UnixMilli() - s.start()) / 60_000)
+				if mx := maxOver(e, m, width); !w.Final || w.Values["max_temp"].Float != mx {
+					t.Fatalf("entity %d %s at minute %d: %+v, want final with max_temp %v", e, set, m, w, mx)
+				}
 			}
 		}
 	}

@@ -321,13 +321,7 @@ func (ex *expected) otsdbPanels(pick int) []panel {
 	}
 	one("tsdb 1 entity 1h (1m-avg)", 60, 1, "1m-max", maxOf(e))
 	one("tsdb 1 entity 24h (1m-avg)", day, 1, "1m-max", maxOf(e))
-	one("tsdb 1 entity 7d (10m-avg)", s.minutes(), 10, "10m-max", func(m int) float64 {
-		mx := windowAt(e, m).max
-		for i := 1; i < 10; i++ {
-			mx = max(mx, windowAt(e, m+i).max)
-		}
-		return mx
-	})
+	one("tsdb 1 entity 7d (10m-max)", s.minutes(), 10, "10m-max", func(m int) float64 { return maxOver(e, m, 10) })
 	one("tsdb 1 entity 7d hourly set", s.minutes(), 60, "1h-sum", func(m int) float64 {
 		var sum float64
 		for i := range 60 {
@@ -365,6 +359,8 @@ func (ex *expected) otsdbPanels(pick int) []panel {
 		return ex.points(ss[0], day, 1, 0, func(m int) float64 { return float64(ex.fleet.count[m-(s.minutes()-day)]) })
 	}
 	post("tsdb all entities 24h (wildcard)", tsdbQuery(ago(day), now, sub("sum", "1m-count", filter("wildcard", "entity", "*", false))), fleetCount)
+	post("tsdb all entities 7d (wildcard, 1h-sum)", tsdbQuery(ago(s.minutes()), now, sub("sum", "1h-count", filter("wildcard", "entity", "*", false))),
+		ex.weekCounts)
 	post("tsdb fleet rollup 24h", tsdbQuery(ago(day), now, sub("sum", "1m-count")), fleetCount)
 	post("tsdb region rollup 24h grouped", tsdbQuery(ago(day), now, sub("sum", "1m-sum", filter("wildcard", "region", "*", true))),
 		func(code int, body []byte) error {

@@ -177,7 +177,8 @@ func newPanelBench(b *testing.B) *panelBench {
 		b.Fatal(err)
 	}
 	srv := &httpapi.Server{Topologies: []query.Served{{Name: topoName, Sets: servedSets(topo), Reader: r}},
-		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return end }}
+		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return end },
+		NoCoarser: os.Getenv("ABACUS_BENCH_COARSER") == "off"}
 	hs := httptest.NewServer(srv.HandlerWithDashboard())
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	return &panelBench{c: c, src: src, ex: newExpected(s), keep: panelFilter(b), ask: asker(ctx, hc, hs.URL),

@@ -13,7 +13,8 @@
 #
 # ABACUS_BENCH_MAX_SCANS sets the reader's query.max_scans (default 16); ABACUS_BENCH_CACHE=off
 # reads every window from HBase (query.no_cache; the cold benchmark always does), and
-# ABACUS_BENCH_CACHE_BYTES sizes the cache (query.cache_bytes); ABACUS_BENCH_PICKS=refresh has
+# ABACUS_BENCH_CACHE_BYTES sizes the cache (query.cache_bytes); ABACUS_BENCH_COARSER=off reads
+# every panel from the set it names, never a coarser one (query.no_coarser); ABACUS_BENCH_PICKS=refresh has
 # each dashboard ask the same entities at every round (by default each round asks others).
 # ABACUS_BENCH_DAYS sets the days of history (default 7); ABACUS_BENCH_ROUNDS the rounds of every
 # panel per dashboard (default 100); ABACUS_BENCH_PANELS a regular expression of the panels to ask

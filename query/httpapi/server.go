@@ -42,6 +42,9 @@ type Server struct {
 	Now func() time.Time
 	// OpenTSDB bounds the work of the OpenTSDB-compatible API's requests (zero: the defaults).
 	OpenTSDB opentsdb.Limits
+	// NoCoarser reads every OpenTSDB sub-query from the set its metric names (opentsdb.API's
+	// NoCoarser): the same answers, read from the finer windows.
+	NoCoarser bool
 	// Limits bound every request: timeouts, sizes, entities, time range, result size (zero: the
 	// defaults). Serve applies the connection limits, Secure the body size, the handlers the rest.
 	Limits Limits
@@ -100,7 +103,8 @@ func (s *Server) Handler() *http.ServeMux {
 	handle(APIPrefix+"/topologies", "topologies", s.topologies)
 	handle(APIPrefix+"/windows", "windows", s.windows)
 	handle(APIPrefix+"/entities", "entities", s.entities)
-	tsdb := &opentsdb.API{Topologies: s.Topologies, Limits: s.OpenTSDB, MaxBodyBytes: s.Limits.MaxBodyBytes, Now: s.Now, Logger: s.Logger}
+	tsdb := &opentsdb.API{Topologies: s.Topologies, Limits: s.OpenTSDB, MaxBodyBytes: s.Limits.MaxBodyBytes, Now: s.Now, Logger: s.Logger,
+		NoCoarser: s.NoCoarser}
 	tsdb.Mount(mux, requests, latency)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.Healthy != nil {
