@@ -31,7 +31,7 @@ go test -run '^$' -bench 'OpenTSDB' -benchtime 1x -timeout 4h -v ./bench/query/ 
 data="$root/testenv/.data/hbase/root/data/default"
 if [ -d "$data" ]; then
   e=${ABACUS_BENCH_ENTITIES:-5000} d=${ABACUS_BENCH_DAYS:-7}
-  for t in "bench_query_e${e}_d${d}" "bench_otsdb_e${e}_d${d}" "bench_otsdb_e${e}_d${d}_uid" "bench_otsdb_e${e}_d${d}_meta"; do
+  for t in "bench_query_v2_e${e}_d${d}" "bench_otsdb_e${e}_d${d}" "bench_otsdb_e${e}_d${d}_uid" "bench_otsdb_e${e}_d${d}_meta"; do
     printf '%-32s %12s bytes on disk\n' "$t" "$(du -sb "$data/$t" | cut -f1)"
   done
 fi
