@@ -24,10 +24,11 @@ import (
 
 // sets describes the topology's aggregate sets for the query API, rollups with their dimension:
 // the API, the OpenTSDB tag keys and the dashboard's pickers all follow it.
-func (d *deployment) sets() []query.ServedSet { return servedSets(d.topo.Sets()) }
+func (d *deployment) sets() []query.ServedSet { return ServedSets(d.topo.Sets()) }
 
-// servedSets is what the query API shows of sets.
-func servedSets(sets []topology.SetInfo) []query.ServedSet {
+// ServedSets is what the query server serves of a topology's sets (query.Served's Sets): a
+// benchmark or a server of your own gives its reader the same.
+func ServedSets(sets []topology.SetInfo) []query.ServedSet {
 	var out []query.ServedSet
 	for _, s := range sets {
 		ss := query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations,

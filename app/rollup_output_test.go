@@ -22,7 +22,7 @@ func TestRollupOutputs(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := map[string]query.ServedSet{}
-	for _, s := range servedSets(topo.Sets()) {
+	for _, s := range ServedSets(topo.Sets()) {
 		served[s.Name] = s
 	}
 	if s := served["region-minute"]; !s.Rollup || s.Dimension != "region" || s.KeyName() != "region" {

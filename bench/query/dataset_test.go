@@ -93,18 +93,6 @@ func fleetTopology() (*topology.Topology, error) {
 	return b.Build()
 }
 
-// servedSets is what app gives the query server for a topology (app.servedSets, which is
-// unexported).
-func servedSets(t *topology.Topology) []query.ServedSet {
-	var out []query.ServedSet
-	for _, s := range t.Sets() {
-		out = append(out, query.ServedSet{Name: s.Name, Window: s.Window.String(), Aggregates: s.Aggregations,
-			Rollup: s.Rollup, Dimension: s.Dimension, Coarsens: s.Coarsens, Kinds: s.Kinds,
-			Size: time.Duration(s.Window.Size()) * time.Millisecond})
-	}
-	return out
-}
-
 // minuteOf is entity e's window at minute m of the history: a count of 1 to 12 readings and
 // temperatures on a quarter-degree grid, so that every sum the panels compute is exact in float64
 // and a panel can be checked for equality, not closeness.

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/abacus-stream/abacus/app"
 	"github.com/abacus-stream/abacus/hbase"
 	"github.com/abacus-stream/abacus/internal/testenv/gate"
 	"github.com/abacus-stream/abacus/keyindex"
@@ -176,7 +177,7 @@ func newPanelBench(b *testing.B) *panelBench {
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &httpapi.Server{Topologies: []query.Served{{Name: topoName, Sets: servedSets(topo), Reader: r}},
+	srv := &httpapi.Server{Topologies: []query.Served{{Name: topoName, Sets: app.ServedSets(topo.Sets()), Reader: r}},
 		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return end },
 		NoCoarser: os.Getenv("ABACUS_BENCH_COARSER") == "off"}
 	hs := httptest.NewServer(srv.HandlerWithDashboard())
