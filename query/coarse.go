@@ -44,7 +44,11 @@ func (r *Reader) Coarsened(ctx context.Context, set string, c Coarse, entity str
 	if len(asked) == 0 {
 		asked = c.Aggregates
 	}
-	co := Options{From: time.UnixMilli(lo), To: time.UnixMilli(hi), OldestFirst: true, NoLive: true, Aggregates: o.Aggregates, Budget: o.Budget}
+	// Up to just past the last start of c's windows in range, not to hi: a cache reads the part
+	// of a range it does not keep, and [hi-size+1, hi) can hold no window of c.
+	// Newest first, as rows are stored (OldestFirst is an HBase reversed scan, which seeks back
+	// row by row): the answer is sorted at the end.
+	co := Options{From: time.UnixMilli(lo), To: time.UnixMilli(hi - size + 1), NoLive: true, Aggregates: o.Aggregates, Budget: o.Budget}
 	coarse, err := r.Windows(ctx, c.Set, entity, co)
 	if err != nil {
 		return nil, err
@@ -83,7 +87,7 @@ func (r *Reader) Coarsened(ctx context.Context, set string, c Coarse, entity str
 		gaps = []span{{gaps[0].from, gaps[len(gaps)-1].to}}
 	}
 	fo := o
-	fo.OldestFirst, fo.Limit = true, 0
+	fo.OldestFirst, fo.Limit = false, 0
 	for _, g := range gaps {
 		fo.From, fo.To = time.UnixMilli(g.from), time.UnixMilli(g.to)
 		ws, err := r.Windows(ctx, set, entity, fo)
