@@ -2,7 +2,6 @@ package query
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"time"
 )
@@ -111,20 +110,7 @@ func (r *Reader) Coarsened(ctx context.Context, set string, c Coarse, entity str
 
 // ManyCoarsened is Coarsened for several entities (in the order given), as Many reads them.
 func (r *Reader) ManyCoarsened(ctx context.Context, set string, c Coarse, entities []string, o Options) (map[string][]Window, error) {
-	if len(entities) == 0 {
-		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
-	}
-	res, err := r.each(ctx, entities, func(ctx context.Context, e string) ([]Window, error) {
-		return r.Coarsened(ctx, set, c, e, o)
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string][]Window, len(entities))
-	for i, e := range entities {
-		out[e] = res[i]
-	}
-	return out, nil
+	return r.byEntity(ctx, entities, func(ctx context.Context, e string) ([]Window, error) { return r.Coarsened(ctx, set, c, e, o) })
 }
 
 // hasAll reports whether w holds every aggregate named.

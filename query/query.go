@@ -341,10 +341,15 @@ func (r *Reader) ListEntities(ctx context.Context, set string, o EntityOptions) 
 // Many returns the windows of several entities, each selected by o. It does not say whether
 // o.Limit cut an entity's windows: Page does, and says where the next page starts.
 func (r *Reader) Many(ctx context.Context, set string, entities []string, o Options) (map[string][]Window, error) {
+	return r.byEntity(ctx, entities, func(ctx context.Context, e string) ([]Window, error) { return r.Windows(ctx, set, e, o) })
+}
+
+// byEntity runs read for each entity, as each does, and answers by entity.
+func (r *Reader) byEntity(ctx context.Context, entities []string, read func(context.Context, string) ([]Window, error)) (map[string][]Window, error) {
 	if len(entities) == 0 {
 		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
 	}
-	res, err := r.many(ctx, set, entities, o)
+	res, err := r.each(ctx, entities, read)
 	if err != nil {
 		return nil, err
 	}
@@ -355,17 +360,11 @@ func (r *Reader) Many(ctx context.Context, set string, entities []string, o Opti
 	return out, nil
 }
 
-// manyParallel is how many entities' scans many runs at once. One scan waits on a region server
+// manyParallel is how many entities' scans each runs at once. One scan waits on a region server
 // most of its time (bench/query: 50 entities' days read one after another took seconds), and a
 // region server serves several scans at once; eight stays well inside the client's per-server
 // in-flight limit, so a dashboard's panel does not crowd out the sinks' writes.
 const manyParallel = 8
-
-// many reads the windows of each entity (in the order given) by o, manyParallel scans at a time.
-// The first error ends the reads.
-func (r *Reader) many(ctx context.Context, set string, entities []string, o Options) ([][]Window, error) {
-	return r.each(ctx, entities, func(ctx context.Context, e string) ([]Window, error) { return r.Windows(ctx, set, e, o) })
-}
 
 // each runs read for each entity (answers in the order given), manyParallel at a time. The first
 // error ends the reads.
