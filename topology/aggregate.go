@@ -254,21 +254,25 @@ func (a *AggregateSet[E]) Custom(name string, agg CustomAggregation[E]) *Aggrega
 // multiple of a's tumbling window, each holding exactly the events that a's windows inside it
 // took. It has a's key (entity, By or Global), Types, Where, grace and aggregations (those named
 // in keep, or all), all declared on a (a coarser set declares none of its own), and may Emit
-// otherwise. An event a
-// judges late is left out of the coarser window too, even when that window is still open, so that
-// each coarser total is the merge of a's totals inside it: a count or sum is their sum, a min
-// their min, a max their max, a last the last one's, a mean, distinct count or quantile sketch
-// what merging their accumulators gives. The query side reads the coarser set for a panel whose
-// buckets are multiples of size (OpenTSDB's downsampling): an hour of minute windows is one row.
+// otherwise. An event a judges late is left out of the coarser window too, even when that window
+// is still open, so that each coarser total is the merge of a's totals inside it: a count or sum
+// is their sum, a min their min, a max their max, a last the last one's, a mean, distinct count
+// or quantile sketch what merging their accumulators gives. The query side reads the coarser set
+// for a panel whose buckets are multiples of size (OpenTSDB's downsampling): an hour of minute
+// windows is one row.
 func (a *AggregateSet[E]) Coarser(name string, size time.Duration, keep ...string) *AggregateSet[E] {
 	c := a.src.Aggregate(name, windows.Tumbling(size))
 	c.finer, c.keep = a, keep
 	return c
 }
 
-// takeFromFiner gives a coarser set what its finer set declared, and says what cannot be.
-func (a *AggregateSet[E]) takeFromFiner(where string) []error {
+// fromFiner is the coarser set a as it compiles: a copy (compiling changes no declaration) with
+// what its finer set declared, and what cannot be.
+func (a *AggregateSet[E]) fromFiner(where string) (*AggregateSet[E], []error) {
 	f := a.finer
+	if f.finer != nil { // a chain: the finer set's declarations are its own finer set's
+		f, _ = f.fromFiner(where) // what is wrong with it, its own compile says
+	}
 	var errs []error
 	if len(a.aggs) > 0 || a.where != nil || len(a.types) > 0 || a.rollup != nil || a.graceSet {
 		errs = append(errs, fmt.Errorf("%s: a coarser set of %q takes its aggregations, Where, Types, By and Grace from it: declare them there", where, f.setName))
@@ -276,24 +280,26 @@ func (a *AggregateSet[E]) takeFromFiner(where string) []error {
 	switch fs := f.spec; {
 	case fs.Kind() != windows.KindTumbling:
 		errs = append(errs, fmt.Errorf("%s: Coarser needs a set of tumbling windows, and %q has %s", where, f.setName, fs))
+	case fs.Size() <= 0: // the finer set says what is wrong with its window
 	case a.spec.Size() <= fs.Size() || a.spec.Size()%fs.Size() != 0:
 		errs = append(errs, fmt.Errorf("%s: its window (%v) is not a multiple of %q's (%v) larger than it", where,
 			time.Duration(a.spec.Size())*time.Millisecond, f.setName, time.Duration(fs.Size())*time.Millisecond))
 	}
-	a.where, a.types, a.rollup, a.grace, a.graceSet = f.where, f.types, f.rollup, f.grace, f.graceSet
-	a.aggs = f.aggs
+	c := *a
+	c.finer, c.keep = nil, nil
+	c.where, c.types, c.rollup, c.grace, c.graceSet, c.aggs = f.where, f.types, f.rollup, f.grace, f.graceSet, f.aggs
 	if a.keep != nil {
-		a.aggs = nil
+		c.aggs = nil
 		for _, k := range a.keep {
 			i := slices.IndexFunc(f.aggs, func(d aggDecl[E]) bool { return d.name == k })
 			if i < 0 {
 				errs = append(errs, fmt.Errorf("%s: Coarser keeps %q, which %q does not declare", where, k, f.setName))
 				continue
 			}
-			a.aggs = append(a.aggs, f.aggs[i])
+			c.aggs = append(c.aggs, f.aggs[i])
 		}
 	}
-	return errs
+	return &c, errs
 }
 
 func (a *AggregateSet[E]) finerName() string {
@@ -359,6 +365,14 @@ func (a *AggregateSet[E]) sourceTopic() string { return a.src.topic }
 func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	var errs []error
 	where := fmt.Sprintf("aggregate set %q", a.setName)
+	if a.finer != nil {
+		c, cerrs := a.fromFiner(where)
+		def, err := c.compile(source)
+		if len(cerrs) > 0 {
+			return nil, errors.Join(append(cerrs, err)...)
+		}
+		return def, err
+	}
 	if a.setName == "" {
 		errs = append(errs, fmt.Errorf("aggregate set on %q: name is empty", a.src.topic))
 	} else if !utf8.ValidString(a.setName) {
@@ -368,8 +382,6 @@ func (a *AggregateSet[E]) compile(source int) (*plan.Set, error) {
 	}
 	if err := a.spec.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%s: window: %w", where, err))
-	} else if a.finer != nil {
-		errs = append(errs, a.takeFromFiner(where)...)
 	}
 	if !a.graceSet {
 		errs = append(errs, fmt.Errorf("%s: Grace is not stated (state it, even Grace(0))", where))

@@ -217,6 +217,16 @@ func TestCoarserRefusesWhatItCannotBe(t *testing.T) {
 			}
 		})
 	}
+	// Compiling changes no declaration: a builder builds the same topology twice.
+	b := topology.New("twice")
+	src := topology.NewSource(b, "readings", topology.JSON[reading](),
+		func(r reading) string { return r.Device }, func(r reading) time.Time { return time.UnixMilli(r.TS) })
+	src.Aggregate("m", windows.Tumbling(time.Minute)).Grace(0).Count("n").Coarser("t", 10*time.Minute).Coarser("h", time.Hour)
+	for i := range 2 {
+		if _, err := b.Build(); err != nil {
+			t.Fatalf("build %d: %v", i+1, err)
+		}
+	}
 	topo := coarserTopology(t)
 	info, _ := topo.Set("hour")
 	if info.Coarsens != "ten" || len(info.Aggregations) != 6 || info.Kinds[0] != "count" {

@@ -174,8 +174,8 @@ var mergesBy = map[string][]string{
 
 // coarserFor is the coarsest coarser form of the metric's set (topology AggregateSet.Coarser, to
 // any depth) that keeps the metric's aggregate, whose window divides the sub-query's downsampling
-// interval and whose windows merge by its downsampling aggregator; nil when none does, or the sub-query filters on final (a
-// window's finality is its own).
+// interval and whose windows merge by its downsampling aggregator; nil when none does, or when
+// the sub-query filters on final (a window's finality is its own).
 func coarserFor(met tsdbMetric, sq *subQuery, onFinal bool) *query.Coarse {
 	ds := sq.downsample
 	if ds == nil || onFinal {
