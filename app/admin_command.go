@@ -185,16 +185,21 @@ func (p Program) admin(ctx context.Context, args []string, stdout, stderr io.Wri
 	return errors.Join(failed...)
 }
 
-// describeSet says what a set's rows are keyed by: "by entity", "rollup by region", "global rollup
-// (key all)".
+// describeSet says what a set's rows are keyed by ("by entity", "rollup by region", "global rollup
+// (key all)") and, for a coarser set, which set it is a form of ("by entity, coarser form of
+// minute").
 func describeSet(s topology.SetInfo) string {
+	d := "rollup by " + s.Dimension
 	switch {
 	case !s.Rollup:
-		return "by " + s.Dimension
+		d = "by " + s.Dimension
 	case s.Dimension == "":
-		return "global rollup (key " + topology.GlobalKey + ")"
+		d = "global rollup (key " + topology.GlobalKey + ")"
 	}
-	return "rollup by " + s.Dimension
+	if s.Coarsens != "" {
+		d += ", coarser form of " + s.Coarsens
+	}
+	return d
 }
 
 func sortedKeys[V any](m map[string]V) []string {
