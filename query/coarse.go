@@ -44,9 +44,9 @@ func (r *Reader) Coarsened(ctx context.Context, set string, c Coarse, entity str
 		asked = c.Aggregates
 	}
 	// Up to just past the last start of c's windows in range, not to hi: a cache reads the part
-	// of a range it does not keep, and [hi-size+1, hi) can hold no window of c.
-	// Newest first, as rows are stored (OldestFirst is an HBase reversed scan, which seeks back
-	// row by row): the answer is sorted at the end.
+	// of a range it does not keep, and [hi-size+1, hi) can hold no window of c. Both reads run
+	// newest first, as rows are stored (OldestFirst is an HBase reversed scan, which seeks back
+	// row by row); the answer is sorted at the end.
 	co := Options{From: time.UnixMilli(lo), To: time.UnixMilli(hi - size + 1), NoLive: true, Aggregates: o.Aggregates, Budget: o.Budget}
 	coarse, err := r.Windows(ctx, c.Set, entity, co)
 	if err != nil {
