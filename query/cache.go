@@ -64,9 +64,10 @@ func NewCache(maxBytes int64) *Cache {
 	return &Cache{max: maxBytes, entries: map[cacheKey]*list.Element{}, recheck: EpochRecheck}
 }
 
-// DefaultCacheBytes is the size of a cache made with no size: a window with up to 8 aggregates
-// takes about 1 KiB, so this keeps about 250,000 windows (a day of minute windows of 170
-// entities, or a week of 25).
+// DefaultCacheBytes is the size of a cache made with no size. A window is kept as Columns: 25
+// bytes, and 16 for each aggregate read (a quantile aggregate 40 more, plus 16 a quantile), so
+// this keeps about 6.5 million windows of one aggregate (a week of minute windows of 650
+// entities), or a million windows of eight.
 const DefaultCacheBytes = 256 << 20
 
 // CacheStats is what a cache did and holds.
@@ -93,14 +94,14 @@ type span struct {
 	key     cacheKey
 	epoch   string
 	lo, hi  int64
-	windows []Window
+	windows *Columns
 	bytes   int64
 }
 
 // get returns, when a span of key at epoch starts at or before from and reaches it, its windows
 // with a start in [from, to) (oldest first) and how far up to to it covers; otherwise nothing,
-// and from. The slice is the span's: callers copy what they keep.
-func (c *Cache) get(key cacheKey, epoch string, from, to int64) ([]Window, int64) {
+// and from. The windows share the span's arrays.
+func (c *Cache) get(key cacheKey, epoch string, from, to int64) (*Columns, int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.entries[key]
@@ -113,26 +114,25 @@ func (c *Cache) get(key cacheKey, epoch string, from, to int64) ([]Window, int64
 	}
 	c.lru.MoveToFront(el)
 	covered := min(s.hi, to)
-	return within(s.windows, from, covered), covered
+	return s.windows.within(from, covered), covered
 }
 
 // put keeps ws, the windows with a start in [from, to) read at epoch (oldest first), joining them
 // to the span of key when it is of the same epoch and meets the range.
-func (c *Cache) put(key cacheKey, epoch string, from, to int64, ws []Window) {
+func (c *Cache) put(key cacheKey, epoch string, from, to int64, ws *Columns) {
 	base := int64(128 + len(key.set) + len(key.entity) + len(key.aggs))
-	s := &span{key: key, epoch: epoch, lo: from, hi: to, windows: ws, bytes: base + windowsBytes(ws)}
+	s := &span{key: key, epoch: epoch, lo: from, hi: to, windows: ws}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
 		old := el.Value.(*span)
 		if old.epoch == epoch && old.lo <= to && from <= old.hi {
-			before, after := within(old.windows, old.lo, from), within(old.windows, to, old.hi)
-			s.windows = slices.Concat(before, ws, after)
+			s.windows = concat(ws.Entity, ws.Set, old.windows.within(old.lo, from), ws, old.windows.within(to, old.hi))
 			s.lo, s.hi = min(old.lo, from), max(old.hi, to)
-			s.bytes += old.bytes - base - windowsBytes(within(old.windows, from, to))
 		}
 		c.remove(el)
 	}
+	s.bytes = base + s.windows.bytes()
 	if s.bytes > c.max {
 		return
 	}
@@ -149,38 +149,6 @@ func (c *Cache) remove(el *list.Element) {
 	c.lru.Remove(el)
 	delete(c.entries, s.key)
 	c.used -= s.bytes
-}
-
-// within returns the windows of ws (oldest first) with a start in [from, to).
-func within(ws []Window, from, to int64) []Window {
-	i, _ := slices.BinarySearchFunc(ws, from, func(w Window, t int64) int { return cmpInt(w.Start.UnixMilli(), t) })
-	j, _ := slices.BinarySearchFunc(ws, to, func(w Window, t int64) int { return cmpInt(w.Start.UnixMilli(), t) })
-	return ws[i:j]
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// windowsBytes estimates the memory windows hold: each is about 160 bytes with its map's
-// header, and a map of values takes about 900 bytes per 8 values (measured with Go 1.26's maps:
-// 1,064 bytes a window of 2 values, 2,028 of 9), plus what the values point to.
-func windowsBytes(ws []Window) int64 {
-	var n int64
-	for i := range ws {
-		vs := ws[i].Values
-		n += 160 + 900*int64((len(vs)+7)/8)
-		for _, v := range vs {
-			n += int64(len(v.Bytes)) + 16*int64(len(v.Quantiles))
-		}
-	}
-	return n
 }
 
 // epochState is the epochs of a table's sets, as last read.
@@ -220,9 +188,9 @@ func (c *Cache) epoch(ctx context.Context, r *Reader, set string) (string, bool)
 	return e.vals[set], e.ok
 }
 
-// cachedWindows is Windows' read of stored windows through the cache: the settled part of the
+// cachedColumns is Columns' read of stored windows through the cache: the settled part of the
 // range from the cache (read and kept on a miss), the rest from the table.
-func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Options) ([]Window, error) {
+func (r *Reader) cachedColumns(ctx context.Context, set, entity string, o Options) (*Columns, error) {
 	c := r.cache
 	now := time.Now()
 	if c.Now != nil {
@@ -245,12 +213,12 @@ func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Option
 	}
 	// Newest first with a limit, the unsettled part may be all the answer needs ("the latest
 	// windows"): it is read first, and the cache only when it falls short.
-	var newest []Window
+	var newest *Columns
 	if o.Limit > 0 && !o.OldestFirst && to > settled {
 		no := o
 		no.From = time.UnixMilli(settled)
 		var err error
-		if newest, err = r.stored(ctx, set, entity, no); err != nil || len(newest) >= o.Limit {
+		if newest, err = r.stored(ctx, set, entity, no); err != nil || newest.Len() >= o.Limit {
 			return newest, err
 		}
 		to = settled
@@ -261,21 +229,21 @@ func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Option
 	if covered > from {
 		c.hits.Add(1)
 		if r.ttl > 0 {
-			past = unexpired(past, now.Add(-r.ttl))
+			past = unexpired(past, now.Add(-r.ttl).UnixMilli())
 		}
-		if o.Limit > 0 && o.OldestFirst && len(past) >= o.Limit {
-			past = past[:o.Limit]
+		if o.Limit > 0 && o.OldestFirst && past.Len() >= o.Limit {
+			past = past.slice(0, o.Limit)
 			to = covered // nothing after is needed
 		}
-		if o.Budget != nil && o.Budget.left.Add(-int64(len(past))) < 0 {
+		if o.Budget != nil && o.Budget.left.Add(-int64(past.Len())) < 0 {
 			return nil, ErrBudget
 		}
 	} else {
 		c.misses.Add(1)
 	}
-	// The rest comes from the table, in one scan, whole (its settled part joins the span);
-	// Windows applies the limit.
-	var rest []Window
+	// The rest comes from the table, in one scan, whole (its settled part joins the span); Columns
+	// applies the limit.
+	var rest *Columns
 	if covered < to {
 		ro := o
 		ro.OldestFirst = false // a forward scan: HBase's reversed scans seek row by row
@@ -291,33 +259,17 @@ func (r *Reader) cachedWindows(ctx context.Context, set, entity string, o Option
 		if rest, err = r.stored(ctx, set, entity, ro); err != nil {
 			return nil, err
 		}
-		slices.Reverse(rest)
 		if covered < end {
-			n, _ := slices.BinarySearchFunc(rest, end, func(w Window, t int64) int { return cmpInt(w.Start.UnixMilli(), t) })
-			c.put(key, epoch, covered, end, rest[:n:n])
+			n, _ := slices.BinarySearch(rest.starts, end)
+			c.put(key, epoch, covered, end, rest.slice(0, n))
 		}
 	}
-	// A fresh slice: the live merge writes into it, and the cache's is shared.
-	out := make([]Window, 0, len(newest)+len(past)+len(rest))
-	if o.OldestFirst {
-		return append(append(out, past...), rest...), nil
-	}
-	out = append(out, newest...)
-	for _, ws := range [][]Window{rest, past} {
-		for i := len(ws) - 1; i >= 0; i-- {
-			out = append(out, ws[i])
-		}
-	}
-	return out, nil
+	return concat(entity, set, past, rest, newest), nil
 }
 
 // unexpired leaves out the windows whose cells the table's TTL has expired at cutoff (a cell
 // expires once its timestamp, the window's end, is older than the TTL): the table no longer
 // answers them, so neither does the cache.
-func unexpired(ws []Window, cutoff time.Time) []Window {
-	expired := func(w Window) bool { return w.End.Before(cutoff) }
-	if !slices.ContainsFunc(ws, expired) {
-		return ws
-	}
-	return slices.DeleteFunc(slices.Clone(ws), expired)
+func unexpired(c *Columns, cutoff int64) *Columns {
+	return c.filter(func(i int) bool { return c.ends[i] >= cutoff })
 }

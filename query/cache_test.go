@@ -228,9 +228,13 @@ func TestCacheLeavesOutWhatTheTTLExpired(t *testing.T) {
 		t.Fatalf("a day read as %v", got)
 	}
 	now := time.Now()
-	ws := []Window{{End: now.Add(-3 * time.Hour)}, {End: now.Add(-90 * time.Minute)}, {End: now.Add(-time.Minute)}}
-	if got := unexpired(ws, now.Add(-2*time.Hour)); len(got) != 2 || !got[0].End.Equal(ws[1].End) || len(ws) != 3 || !ws[0].End.Equal(now.Add(-3*time.Hour)) {
-		t.Fatalf("unexpired: %v (from %v)", got, ws)
+	ws := newColumns("e", "s", nil)
+	for i, end := range []time.Duration{3 * time.Hour, 90 * time.Minute, time.Minute} {
+		ws.addRow(int64(i), now.Add(-end).UnixMilli(), 0, 0)
+	}
+	got := unexpired(ws, now.Add(-2*time.Hour).UnixMilli())
+	if got.Len() != 2 || got.EndMilli(0) != ws.EndMilli(1) || ws.Len() != 3 || ws.EndMilli(0) != now.Add(-3*time.Hour).UnixMilli() {
+		t.Fatalf("unexpired: %v (from %v)", got.Windows(true), ws.Windows(true))
 	}
 }
 
@@ -274,7 +278,7 @@ func TestCacheUnderConcurrentReads(t *testing.T) {
 			land(e, t0.Add(time.Duration(m)*time.Minute), int64(m))
 		}
 	}
-	cache := NewCache(200 << 10) // about a span and a half: spans are dropped all the time
+	cache := NewCache(12 << 10) // about two spans: spans are dropped all the time
 	cache.recheck = 0
 	cached, plain := newReader(t, st, table).WithCache(cache), newReader(t, st, table)
 	var wg sync.WaitGroup
@@ -324,7 +328,7 @@ func TestCacheUnderConcurrentReads(t *testing.T) {
 			t.Fatalf("%s after the writes: %v\n%s\nwant\n%s", e, err, windowsText(got), windowsText(want))
 		}
 	}
-	if s := cache.Stats(); s.Evictions == 0 || s.Hits == 0 || s.Bytes > 200<<10 {
+	if s := cache.Stats(); s.Evictions == 0 || s.Hits == 0 || s.Bytes > 12<<10 {
 		t.Fatalf("stats %+v: want hits, evictions, and no more than the size held", s)
 	}
 }

@@ -2,7 +2,6 @@ package query
 
 import (
 	"context"
-	"slices"
 	"time"
 )
 
@@ -30,37 +29,55 @@ const maxGapScans = 4
 // rest (the edges of the range, the periods c has no usable window for: before it was added to
 // the topology, still open, or with no event) is read from set.
 func (r *Reader) Coarsened(ctx context.Context, set string, c Coarse, entity string, o Options) ([]Window, error) {
+	cs, err := r.CoarsenedColumns(ctx, set, c, entity, o)
+	if err != nil {
+		return nil, err
+	}
+	return cs.Windows(o.OldestFirst), nil
+}
+
+// CoarsenedColumns is Coarsened, as Columns (oldest first).
+func (r *Reader) CoarsenedColumns(ctx context.Context, set string, c Coarse, entity string, o Options) (*Columns, error) {
 	size := c.Size.Milliseconds()
 	if size <= 0 || o.From.IsZero() || o.To.IsZero() || o.Limit != 0 {
-		return r.Windows(ctx, set, entity, o)
+		return r.Columns(ctx, set, entity, o)
 	}
 	from, to := o.From.UnixMilli(), o.To.UnixMilli()
 	lo, hi := ceilTo(from, size), floorTo(to, size)
 	if lo >= hi {
-		return r.Windows(ctx, set, entity, o)
+		return r.Columns(ctx, set, entity, o)
 	}
 	asked := o.Aggregates
 	if len(asked) == 0 {
 		asked = c.Aggregates
 	}
 	// Up to just past the last start of c's windows in range, not to hi: a cache reads the part
-	// of a range it does not keep, and [hi-size+1, hi) can hold no window of c. Both reads run
-	// newest first, as rows are stored (OldestFirst is an HBase reversed scan, which seeks back
-	// row by row); the answer is sorted at the end.
+	// of a range it does not keep, and [hi-size+1, hi) can hold no window of c.
 	co := Options{From: time.UnixMilli(lo), To: time.UnixMilli(hi - size + 1), NoLive: true, Aggregates: o.Aggregates, Budget: o.Budget}
-	coarse, err := r.Windows(ctx, c.Set, entity, co)
+	coarse, err := r.Columns(ctx, c.Set, entity, co)
 	if err != nil {
 		return nil, err
 	}
-	var out []Window
-	used := map[int64]bool{}
-	for _, w := range coarse {
-		s := w.Start.UnixMilli()
-		if !w.Final || s%size != 0 || w.End.UnixMilli()-s != size || !hasAll(w, asked) {
-			continue
+	askedCols := make([]int, len(asked))
+	for i, n := range asked {
+		askedCols[i] = coarse.Column(n)
+	}
+	usable := func(i int) bool {
+		s := coarse.starts[i]
+		if !coarse.Final(i) || s%size != 0 || coarse.ends[i]-s != size {
+			return false
 		}
-		used[s] = true
-		out = append(out, w)
+		for _, k := range askedCols {
+			if k < 0 || coarse.cols[k].cells[i].kind == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	used := map[int64]bool{}
+	coarse = coarse.filter(usable)
+	for i := range coarse.Len() {
+		used[coarse.starts[i]] = true
 	}
 	// The ranges the finer set answers: the edges, and every period without a usable window.
 	type span struct{ from, to int64 }
@@ -87,40 +104,41 @@ func (r *Reader) Coarsened(ctx context.Context, set string, c Coarse, entity str
 	}
 	fo := o
 	fo.OldestFirst, fo.Limit = false, 0
+	var finer []*Columns
 	for _, g := range gaps {
 		fo.From, fo.To = time.UnixMilli(g.from), time.UnixMilli(g.to)
-		ws, err := r.Windows(ctx, set, entity, fo)
+		ws, err := r.Columns(ctx, set, entity, fo)
 		if err != nil {
 			return nil, err
 		}
-		for _, w := range ws {
-			if s := w.Start.UnixMilli(); !used[s-mod(s, size)] {
-				out = append(out, w)
-			}
+		finer = append(finer, ws.filter(func(i int) bool { s := ws.starts[i]; return !used[s-mod(s, size)] }))
+	}
+	// The gaps are in order and apart, and no finer window left lies in a coarser one's period:
+	// the two merge by start.
+	fine := concat(entity, set, finer...)
+	if coarse.Len() == 0 {
+		return fine, nil
+	}
+	out := newColumns(entity, set, nil)
+	out.coarser = c.Set
+	out.grow(coarse.Len() + fine.Len())
+	cm, fm := out.columnMap(coarse), out.columnMap(fine)
+	for i, j := 0, 0; i < coarse.Len() || j < fine.Len(); {
+		if j == fine.Len() || (i < coarse.Len() && coarse.starts[i] < fine.starts[j]) {
+			out.addFrom(coarse, i, cm)
+			out.flags[len(out.flags)-1] |= flagCoarser
+			i++
+		} else {
+			out.addFrom(fine, j, fm)
+			j++
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Window) int {
-		if o.OldestFirst {
-			return a.Start.Compare(b.Start)
-		}
-		return b.Start.Compare(a.Start)
-	})
 	return out, nil
 }
 
 // ManyCoarsened is Coarsened for several entities (in the order given), as Many reads them.
 func (r *Reader) ManyCoarsened(ctx context.Context, set string, c Coarse, entities []string, o Options) (map[string][]Window, error) {
 	return r.byEntity(ctx, entities, func(ctx context.Context, e string) ([]Window, error) { return r.Coarsened(ctx, set, c, e, o) })
-}
-
-// hasAll reports whether w holds every aggregate named.
-func hasAll(w Window, names []string) bool {
-	for _, n := range names {
-		if _, ok := w.Values[n]; !ok {
-			return false
-		}
-	}
-	return true
 }
 
 // mod is x mod m in [0, m), for times before 1970 too.

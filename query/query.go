@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -174,8 +175,7 @@ func ttlOf(settings map[string]string) time.Duration {
 }
 
 // WithCache returns a reader that keeps settled windows in c and answers from it what c can
-// vouch for (see Cache). c must serve readers of this reader's table only. Windows answered from
-// c share their Values maps with it: callers must not change them.
+// vouch for (see Cache). c must serve readers of this reader's table only.
 func (r *Reader) WithCache(c *Cache) *Reader {
 	cp := *r
 	cp.cache = c
@@ -205,6 +205,16 @@ var ErrInvalid = errors.New("invalid query")
 
 // Windows returns the windows of one entity of a set, newest first unless asked otherwise.
 func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]Window, error) {
+	c, err := r.Columns(ctx, set, entity, o)
+	if err != nil {
+		return nil, err
+	}
+	return c.Windows(o.OldestFirst), nil
+}
+
+// Columns returns what Windows does, as Columns: oldest first whichever order o asks (o's order
+// and limit say which windows, when the limit cuts).
+func (r *Reader) Columns(ctx context.Context, set, entity string, o Options) (*Columns, error) {
 	if set == "" || entity == "" {
 		return nil, fmt.Errorf("%w: set and entity are required", ErrInvalid)
 	}
@@ -215,12 +225,12 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 		return nil, fmt.Errorf("%w: negative limit %d", ErrInvalid, o.Limit)
 	}
 	var (
-		out []Window
+		out *Columns
 		err error
 	)
 	// With a limit and no start, the cache would read an entity's whole history to keep it.
 	if r.cache != nil && (o.Limit == 0 || !o.From.IsZero()) {
-		out, err = r.cachedWindows(ctx, set, entity, o)
+		out, err = r.cachedColumns(ctx, set, entity, o)
 	} else {
 		out, err = r.stored(ctx, set, entity, o)
 	}
@@ -232,16 +242,13 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 		if err != nil {
 			return nil, fmt.Errorf("query: live windows of %s in %s: %w", entity, set, err)
 		}
-		out = merge(out, live, o)
+		out = mergeLive(out, live, o)
 	}
-	if o.Limit > 0 && len(out) > o.Limit {
-		out = out[:o.Limit]
-	}
-	return out, nil
+	return out.cut(o.Limit, o.OldestFirst), nil
 }
 
 // stored reads the windows of one entity of a set from the table, as Windows selects them.
-func (r *Reader) stored(ctx context.Context, set, entity string, o Options) ([]Window, error) {
+func (r *Reader) stored(ctx context.Context, set, entity string, o Options) (*Columns, error) {
 	prefix := schema.AggregatePrefix(entity, set, r.buckets)
 	spec := store.ScanSpec{Table: r.table, Family: r.family, Reversed: o.OldestFirst}
 	if len(o.Aggregates) > 0 {
@@ -260,18 +267,14 @@ func (r *Reader) stored(ctx context.Context, set, entity string, o Options) ([]W
 	} else {
 		spec.Stop = store.PrefixEnd(prefix)
 	}
-	var (
-		out     []Window
-		scanErr error
-	)
+	var scanErr error
 	sctx, user := requestSlots(ctx)
 	if err := r.slots.acquire(sctx, user); err != nil {
 		return nil, err
 	}
-	dec := rowDecoder{entity: entity, set: set, prefix: prefix, names: map[string]string{}}
+	dec := rowDecoder{prefix: prefix, cols: newColumns(entity, set, o.Aggregates)}
 	err := r.store.Scan(sctx, spec, func(row []byte, cells []store.Cell) bool {
-		w, err := dec.window(row, cells)
-		if err != nil {
+		if err := dec.add(row, cells); err != nil {
 			scanErr = err
 			return false
 		}
@@ -279,16 +282,21 @@ func (r *Reader) stored(ctx context.Context, set, entity string, o Options) ([]W
 			scanErr = ErrBudget
 			return false
 		}
-		out = append(out, w)
 		// Merging live windows only adds or replaces, so no stored window past the limit can come
 		// back into it.
-		return o.Limit == 0 || len(out) < o.Limit
+		return o.Limit == 0 || dec.cols.Len() < o.Limit
 	})
 	r.slots.release(user)
 	if err == nil {
 		err = scanErr
 	}
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	if !o.OldestFirst {
+		dec.cols.reverse()
+	}
+	return dec.cols, nil
 }
 
 // EntityOptions bound an entity listing.
@@ -349,7 +357,7 @@ func (r *Reader) byEntity(ctx context.Context, entities []string, read func(cont
 	if len(entities) == 0 {
 		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
 	}
-	res, err := r.each(ctx, entities, read)
+	res, err := each(ctx, entities, read)
 	if err != nil {
 		return nil, err
 	}
@@ -360,6 +368,20 @@ func (r *Reader) byEntity(ctx context.Context, entities []string, read func(cont
 	return out, nil
 }
 
+// ManyColumns returns the windows of several entities as Columns, in the order of entities, each
+// as Columns reads it, or as CoarsenedColumns does through coarse when it is not nil.
+func (r *Reader) ManyColumns(ctx context.Context, set string, coarse *Coarse, entities []string, o Options) ([]*Columns, error) {
+	if len(entities) == 0 {
+		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
+	}
+	return each(ctx, entities, func(ctx context.Context, e string) (*Columns, error) {
+		if coarse != nil {
+			return r.CoarsenedColumns(ctx, set, *coarse, e, o)
+		}
+		return r.Columns(ctx, set, e, o)
+	})
+}
+
 // manyParallel is how many entities' scans each runs at once. One scan waits on a region server
 // most of its time (bench/query: 50 entities' days read one after another took seconds), and a
 // region server serves several scans at once; eight stays well inside the client's per-server
@@ -368,8 +390,8 @@ const manyParallel = 8
 
 // each runs read for each entity (answers in the order given), manyParallel at a time. The first
 // error ends the reads.
-func (r *Reader) each(ctx context.Context, entities []string, read func(context.Context, string) ([]Window, error)) ([][]Window, error) {
-	out := make([][]Window, len(entities))
+func each[T any](ctx context.Context, entities []string, read func(context.Context, string) (T, error)) ([]T, error) {
+	out := make([]T, len(entities))
 	ctx, _ = requestSlots(ctx) // the request's scans share its place among the others
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(manyParallel)
@@ -386,71 +408,86 @@ func (r *Reader) each(ctx context.Context, entities []string, read func(context.
 	return out, nil
 }
 
-// rowDecoder decodes the rows of one entity's windows of one set: every row starts with the same
-// prefix, so only the window start is read from it, and the entity, set and aggregate names are
-// the same strings in every window (a week of minute windows is 10,080 rows: the profile of that
-// panel was mostly the garbage collector's, behind the strings and maps each row made).
+// rowDecoder decodes the rows of one entity's windows of one set into Columns: every row starts
+// with the same prefix, so only the window start is read from it, and each cell goes into its
+// aggregate's column (a week of minute windows is 10,080 rows: a map and strings per row made
+// that panel's profile mostly the garbage collector's).
 type rowDecoder struct {
-	entity, set string
-	prefix      []byte
-	names       map[string]string // aggregate names by qualifier, made once per scan
+	prefix []byte
+	cols   *Columns
 }
 
-func (d *rowDecoder) window(row []byte, cells []store.Cell) (Window, error) {
+func (d *rowDecoder) add(row []byte, cells []store.Cell) error {
+	c := d.cols
 	if len(row) != len(d.prefix)+8 || !bytes.HasPrefix(row, d.prefix) {
-		return Window{}, fmt.Errorf("query: row %x is not a window row of %s in %s", row, d.entity, d.set)
+		return fmt.Errorf("query: row %x is not a window row of %s in %s", row, c.Entity, c.Set)
 	}
 	start := math.MaxInt64 - int64(binary.BigEndian.Uint64(row[len(d.prefix):]))
-	w := Window{Entity: d.entity, Set: d.set, Start: time.UnixMilli(start), Values: make(map[string]totals.Value, max(len(cells)-1, 0))}
-	for _, c := range cells {
-		w.End = time.UnixMilli(c.Timestamp)
-		if string(c.Qualifier) == schema.MetaQualifier {
-			var err error
-			if w.Final, w.Revision, err = schema.ParseMeta(c.Value); err != nil {
-				return Window{}, err
+	i := c.addRow(start, 0, 0, 0)
+	for _, cl := range cells {
+		c.ends[i] = cl.Timestamp
+		if string(cl.Qualifier) == schema.MetaQualifier {
+			final, rev, err := schema.ParseMeta(cl.Value)
+			if err != nil {
+				return err
+			}
+			c.revs[i] = rev
+			if final {
+				c.flags[i] |= flagFinal
 			}
 			continue
 		}
-		name, ok := d.names[string(c.Qualifier)]
-		if !ok {
-			name = string(c.Qualifier)
-			d.names[name] = name
+		k := c.Column(string(cl.Qualifier))
+		if k < 0 {
+			k = c.column(string(cl.Qualifier))
 		}
-		v, err := schema.ParseCellValue(name, c.Value)
+		v, err := schema.ParseCellValue(c.cols[k].name, cl.Value)
 		if err != nil {
-			return Window{}, err
+			return err
 		}
-		w.Values[name] = v
+		c.set(k, i, v)
 	}
-	return w, nil
+	return nil
 }
 
-// merge adds live windows that are newer than (or missing from) the stored ones, keeping order.
-func merge(stored, live []Window, o Options) []Window {
-	byStart := make(map[int64]int, len(stored))
-	for i, w := range stored {
-		byStart[w.Start.UnixMilli()] = i
-	}
+// mergeLive adds live windows that are newer than (or missing from) the stored ones.
+func mergeLive(stored *Columns, live []Window, o Options) *Columns {
+	var add []Window
+	replace := map[int]Window{}
 	for _, lw := range live {
 		if (!o.From.IsZero() && lw.Start.Before(o.From)) || (!o.To.IsZero() && !lw.Start.Before(o.To)) {
 			continue
 		}
 		lw.Live = true
-		if i, ok := byStart[lw.Start.UnixMilli()]; ok {
-			if !stored[i].Final && lw.Revision > stored[i].Revision {
-				stored[i] = lw
+		if i, ok := slices.BinarySearch(stored.starts, lw.Start.UnixMilli()); ok {
+			if !stored.Final(i) && lw.Revision > stored.revs[i] {
+				replace[i] = lw
 			}
 			continue
 		}
-		stored = append(stored, lw)
+		add = append(add, lw)
 	}
-	sort.SliceStable(stored, func(i, j int) bool {
-		if o.OldestFirst {
-			return stored[i].Start.Before(stored[j].Start)
+	if len(add) == 0 && len(replace) == 0 {
+		return stored
+	}
+	slices.SortStableFunc(add, func(a, b Window) int { return a.Start.Compare(b.Start) })
+	out := newColumns(stored.Entity, stored.Set, stored.Aggregates())
+	m := out.columnMap(stored)
+	for i, j := 0, 0; i < stored.Len() || j < len(add); {
+		switch {
+		case j < len(add) && (i == stored.Len() || add[j].Start.UnixMilli() < stored.starts[i]):
+			out.addWindow(add[j])
+			j++
+		default:
+			if w, ok := replace[i]; ok {
+				out.addWindow(w)
+			} else {
+				out.addFrom(stored, i, m)
+			}
+			i++
 		}
-		return stored[i].Start.After(stored[j].Start)
-	})
-	return stored
+	}
+	return out
 }
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }

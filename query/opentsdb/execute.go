@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/abacus-stream/abacus/query"
@@ -210,12 +209,9 @@ func coarserFor(met tsdbMetric, sq *subQuery, onFinal bool) *query.Coarse {
 }
 
 // readSet reads the windows of one set's entities that the sub-queries ps ask, whose start is in
-// the request's range, a chunk at a time (query.Reader.Many: several scans at once, within the
-// request's window budget), and folds each entity's series into every sub-query that takes it.
-// Only the aggregates asked are read, and each scan runs forward (newest first) and is turned
-// around here: HBase's reversed scan seeks back row by row and took six times as long per cell as
-// a forward one in bench/query (one entity's week, 431 ms against 70 ms for half the cells
-// forward).
+// the request's range, a chunk at a time (query.Reader.ManyColumns: several scans at once, within
+// the request's window budget), and folds each entity's series into every sub-query that takes
+// it. Only the aggregates asked are read, as columns: no map per window.
 func (a *API) readSet(ctx context.Context, st *reqState, req *tsdbRequest, ps []*prepared, aggs []string) error {
 	var all []string
 	takes := make([]map[string]bool, len(ps))
@@ -233,22 +229,15 @@ func (a *API) readSet(ctx context.Context, st *reqState, req *tsdbRequest, ps []
 		chunk := all[:min(chunkEntities, len(all))]
 		all = all[len(chunk):]
 		o := query.Options{From: req.start, To: req.end.Add(time.Millisecond), Aggregates: aggs, Budget: st.budget}
-		var res map[string][]query.Window
-		var err error
-		if c := ps[0].coarse; c != nil {
-			res, err = met.topo.Reader.ManyCoarsened(ctx, met.set, *c, chunk, o)
-		} else {
-			res, err = met.topo.Reader.Many(ctx, met.set, chunk, o)
-		}
+		res, err := met.topo.Reader.ManyColumns(ctx, met.set, ps[0].coarse, chunk, o)
 		if errors.Is(err, query.ErrBudget) {
 			return badRequest("the request reads more than %d windows, the limit: shorten the range or name fewer entities", a.Limits.MaxWindows)
 		}
 		if err != nil {
 			return err
 		}
-		for _, e := range chunk {
-			ws := res[e]
-			slices.Reverse(ws)
+		for ci, e := range chunk {
+			ws := res[ci]
 			for i, p := range ps {
 				if !takes[i][e] {
 					continue
@@ -303,8 +292,19 @@ func (sq *subQuery) finalFilters() ([]tagFilter, error) {
 // final filters: one series, or one per quantile in quantile order. Values JSON cannot carry (NaN,
 // infinities) are left out. The series are tagged with the metric's key (entity, a rollup's
 // dimension; nothing for a global rollup).
-func entitySeries(met tsdbMetric, entity string, ws []query.Window, finalFilters []tagFilter) []series {
-	agg := met.agg
+func entitySeries(met tsdbMetric, entity string, ws *query.Columns, finalFilters []tagFilter) []series {
+	col := ws.Column(met.agg)
+	if col < 0 {
+		return nil
+	}
+	// The final filters select by a window's finality: decided once for each of the two.
+	var keep [2]bool
+	for i, final := range []string{"false", "true"} {
+		keep[i] = true
+		for _, f := range finalFilters {
+			keep[i] = keep[i] && f.match(final)
+		}
+	}
 	byTags := map[string]*series{}
 	var order []string
 	// k is the series' quantile tag ("" for other kinds); its tags are made with the series, not
@@ -319,29 +319,27 @@ func entitySeries(met tsdbMetric, entity string, ws []query.Window, finalFilters
 			if k != "" {
 				tags[tagQuantile] = k
 			}
-			s = &series{tags: tags, pts: make([]point, 0, len(ws))}
+			s = &series{tags: tags, pts: make([]point, 0, ws.Len())}
 			byTags[k] = s
 			order = append(order, k)
 		}
 		s.pts = append(s.pts, point{t, x})
 	}
-	for _, w := range ws {
-		final := strconv.FormatBool(w.Final)
-		keep := true
-		for _, f := range finalFilters {
-			keep = keep && f.match(final)
+	for i := range ws.Len() {
+		if !keep[b2i(ws.Final(i))] {
+			continue
 		}
-		v, ok := w.Values[agg]
-		if !keep || !ok {
+		v, ok := ws.Value(col, i)
+		if !ok {
 			continue
 		}
 		switch v.Kind {
 		case totals.KindQuantiles:
 			for _, q := range v.Quantiles {
-				add(formatQuantile(q.Q), w.Start.UnixMilli(), q.Value)
+				add(formatQuantile(q.Q), ws.StartMilli(i), q.Value)
 			}
 		case totals.KindInt, totals.KindFloat:
-			add("", w.Start.UnixMilli(), v.Number())
+			add("", ws.StartMilli(i), v.Number())
 		}
 	}
 	sort.Strings(order)
@@ -350,6 +348,13 @@ func entitySeries(met tsdbMetric, entity string, ws []query.Window, finalFilters
 		out = append(out, *byTags[k])
 	}
 	return out
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // combine makes one answered series of a folded group: its points (agg nil: the group's one
