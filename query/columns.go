@@ -118,6 +118,18 @@ func (c *Columns) Value(col, i int) (totals.Value, bool) {
 	return v, true
 }
 
+// Number is window i's value of the aggregate in column col as a number, when it is an int or a
+// float: what a chart reads, without the rest of a totals.Value.
+func (c *Columns) Number(col, i int) (float64, bool) {
+	switch cl := c.cols[col].cells[i]; cl.kind {
+	case totals.KindInt:
+		return float64(int64(cl.x)), true
+	case totals.KindFloat:
+		return math.Float64frombits(cl.x), true
+	}
+	return 0, false
+}
+
 // Window is window i as a Window (with a map of its values).
 func (c *Columns) Window(i int) Window {
 	set := c.Set

@@ -2,6 +2,8 @@ package querybench
 
 import (
 	"context"
+	"encoding/json"
+	"strconv"
 	"testing"
 	"time"
 
@@ -69,5 +71,33 @@ func TestLoadSmall(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDataPointsReadAsJSONReadsThem: the checks' reader of "dps" objects gives what encoding/json
+// gives, in the order written, and falls back to it for what it does not read itself.
+func TestDataPointsReadAsJSONReadsThem(t *testing.T) {
+	for _, in := range []string{`{}`, `{"1700000000":1.5,"1700000060":null,"1700000120":-3e-7}`,
+		`{ "1700000000" : 2 , "1700000060":4}`, `{"1":1,"2":2}`} {
+		var got dataPoints
+		if err := json.Unmarshal([]byte(in), &got); err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		var want map[string]float64
+		if err := json.Unmarshal([]byte(in), &want); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: %v, want %v", in, got, want)
+		}
+		for i, p := range got {
+			if v, ok := want[strconv.FormatInt(p.sec, 10)]; !ok || v != p.v || (i > 0 && got[i-1].sec >= p.sec) {
+				t.Fatalf("%s: %v, want %v in order", in, got, want)
+			}
+		}
+	}
+	var bad dataPoints
+	if err := json.Unmarshal([]byte(`{"x":1}`), &bad); err == nil {
+		t.Fatalf("a key that is not a time read as %v", bad)
 	}
 }

@@ -107,6 +107,16 @@ var aggregators = func() map[string]aggFunc {
 	return m
 }()
 
+// ofOne are the aggregators whose value over one point is that point's, to the bit; those that
+// sum from zero turn a negative zero into zero, as 0 + x does.
+var ofOne = map[string]func(x float64) float64{
+	"sum": plusZero, "zimsum": plusZero, "avg": plusZero,
+	"min": same, "mimmin": same, "max": same, "mimmax": same, "first": same, "last": same,
+}
+
+func plusZero(x float64) float64 { return 0 + x }
+func same(x float64) float64     { return x }
+
 func aggregatorNames() []string {
 	out := make([]string, 0, len(aggregators))
 	for n := range aggregators {
@@ -196,12 +206,17 @@ func downsample(pts []point, ds *downsampleSpec, start, end int64) []point {
 		}
 		return []point{{start, fn(vals)}}
 	}
-	var out []point
 	emptyValue, fill := 0.0, ds.fill != "none"
+	n := len(pts) // buckets at most, without a fill policy
+	if fill {
+		n = int((end-floorTo(start, ds.interval))/ds.interval) + 1 // prepare bounds it by the answer's points
+	}
+	out := make([]point, 0, max(n, 0))
 	if ds.fill == "nan" || ds.fill == "null" {
 		emptyValue = math.NaN() // written as null: JSON has no NaN
 	}
 	next := floorTo(start, ds.interval) // next bucket a fill policy must cover
+	one := ofOne[ds.agg]
 	var vals []float64
 	for i := 0; i < len(pts); {
 		b := floorTo(pts[i].t, ds.interval)
@@ -209,11 +224,21 @@ func downsample(pts []point, ds *downsampleSpec, start, end int64) []point {
 			out = append(out, point{next, emptyValue})
 			next += ds.interval
 		}
-		vals = vals[:0]
-		for ; i < len(pts) && floorTo(pts[i].t, ds.interval) == b; i++ {
-			vals = append(vals, pts[i].v)
+		j := i + 1
+		for j < len(pts) && pts[j].t < b+ds.interval {
+			j++
 		}
-		out = append(out, point{b, fn(vals)})
+		if j == i+1 && one != nil {
+			// A bucket of one point (minute windows in 1m buckets: every one of them).
+			out = append(out, point{b, one(pts[i].v)})
+		} else {
+			vals = vals[:0]
+			for _, p := range pts[i:j] {
+				vals = append(vals, p.v)
+			}
+			out = append(out, point{b, fn(vals)})
+		}
+		i = j
 		next = b + ds.interval
 	}
 	for fill && next <= end {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/abacus-stream/abacus/query"
@@ -305,47 +306,59 @@ func entitySeries(met tsdbMetric, entity string, ws *query.Columns, finalFilters
 			keep[i] = keep[i] && f.match(final)
 		}
 	}
-	byTags := map[string]*series{}
-	var order []string
-	// k is the series' quantile tag ("" for other kinds); its tags are made with the series, not
-	// per window (a week of minute windows made 10,080 maps for one series).
-	add := func(k string, t int64, x float64) {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return
-		}
-		s := byTags[k]
-		if s == nil {
-			tags := met.seriesTags(entity)
-			if k != "" {
-				tags[tagQuantile] = k
-			}
-			s = &series{tags: tags, pts: make([]point, 0, ws.Len())}
-			byTags[k] = s
-			order = append(order, k)
-		}
-		s.pts = append(s.pts, point{t, x})
+	// A series per quantile tag ("" for numbers); its tags are made with the series, not per
+	// window (a week of minute windows made 10,080 maps for one series).
+	type keyed struct {
+		k string
+		s *series
 	}
+	var all []keyed
+	var plain *series
+	byQ := map[float64]*series{}
+	newSeries := func(k string) *series {
+		tags := met.seriesTags(entity)
+		if k != "" {
+			tags[tagQuantile] = k
+		}
+		s := &series{tags: tags, pts: make([]point, 0, ws.Len())}
+		all = append(all, keyed{k, s})
+		return s
+	}
+	ok := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	for i := range ws.Len() {
 		if !keep[b2i(ws.Final(i))] {
 			continue
 		}
-		v, ok := ws.Value(col, i)
-		if !ok {
+		t := ws.StartMilli(i)
+		if x, isNum := ws.Number(col, i); isNum {
+			if ok(x) {
+				if plain == nil {
+					plain = newSeries("")
+				}
+				plain.pts = append(plain.pts, point{t, x})
+			}
 			continue
 		}
-		switch v.Kind {
-		case totals.KindQuantiles:
-			for _, q := range v.Quantiles {
-				add(formatQuantile(q.Q), ws.StartMilli(i), q.Value)
+		v, has := ws.Value(col, i)
+		if !has || v.Kind != totals.KindQuantiles {
+			continue
+		}
+		for _, q := range v.Quantiles {
+			if !ok(q.Value) {
+				continue
 			}
-		case totals.KindInt, totals.KindFloat:
-			add("", ws.StartMilli(i), v.Number())
+			s := byQ[q.Q]
+			if s == nil {
+				s = newSeries(formatQuantile(q.Q))
+				byQ[q.Q] = s
+			}
+			s.pts = append(s.pts, point{t, q.Value})
 		}
 	}
-	sort.Strings(order)
-	out := make([]series, 0, len(order))
-	for _, k := range order {
-		out = append(out, *byTags[k])
+	slices.SortFunc(all, func(a, b keyed) int { return strings.Compare(a.k, b.k) })
+	out := make([]series, 0, len(all))
+	for _, k := range all {
+		out = append(out, *k.s)
 	}
 	return out
 }

@@ -1,8 +1,10 @@
 package opentsdb
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -27,7 +29,11 @@ type folder struct {
 type seriesGroup struct {
 	tags  []series // the tags of each series (no points): commonTags reads them
 	first []point  // the points of the first series: a group of one answers them as they are
-	byT   map[int64]*foldCell
+	// Once a second series comes, the group folds: a cell per timestamp, in time order (the
+	// series are, and share most of their timestamps: a walk, not a lookup per point).
+	folding bool
+	ts      []int64
+	cells   []foldCell
 }
 
 // foldCell is what a group holds at one timestamp.
@@ -127,28 +133,30 @@ func (f *folder) add(s series) error {
 	} else if len(g.tags) == 1 {
 		// A second series: the group is aggregated from now on.
 		f.points -= len(g.first)
-		g.byT = map[int64]*foldCell{}
+		g.folding = true
 		f.fold(g, g.first)
 		g.first = nil
 	}
 	g.tags = append(g.tags, series{tags: s.tags})
-	if g.byT != nil {
+	if g.folding {
 		f.fold(g, s.pts)
 	}
 	return nil
 }
 
 func (f *folder) fold(g *seriesGroup, pts []point) {
+	if !slices.IsSortedFunc(pts, func(a, b point) int { return cmp.Compare(a.t, b.t) }) {
+		pts = slices.Clone(pts)
+		slices.SortStableFunc(pts, func(a, b point) int { return cmp.Compare(a.t, b.t) })
+	}
+	f.addCells(g, pts)
 	step := foldStep(f.sq.aggregator)
+	i := 0
 	for _, p := range pts {
-		c := g.byT[p.t]
-		if c == nil {
-			c = &foldCell{}
-			if step == nil {
-				c.vals = []float64{}
-			}
-			g.byT[p.t] = c
+		for g.ts[i] < p.t {
+			i++
 		}
+		c := &g.cells[i]
 		if math.IsNaN(p.v) {
 			continue // a filled empty bucket stays empty unless a series has a value
 		}
@@ -159,6 +167,47 @@ func (f *folder) fold(g *seriesGroup, pts []point) {
 		}
 		c.n++
 	}
+}
+
+// addCells gives the group a cell for each timestamp of pts (in time order) it has none for.
+func (f *folder) addCells(g *seriesGroup, pts []point) {
+	missing := 0
+	i := 0
+	for k, p := range pts {
+		if k > 0 && p.t == pts[k-1].t {
+			continue
+		}
+		for i < len(g.ts) && g.ts[i] < p.t {
+			i++
+		}
+		if i == len(g.ts) || g.ts[i] != p.t {
+			missing++
+		}
+	}
+	if missing == 0 {
+		return
+	}
+	ts := make([]int64, 0, len(g.ts)+missing)
+	cells := make([]foldCell, 0, len(g.ts)+missing)
+	i = 0
+	for k, p := range pts {
+		if k > 0 && p.t == pts[k-1].t {
+			continue
+		}
+		for i < len(g.ts) && g.ts[i] < p.t {
+			ts, cells = append(ts, g.ts[i]), append(cells, g.cells[i])
+			i++
+		}
+		if i < len(g.ts) && g.ts[i] == p.t {
+			continue
+		}
+		c := foldCell{}
+		if foldStep(f.sq.aggregator) == nil {
+			c.vals = []float64{}
+		}
+		ts, cells = append(ts, p.t), append(cells, c)
+	}
+	g.ts, g.cells = append(ts, g.ts[i:]...), append(cells, g.cells[i:]...)
 }
 
 // results returns the folded groups in key order, each as its answered points and its series'
@@ -173,12 +222,11 @@ func (f *folder) results() []foldedGroup {
 	for _, k := range keys {
 		g := f.groups[k]
 		fg := foldedGroup{tags: g.tags, pts: g.first}
-		if g.byT != nil {
-			fg.pts = make([]point, 0, len(g.byT))
-			for t, c := range g.byT {
-				fg.pts = append(fg.pts, point{t, foldValue(f.sq.aggregator, f.agg, c)})
+		if g.folding {
+			fg.pts = make([]point, len(g.ts))
+			for i, t := range g.ts {
+				fg.pts[i] = point{t, foldValue(f.sq.aggregator, f.agg, &g.cells[i])}
 			}
-			sort.Slice(fg.pts, func(i, j int) bool { return fg.pts[i].t < fg.pts[j].t })
 		}
 		out = append(out, fg)
 	}

@@ -1,6 +1,8 @@
 package opentsdb
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -59,6 +61,12 @@ func TestFoldEqualsAggregatingAtOnce(t *testing.T) {
 					default:
 						s.pts = append(s.pts, point{ts * 60_000, math.Round(rng.NormFloat64()*1e6) / 1e3})
 					}
+				}
+				if rng.IntN(4) == 0 && len(s.pts) > 0 {
+					// Out of time order, and a timestamp twice: the fold sorts, keeping the order
+					// of a timestamp's values.
+					s.pts = append(s.pts, point{s.pts[rng.IntN(len(s.pts))].t, float64(rng.IntN(1000))})
+					rng.Shuffle(len(s.pts), func(i, j int) { s.pts[i], s.pts[j] = s.pts[j], s.pts[i] })
 				}
 				all = append(all, s)
 			}
@@ -128,4 +136,79 @@ func samePoints(a, b []point) bool {
 		}
 	}
 	return true
+}
+
+// TestDownsampleOfOnePointIsThePoint: buckets of one point take the point itself (minute windows
+// in 1m buckets) only for the aggregators whose value over one point is that point's, to the bit
+// (a sum turns -0 into 0); the answer is the aggregator's over the bucket either way.
+func TestDownsampleOfOnePointIsThePoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, name := range aggregatorNames() {
+		if name == "none" {
+			continue
+		}
+		fn := aggregators[name]
+		var pts []point
+		for ts := int64(0); ts < 200; ts++ {
+			switch rng.IntN(5) {
+			case 0:
+			case 1:
+				pts = append(pts, point{ts * 60_000, math.Copysign(0, -1)})
+			case 2: // a second point in the bucket
+				pts = append(pts, point{ts * 60_000, rng.NormFloat64()}, point{ts*60_000 + 30_000, rng.NormFloat64()})
+			default:
+				pts = append(pts, point{ts * 60_000, rng.NormFloat64()})
+			}
+		}
+		got := downsample(pts, &downsampleSpec{interval: 60_000, agg: name, fill: "none"}, 0, 200*60_000)
+		var want []point
+		for i := 0; i < len(pts); {
+			j := i + 1
+			for j < len(pts) && pts[j].t/60_000 == pts[i].t/60_000 {
+				j++
+			}
+			var vals []float64
+			for _, p := range pts[i:j] {
+				vals = append(vals, p.v)
+			}
+			want = append(want, point{pts[i].t / 60_000 * 60_000, fn(vals)})
+			i = j
+		}
+		if !samePoints(got, want) {
+			t.Fatalf("%s: downsampled %v\nwant %v", name, got, want)
+		}
+	}
+}
+
+// TestWriteNumberIsWhatJSONWrites: a value is written as encoding/json writes a float64 (whole
+// numbers by their digits, the rest in strconv's shortest form), and what JSON cannot carry as
+// null.
+func TestWriteNumberIsWhatJSONWrites(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	vals := []float64{0, 1, -1, 3, 1 << 52, 1<<53 - 1, 1 << 53, 1<<53 + 2, -(1 << 53), 1e20, 1e21, 1e-7, 0.1, -2.5, 123456789012}
+	for range 2000 {
+		vals = append(vals, math.Round(rng.NormFloat64()*1e6), rng.NormFloat64()*math.Pow(10, float64(rng.IntN(40)-20)))
+	}
+	var num [32]byte
+	for _, v := range vals {
+		var b bytes.Buffer
+		writeNumber(&b, v, &num)
+		want, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != string(want) {
+			t.Fatalf("%v written as %s, encoding/json writes %s", v, b.String(), want)
+		}
+	}
+	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+		var b bytes.Buffer
+		if writeNumber(&b, v, &num); b.String() != "null" {
+			t.Fatalf("%v written as %s, want null", v, b.String())
+		}
+	}
+	var b bytes.Buffer
+	if writeNumber(&b, math.Copysign(0, -1), &num); b.String() != "-0" {
+		t.Fatalf("-0 written as %s, want -0 (as strconv writes it)", b.String())
+	}
 }
