@@ -59,6 +59,16 @@ func newColumns(entity, set string, names []string) *Columns {
 	return c
 }
 
+// ColumnsOf returns windows (of one entity of one set, at distinct starts) as Columns.
+func ColumnsOf(entity, set string, ws []Window) *Columns {
+	sorted := slices.SortedStableFunc(slices.Values(ws), func(a, b Window) int { return a.Start.Compare(b.Start) })
+	c := newColumns(entity, set, nil)
+	for _, w := range sorted {
+		c.addWindow(w)
+	}
+	return c
+}
+
 // Len is the number of windows.
 func (c *Columns) Len() int {
 	if c == nil {
@@ -75,6 +85,9 @@ func (c *Columns) EndMilli(i int) int64 { return c.ends[i] }
 
 // Final reports whether window i is final.
 func (c *Columns) Final(i int) bool { return c.flags[i]&flagFinal != 0 }
+
+// Live reports whether window i was read from the processors' state, not the table.
+func (c *Columns) Live(i int) bool { return c.flags[i]&flagLive != 0 }
 
 // Revision is the number of events window i's total had applied.
 func (c *Columns) Revision(i int) uint64 { return c.revs[i] }

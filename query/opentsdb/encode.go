@@ -3,8 +3,9 @@ package opentsdb
 import (
 	"bytes"
 	"encoding/json"
-	"math"
 	"strconv"
+
+	"github.com/abacus-stream/abacus/query/internal/jsonnum"
 )
 
 // encodeResults writes the answer: an array of {metric, tags, aggregateTags, [query], dps}, with
@@ -56,7 +57,7 @@ func encodeResults(req *tsdbRequest, results []tsdbResult) []byte {
 				b.Write(strconv.AppendInt(num[:0], ts, 10))
 				b.WriteString(`":`)
 			}
-			writeNumber(&b, p.v, &num)
+			b.Write(jsonnum.Append(num[:0], p.v))
 			if req.arrays {
 				b.WriteByte(']')
 			}
@@ -76,30 +77,6 @@ func writeJSONValue(b *bytes.Buffer, v any) {
 	out, err := json.Marshal(v)
 	if err != nil { // maps of strings and slices of strings always marshal
 		out = []byte("null")
-	}
-	b.Write(out)
-}
-
-// writeNumber writes a value as encoding/json would, and NaN or infinities (empty buckets of the
-// nan and null fill policies) as null.
-func writeNumber(b *bytes.Buffer, v float64, num *[32]byte) {
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		b.WriteString("null")
-		return
-	}
-	if v == math.Trunc(v) && math.Abs(v) < 1<<53 && !(v == 0 && math.Signbit(v)) {
-		// A whole number (counts, sums of counts) is its digits, as strconv writes it below;
-		// strconv's shortest float form costs several times more.
-		b.Write(strconv.AppendInt(num[:0], int64(v), 10))
-		return
-	}
-	f := byte('f')
-	if a := math.Abs(v); a != 0 && (a < 1e-6 || a >= 1e21) {
-		f = 'e'
-	}
-	out := strconv.AppendFloat(num[:0], v, f, -1, 64)
-	if n := len(out); f == 'e' && n >= 4 && string(out[n-4:n-1]) == "e-0" {
-		out = append(out[:n-2], out[n-1]) // 1e-07 as 1e-7, as encoding/json writes it
 	}
 	b.Write(out)
 }

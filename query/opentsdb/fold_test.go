@@ -1,8 +1,6 @@
 package opentsdb
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -177,38 +175,5 @@ func TestDownsampleOfOnePointIsThePoint(t *testing.T) {
 		if !samePoints(got, want) {
 			t.Fatalf("%s: downsampled %v\nwant %v", name, got, want)
 		}
-	}
-}
-
-// TestWriteNumberIsWhatJSONWrites: a value is written as encoding/json writes a float64 (whole
-// numbers by their digits, the rest in strconv's shortest form), and what JSON cannot carry as
-// null.
-func TestWriteNumberIsWhatJSONWrites(t *testing.T) {
-	rng := rand.New(rand.NewPCG(9, 9))
-	vals := []float64{0, 1, -1, 3, 1 << 52, 1<<53 - 1, 1 << 53, 1<<53 + 2, -(1 << 53), 1e20, 1e21, 1e-7, 0.1, -2.5, 123456789012}
-	for range 2000 {
-		vals = append(vals, math.Round(rng.NormFloat64()*1e6), rng.NormFloat64()*math.Pow(10, float64(rng.IntN(40)-20)))
-	}
-	var num [32]byte
-	for _, v := range vals {
-		var b bytes.Buffer
-		writeNumber(&b, v, &num)
-		want, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b.String() != string(want) {
-			t.Fatalf("%v written as %s, encoding/json writes %s", v, b.String(), want)
-		}
-	}
-	for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
-		var b bytes.Buffer
-		if writeNumber(&b, v, &num); b.String() != "null" {
-			t.Fatalf("%v written as %s, want null", v, b.String())
-		}
-	}
-	var b bytes.Buffer
-	if writeNumber(&b, math.Copysign(0, -1), &num); b.String() != "-0" {
-		t.Fatalf("-0 written as %s, want -0 (as strconv writes it)", b.String())
 	}
 }
