@@ -218,6 +218,10 @@ type loadStats struct {
 func load(ctx context.Context, c *hbase.Client, s size, progress func(string)) (loadStats, bool, error) {
 	if _, err := c.Admin().DescribeTable(ctx, s.loadedTable()); err == nil {
 		return loadStats{}, false, nil
+	} else if !hbase.IsTableNotFound(err) {
+		// An HBase still starting answers otherwise: that is no reason to drop a loaded table
+		// (a run right after a restart did, then failed on the marker that was there).
+		return loadStats{}, false, fmt.Errorf("is %s loaded? %w", s.table(), err)
 	}
 	st, err := hbasestore.New(c, hbasestore.Config{})
 	if err != nil {
