@@ -31,6 +31,34 @@ type Scan struct {
 	MaxResultSize int64
 	// Raw returns delete markers and deleted cells too, as they are stored.
 	Raw bool
+	// Ranges, when set, return only rows in one of them, [Start, Stop) each (an empty Stop: to
+	// the end), within StartRow and StopRow: HBase's MultiRowRangeFilter, which seeks from one
+	// range to the next. One scan then reads many short ranges of a region (many entities' rows)
+	// instead of a scan, and a round trip, each.
+	Ranges []RowRange
+}
+
+// RowRange is a range of rows: Start inclusive, Stop exclusive (empty: unbounded).
+type RowRange struct{ Start, Stop []byte }
+
+// multiRowRangeFilter is the Filter{name, serialized_filter} message of a MultiRowRangeFilter:
+// MultiRowRangeFilter{row_range_list=1 RowRange{start_row=1, start_row_inclusive=2, stop_row=3,
+// stop_row_inclusive=4}}.
+func appendMultiRowRangeFilter(b []byte, num protowire.Number, ranges []RowRange) []byte {
+	return appendMessage(b, num, func(b []byte) []byte {
+		b = appendStringField(b, 1, "org.apache.hadoop.hbase.filter.MultiRowRangeFilter")
+		return appendMessage(b, 2, func(b []byte) []byte {
+			for _, r := range ranges {
+				b = appendMessage(b, 1, func(b []byte) []byte {
+					b = appendBytesField(b, 1, r.Start)
+					b = appendBoolField(b, 2, true)
+					b = appendBytesField(b, 3, r.Stop)
+					return appendBoolField(b, 4, false)
+				})
+			}
+			return b
+		})
+	})
 }
 
 // scanParams are the per-RPC fields of a ScanRequest.
@@ -60,6 +88,9 @@ func appendScanRequest(b []byte, regionName []byte, s *Scan, p scanParams) []byt
 			}
 			if len(s.StopRow) > 0 {
 				b = appendBytesField(b, 4, s.StopRow)
+			}
+			if len(s.Ranges) > 0 {
+				b = appendMultiRowRangeFilter(b, 5, s.Ranges)
 			}
 			b = appendTimeRange(b, 6, s.TimeRange)
 			if s.MaxVersions > 1 {

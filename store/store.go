@@ -13,6 +13,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/abacus-stream/abacus/schema"
 )
@@ -78,6 +79,29 @@ type ScanSpec struct {
 	Qualifiers  [][]byte
 	MaxVersions int
 	Limit       int // rows; 0 for all
+	// Ranges, when set, keep only the rows in one of them (within Start and Stop): a scan that
+	// reads several entities' rows of a salt bucket in one round trip. Forward scans only.
+	Ranges []RowRange
+}
+
+// RowRange is a range of rows: Start inclusive, Stop exclusive (nil: unbounded).
+type RowRange struct{ Start, Stop []byte }
+
+// InRanges reports whether row is in one of ranges (sorted by Start, apart), or ranges is empty.
+func InRanges(row []byte, ranges []RowRange) bool {
+	if len(ranges) == 0 {
+		return true
+	}
+	i, _ := slices.BinarySearchFunc(ranges, row, func(r RowRange, row []byte) int { return bytes.Compare(r.Start, row) })
+	// ranges[i-1] is the last range starting at or before row (i, when one starts exactly at it).
+	if i < len(ranges) && bytes.Equal(ranges[i].Start, row) {
+		return true
+	}
+	if i == 0 {
+		return false
+	}
+	r := ranges[i-1]
+	return r.Stop == nil || bytes.Compare(row, r.Stop) < 0
 }
 
 // Reader reads cells back. fn gets each row's cells in HBase order (by column, newest version

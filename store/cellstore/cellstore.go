@@ -381,6 +381,9 @@ func (s *Store) Scan(ctx context.Context, sc store.ScanSpec, fn func(row []byte,
 	if _, ok := s.Families(sc.Table); !ok {
 		return fmt.Errorf("cellstore: scan: %w: %q", ErrNoSuchTable, sc.Table)
 	}
+	if len(sc.Ranges) > 0 && sc.Reversed {
+		return fmt.Errorf("cellstore: scan %q: row ranges in a reversed scan", sc.Table)
+	}
 	start, stop := sc.Start, sc.Stop
 	if sc.Prefix != nil {
 		start, stop = sc.Prefix, store.PrefixEnd(sc.Prefix)
@@ -441,6 +444,9 @@ func (s *Store) Scan(ctx context.Context, sc store.ScanSpec, fn func(row []byte,
 		}
 		if sc.Family != "" && string(c.Family) != sc.Family {
 			continue
+		}
+		if !store.InRanges(c.Row, sc.Ranges) {
+			continue // a row between the ranges (HBase's filter seeks past them)
 		}
 		if sc.Family != "" && len(sc.Qualifiers) > 0 && !slices.ContainsFunc(sc.Qualifiers, func(q []byte) bool { return bytes.Equal(q, c.Qualifier) }) {
 			continue

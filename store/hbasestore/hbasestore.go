@@ -101,6 +101,14 @@ func (s *Store) Write(ctx context.Context, cells []store.Cell) ([]store.CellErro
 // Scan implements store.Reader over an HBase table.
 func (s *Store) Scan(ctx context.Context, spec store.ScanSpec, fn func(row []byte, cells []store.Cell) bool) error {
 	sc := hbase.Scan{Table: spec.Table, Prefix: spec.Prefix, Reversed: spec.Reversed, MaxVersions: spec.MaxVersions}
+	if len(spec.Ranges) > 0 {
+		if spec.Reversed {
+			return fmt.Errorf("hbasestore: scan %s: row ranges in a reversed scan", spec.Table)
+		}
+		for _, r := range spec.Ranges {
+			sc.Ranges = append(sc.Ranges, hbase.RowRange{Start: r.Start, Stop: r.Stop})
+		}
+	}
 	switch {
 	case spec.Family != "" && len(spec.Qualifiers) > 0:
 		for _, q := range spec.Qualifiers {
