@@ -191,7 +191,42 @@ func (c *Cache) epoch(ctx context.Context, r *Reader, set string) (string, bool)
 // cachedColumns is Columns' read of stored windows through the cache: the settled part of the
 // range from the cache (read and kept on a miss), the rest from the table.
 func (r *Reader) cachedColumns(ctx context.Context, set, entity string, o Options) (*Columns, error) {
+	p, err := r.planRead(ctx, set, entity, o)
+	if err != nil || p.done != nil {
+		return p.done, err
+	}
+	var rest *Columns
+	if p.need {
+		if rest, err = r.stored(ctx, set, entity, p.rest); err != nil {
+			return nil, err
+		}
+	}
+	return p.finish(rest), nil
+}
+
+// plannedRead is one entity's read through the cache, between the cache's answer and the table's:
+// what the cache gave, and what the table must still answer.
+type plannedRead struct {
+	c       *Cache
+	entity  string
+	set     string
+	done    *Columns // the whole answer, when no more is to be read
+	past    *Columns // the cache's part
+	newest  *Columns // read first, newest first with a limit
+	need    bool     // the table must answer rest
+	rest    Options
+	key     cacheKey
+	epoch   string
+	covered int64 // the rest starts here
+	end     int64 // and what of it is settled, before end, joins the cache
+	direct  bool  // the cache takes no part: rest is the whole read
+}
+
+// planRead reads what the cache holds of o's range (and, newest first with a limit, the
+// unsettled part first) and says what the table must still answer.
+func (r *Reader) planRead(ctx context.Context, set, entity string, o Options) (plannedRead, error) {
 	c := r.cache
+	p := plannedRead{c: c, entity: entity, set: set}
 	now := time.Now()
 	if c.Now != nil {
 		now = c.Now()
@@ -205,27 +240,34 @@ func (r *Reader) cachedColumns(ctx context.Context, set, entity string, o Option
 		to = o.To.UnixMilli()
 	}
 	if from >= settled || !r.keyIndexed(ctx) {
-		return r.stored(ctx, set, entity, o)
+		p.need, p.rest, p.direct = true, o, true
+		return p, nil
 	}
 	epoch, ok := c.epoch(ctx, r, set)
 	if !ok {
-		return r.stored(ctx, set, entity, o)
+		p.need, p.rest, p.direct = true, o, true
+		return p, nil
 	}
 	// Newest first with a limit, the unsettled part may be all the answer needs ("the latest
 	// windows"): it is read first, and the cache only when it falls short.
-	var newest *Columns
 	if o.Limit > 0 && !o.OldestFirst && to > settled {
 		no := o
 		no.From = time.UnixMilli(settled)
-		var err error
-		if newest, err = r.stored(ctx, set, entity, no); err != nil || newest.Len() >= o.Limit {
-			return newest, err
+		newest, err := r.stored(ctx, set, entity, no)
+		if err != nil {
+			return p, err
 		}
+		if newest.Len() >= o.Limit {
+			p.done = newest
+			return p, nil
+		}
+		p.newest = newest
 		to = settled
 	}
-	end := min(to, settled)
-	key := cacheKey{set: set, entity: entity, aggs: strings.Join(slices.Sorted(slices.Values(o.Aggregates)), "\x00")}
-	past, covered := c.get(key, epoch, from, end)
+	p.end = min(to, settled)
+	p.key = cacheKey{set: set, entity: entity, aggs: strings.Join(slices.Sorted(slices.Values(o.Aggregates)), "\x00")}
+	p.epoch = epoch
+	past, covered := c.get(p.key, epoch, from, p.end)
 	if covered > from {
 		c.hits.Add(1)
 		if r.ttl > 0 {
@@ -236,14 +278,14 @@ func (r *Reader) cachedColumns(ctx context.Context, set, entity string, o Option
 			to = covered // nothing after is needed
 		}
 		if o.Budget != nil && o.Budget.left.Add(-int64(past.Len())) < 0 {
-			return nil, ErrBudget
+			return p, ErrBudget
 		}
 	} else {
 		c.misses.Add(1)
 	}
-	// The rest comes from the table, in one scan, whole (its settled part joins the span); Columns
-	// applies the limit.
-	var rest *Columns
+	p.past, p.covered = past, covered
+	// The rest comes from the table, in one scan, whole (its settled part joins the span);
+	// Columns applies the limit.
 	if covered < to {
 		ro := o
 		ro.OldestFirst = false // a forward scan: HBase's reversed scans seek row by row
@@ -255,16 +297,21 @@ func (r *Reader) cachedColumns(ctx context.Context, set, entity string, o Option
 		if to != math.MaxInt64 {
 			ro.To = time.UnixMilli(to)
 		}
-		var err error
-		if rest, err = r.stored(ctx, set, entity, ro); err != nil {
-			return nil, err
-		}
-		if covered < end {
-			n, _ := slices.BinarySearch(rest.starts, end)
-			c.put(key, epoch, covered, end, rest.slice(0, n))
-		}
+		p.need, p.rest = true, ro
 	}
-	return concat(entity, set, past, rest, newest), nil
+	return p, nil
+}
+
+// finish keeps the settled part of rest, the table's answer to p.rest, and joins the parts.
+func (p plannedRead) finish(rest *Columns) *Columns {
+	if p.direct {
+		return rest
+	}
+	if p.need && p.covered < p.end {
+		n, _ := slices.BinarySearch(rest.starts, p.end)
+		p.c.put(p.key, p.epoch, p.covered, p.end, rest.slice(0, n))
+	}
+	return concat(p.entity, p.set, p.past, rest, p.newest)
 }
 
 // unexpired leaves out the windows whose cells the table's TTL has expired at cutoff (a cell

@@ -101,6 +101,8 @@ type Reader struct {
 	slots *scanSlots  // the scans it runs at once, shared fairly among requests (and WithLive's copies)
 	cache *Cache      // settled windows read before; nil: none
 	ttl   time.Duration
+	// noBatch reads several entities a scan each (tests compare it with the batched read).
+	noBatch bool
 }
 
 // indexState is what a reader knows of its table's key index.
@@ -215,14 +217,11 @@ func (r *Reader) Windows(ctx context.Context, set, entity string, o Options) ([]
 // Columns returns what Windows does, as Columns: oldest first whichever order o asks (o's order
 // and limit say which windows, when the limit cuts).
 func (r *Reader) Columns(ctx context.Context, set, entity string, o Options) (*Columns, error) {
-	if set == "" || entity == "" {
+	if entity == "" {
 		return nil, fmt.Errorf("%w: set and entity are required", ErrInvalid)
 	}
-	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
-		return nil, fmt.Errorf("%w: from %s is not before to %s", ErrInvalid, o.From.Format(time.RFC3339), o.To.Format(time.RFC3339))
-	}
-	if o.Limit < 0 {
-		return nil, fmt.Errorf("%w: negative limit %d", ErrInvalid, o.Limit)
+	if err := checkOptions(set, o); err != nil {
+		return nil, err
 	}
 	var (
 		out *Columns
@@ -257,16 +256,7 @@ func (r *Reader) stored(ctx context.Context, set, entity string, o Options) (*Co
 			spec.Qualifiers = append(spec.Qualifiers, []byte(a))
 		}
 	}
-	// Rows sort by reversed start: the newest window first. Start <= To-1 is the lower row bound.
-	spec.Start = prefix
-	if !o.To.IsZero() {
-		spec.Start = binary.BigEndian.AppendUint64(clone(prefix), schema.ReverseTime(o.To.UnixMilli()-1))
-	}
-	if !o.From.IsZero() {
-		spec.Stop = binary.BigEndian.AppendUint64(clone(prefix), schema.ReverseTime(o.From.UnixMilli()-1))
-	} else {
-		spec.Stop = store.PrefixEnd(prefix)
-	}
+	spec.Start, spec.Stop = rowRange(prefix, o)
 	var scanErr error
 	sctx, user := requestSlots(ctx)
 	if err := r.slots.acquire(sctx, user); err != nil {
@@ -297,6 +287,99 @@ func (r *Reader) stored(ctx context.Context, set, entity string, o Options) (*Co
 		dec.cols.reverse()
 	}
 	return dec.cols, nil
+}
+
+// rowRange is the rows of an entity's windows (its rows' prefix) with a start in [o.From, o.To).
+// Rows sort by reversed start, the newest window first: start <= To-1 is the lower row bound.
+func rowRange(prefix []byte, o Options) (start, stop []byte) {
+	start = prefix
+	if !o.To.IsZero() {
+		start = binary.BigEndian.AppendUint64(clone(prefix), schema.ReverseTime(o.To.UnixMilli()-1))
+	}
+	if !o.From.IsZero() {
+		stop = binary.BigEndian.AppendUint64(clone(prefix), schema.ReverseTime(o.From.UnixMilli()-1))
+	} else {
+		stop = store.PrefixEnd(prefix)
+	}
+	return start, stop
+}
+
+// storedMany reads, in one forward scan, the windows of several entities of a set from the
+// table, each entity's as its options select them (no limit): one round trip, where stored takes
+// one per entity. The entities' rows must lie in one region to be read in one (a salt bucket);
+// HBase seeks from one entity's range to the next.
+func (r *Reader) storedMany(ctx context.Context, set string, entities []string, opts []Options) ([]*Columns, error) {
+	type one struct {
+		i           int
+		start, stop []byte
+	}
+	ranges := make([]one, len(entities))
+	decs := make([]rowDecoder, len(entities))
+	byPrefix := make(map[string]int, len(entities))
+	for i, e := range entities {
+		prefix := schema.AggregatePrefix(e, set, r.buckets)
+		start, stop := rowRange(prefix, opts[i])
+		ranges[i] = one{i, start, stop}
+		decs[i] = rowDecoder{prefix: prefix, cols: newColumns(e, set, opts[i].Aggregates)}
+		byPrefix[string(prefix)] = i
+	}
+	slices.SortFunc(ranges, func(a, b one) int { return bytes.Compare(a.start, b.start) })
+	spec := store.ScanSpec{Table: r.table, Family: r.family, Start: ranges[0].start, Stop: ranges[len(ranges)-1].stop}
+	for _, rg := range ranges {
+		spec.Ranges = append(spec.Ranges, store.RowRange{Start: rg.start, Stop: rg.stop})
+		spec.Stop = maxBytes(spec.Stop, rg.stop)
+	}
+	if aggs := opts[0].Aggregates; len(aggs) > 0 {
+		spec.Qualifiers = append(spec.Qualifiers, []byte(schema.MetaQualifier))
+		for _, a := range aggs {
+			spec.Qualifiers = append(spec.Qualifiers, []byte(a))
+		}
+	}
+	budget := opts[0].Budget
+	var scanErr error
+	sctx, user := requestSlots(ctx)
+	if err := r.slots.acquire(sctx, user); err != nil {
+		return nil, err
+	}
+	err := r.store.Scan(sctx, spec, func(row []byte, cells []store.Cell) bool {
+		i, ok := -1, len(row) > 8
+		if ok {
+			i, ok = byPrefix[string(row[:len(row)-8])]
+		}
+		if !ok {
+			scanErr = fmt.Errorf("query: row %x is none of the entities' of %s read together", row, set)
+			return false
+		}
+		if err := decs[i].add(row, cells); err != nil {
+			scanErr = err
+			return false
+		}
+		if budget != nil && budget.left.Add(-1) < 0 {
+			scanErr = ErrBudget
+			return false
+		}
+		return true
+	})
+	r.slots.release(user)
+	if err == nil {
+		err = scanErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Columns, len(entities))
+	for i := range decs {
+		decs[i].cols.reverse()
+		out[i] = decs[i].cols
+	}
+	return out, nil
+}
+
+func maxBytes(a, b []byte) []byte {
+	if bytes.Compare(a, b) >= 0 {
+		return a
+	}
+	return b
 }
 
 // EntityOptions bound an entity listing.
@@ -369,10 +452,15 @@ func (r *Reader) byEntity(ctx context.Context, entities []string, read func(cont
 }
 
 // ManyColumns returns the windows of several entities as Columns, in the order of entities, each
-// as Columns reads it, or as CoarsenedColumns does through coarse when it is not nil.
+// as Columns reads it, or as CoarsenedColumns does through coarse when it is not nil. Without a
+// limit, newest first, the entities of a salt bucket are read from the table in one scan
+// (manyBatched).
 func (r *Reader) ManyColumns(ctx context.Context, set string, coarse *Coarse, entities []string, o Options) ([]*Columns, error) {
 	if len(entities) == 0 {
 		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
+	}
+	if coarse == nil && o.Limit == 0 && !o.OldestFirst && len(entities) > 1 && !r.noBatch {
+		return r.manyBatched(ctx, set, entities, o)
 	}
 	return each(ctx, entities, func(ctx context.Context, e string) (*Columns, error) {
 		if coarse != nil {
@@ -380,6 +468,100 @@ func (r *Reader) ManyColumns(ctx context.Context, set string, coarse *Coarse, en
 		}
 		return r.Columns(ctx, set, e, o)
 	})
+}
+
+// manyBatched is ManyColumns' read of several entities (no limit, newest first): what the cache
+// holds of each, then what the table must still answer of them in one scan per salt bucket (a
+// fleet panel's entities' last minutes: one round trip per bucket, not per entity), then each
+// entity's live windows.
+func (r *Reader) manyBatched(ctx context.Context, set string, entities []string, o Options) ([]*Columns, error) {
+	if err := checkOptions(set, o); err != nil {
+		return nil, err
+	}
+	for _, e := range entities {
+		if e == "" {
+			return nil, fmt.Errorf("%w: set and entity are required", ErrInvalid)
+		}
+	}
+	ctx, _ = requestSlots(ctx) // the request's scans share its place among the others
+	plans := make([]plannedRead, len(entities))
+	for i, e := range entities {
+		if r.cache == nil {
+			plans[i] = plannedRead{entity: e, set: set, need: true, rest: o, direct: true}
+			continue
+		}
+		p, err := r.planRead(ctx, set, e, o)
+		if err != nil {
+			return nil, fmt.Errorf("query: windows of %s in %s: %w", e, set, err)
+		}
+		plans[i] = p
+	}
+	// The table's reads, by salt bucket: a bucket is a region (tables are pre-split on them), and
+	// one scan reads its entities' ranges; the buckets are read manyParallel at a time.
+	var order []byte
+	byBucket := map[byte][]int{}
+	for i, p := range plans {
+		if !p.need {
+			continue
+		}
+		b := schema.AggregatePrefix(p.entity, set, r.buckets)[0]
+		if r.buckets <= 1 {
+			b = 0
+		}
+		if _, ok := byBucket[b]; !ok {
+			order = append(order, b)
+		}
+		byBucket[b] = append(byBucket[b], i)
+	}
+	rests := make([]*Columns, len(plans))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(manyParallel)
+	for _, b := range order {
+		idx := byBucket[b]
+		g.Go(func() error {
+			es, os := make([]string, len(idx)), make([]Options, len(idx))
+			for k, i := range idx {
+				es[k], os[k] = plans[i].entity, plans[i].rest
+			}
+			res, err := r.storedMany(gctx, set, es, os)
+			if err != nil {
+				return fmt.Errorf("query: windows of %d entities in %s: %w", len(es), set, err)
+			}
+			for k, i := range idx {
+				rests[i] = res[k]
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := make([]*Columns, len(plans))
+	for i, p := range plans {
+		out[i] = p.finish(rests[i])
+		if r.live != nil && !o.NoLive {
+			live, err := r.live.OpenWindows(ctx, set, p.entity)
+			if err != nil {
+				return nil, fmt.Errorf("query: live windows of %s in %s: %w", p.entity, set, err)
+			}
+			out[i] = mergeLive(out[i], live, o)
+		}
+	}
+	return out, nil
+}
+
+// checkOptions refuses options no read can answer.
+func checkOptions(set string, o Options) error {
+	if set == "" {
+		return fmt.Errorf("%w: set and entity are required", ErrInvalid)
+	}
+	if !o.From.IsZero() && !o.To.IsZero() && !o.From.Before(o.To) {
+		return fmt.Errorf("%w: from %s is not before to %s", ErrInvalid, o.From.Format(time.RFC3339), o.To.Format(time.RFC3339))
+	}
+	if o.Limit < 0 {
+		return fmt.Errorf("%w: negative limit %d", ErrInvalid, o.Limit)
+	}
+	return nil
 }
 
 // manyParallel is how many entities' scans each runs at once. One scan waits on a region server

@@ -64,10 +64,12 @@ func (p *prepared) readKey() string {
 	return k
 }
 
-// chunkEntities is how many entities' windows are read before they are folded and let go: two
-// rounds of query.Reader.Many's parallel scans, few enough that a wildcard over any number of
-// entities holds one chunk's windows at most (16 entities' week of minute windows: 161,280).
-const chunkEntities = 16
+// chunkEntities is how many entities' windows are read before they are folded and let go: few
+// enough that a wildcard over any number of entities holds one chunk's windows at most (64
+// entities' week of minute windows: 645,120, about 26 MB as query.Columns of one aggregate), and
+// enough that query.Reader.ManyColumns reads several entities of each salt bucket in one scan
+// (a table of 16 buckets: 16 scans a chunk where 16 entities took 10 or more).
+const chunkEntities = 64
 
 // query answers /api/query. Every sub-query is prepared first (metric, aggregator, entities);
 // then each set the sub-queries ask is read once, a chunk of entities at a time, every aggregate
