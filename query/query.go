@@ -460,7 +460,20 @@ func (r *Reader) ManyColumns(ctx context.Context, set string, coarse *Coarse, en
 		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
 	}
 	if coarse == nil && o.Limit == 0 && !o.OldestFirst && len(entities) > 1 && !r.noBatch {
-		return r.manyBatched(ctx, set, entities, o)
+		// Each entity once (rows go to their entity by prefix), answered for each time it is named.
+		uniq := slices.Clone(entities)
+		slices.Sort(uniq)
+		uniq = slices.Compact(uniq)
+		res, err := r.manyBatched(ctx, set, uniq, o)
+		if err != nil || len(uniq) == len(entities) && slices.Equal(uniq, entities) {
+			return res, err
+		}
+		out := make([]*Columns, len(entities))
+		for i, e := range entities {
+			k, _ := slices.BinarySearch(uniq, e)
+			out[i] = res[k]
+		}
+		return out, nil
 	}
 	return each(ctx, entities, func(ctx context.Context, e string) (*Columns, error) {
 		if coarse != nil {
