@@ -38,33 +38,111 @@ func (r *Reader) Coarsened(ctx context.Context, set string, c Coarse, entity str
 
 // CoarsenedColumns is Coarsened, as Columns (oldest first).
 func (r *Reader) CoarsenedColumns(ctx context.Context, set string, c Coarse, entity string, o Options) (*Columns, error) {
-	size := c.Size.Milliseconds()
-	if size <= 0 || o.From.IsZero() || o.To.IsZero() || o.Limit != 0 {
+	cr, ok := coarseRead(c, o)
+	if !ok {
 		return r.Columns(ctx, set, entity, o)
 	}
-	from, to := o.From.UnixMilli(), o.To.UnixMilli()
-	lo, hi := ceilTo(from, size), floorTo(to, size)
-	if lo >= hi {
-		return r.Columns(ctx, set, entity, o)
-	}
-	asked := o.Aggregates
-	if len(asked) == 0 {
-		asked = c.Aggregates
-	}
-	// Up to just past the last start of c's windows in range, not to hi: a cache reads the part
-	// of a range it does not keep, and [hi-size+1, hi) can hold no window of c.
-	co := Options{From: time.UnixMilli(lo), To: time.UnixMilli(hi - size + 1), NoLive: true, Aggregates: o.Aggregates, Budget: o.Budget}
-	coarse, err := r.Columns(ctx, c.Set, entity, co)
+	coarse, err := r.Columns(ctx, c.Set, entity, cr.co)
 	if err != nil {
 		return nil, err
 	}
-	askedCols := make([]int, len(asked))
-	for i, n := range asked {
+	p := cr.plan(coarse)
+	finer := make([]*Columns, len(p.gaps))
+	for i, fo := range p.gaps {
+		if finer[i], err = r.Columns(ctx, set, entity, fo); err != nil {
+			return nil, err
+		}
+	}
+	return cr.merge(entity, set, p, finer), nil
+}
+
+// manyCoarsened is CoarsenedColumns for several entities (no limit, newest first), each read of
+// the coarser set, then of the finer set, batched (batchRead).
+func (r *Reader) manyCoarsened(ctx context.Context, set string, c Coarse, entities []string, o Options) ([]*Columns, error) {
+	cr, ok := coarseRead(c, o)
+	if !ok {
+		return r.manyBatched(ctx, set, entities, o)
+	}
+	reads := make([]entityRead, len(entities))
+	for i, e := range entities {
+		reads[i] = entityRead{e, cr.co}
+	}
+	coarse, err := r.batchRead(ctx, c.Set, reads)
+	if err != nil {
+		return nil, err
+	}
+	plans := make([]coarsePlan, len(entities))
+	reads = reads[:0]
+	for i, e := range entities {
+		plans[i] = cr.plan(coarse[i])
+		for _, fo := range plans[i].gaps {
+			reads = append(reads, entityRead{e, fo})
+		}
+	}
+	fine, err := r.batchRead(ctx, set, reads)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*Columns, len(entities))
+	for i, e := range entities {
+		n := len(plans[i].gaps)
+		out[i] = cr.merge(e, set, plans[i], fine[:n])
+		fine = fine[n:]
+	}
+	return out, nil
+}
+
+// coarsened is a coarsened read's range: c's whole windows in [lo, hi), of size ms.
+type coarsened struct {
+	c        Coarse
+	o        Options
+	co       Options // the read of c's windows
+	size     int64
+	from, to int64
+	lo, hi   int64
+	asked    []string
+}
+
+// coarseRead is the coarsened read of o through c; false when o cannot be read so (no range, a
+// limit, a range that holds no whole window of c).
+func coarseRead(c Coarse, o Options) (coarsened, bool) {
+	size := c.Size.Milliseconds()
+	if size <= 0 || o.From.IsZero() || o.To.IsZero() || o.Limit != 0 {
+		return coarsened{}, false
+	}
+	cr := coarsened{c: c, o: o, size: size, from: o.From.UnixMilli(), to: o.To.UnixMilli(), asked: o.Aggregates}
+	cr.lo, cr.hi = ceilTo(cr.from, size), floorTo(cr.to, size)
+	if cr.lo >= cr.hi {
+		return coarsened{}, false
+	}
+	if len(cr.asked) == 0 {
+		cr.asked = c.Aggregates
+	}
+	// Up to just past the last start of c's windows in range, not to hi: a cache reads the part
+	// of a range it does not keep, and [hi-size+1, hi) can hold no window of c.
+	cr.co = Options{From: time.UnixMilli(cr.lo), To: time.UnixMilli(cr.hi - cr.size + 1), NoLive: true, Aggregates: o.Aggregates, Budget: o.Budget}
+	return cr, true
+}
+
+// coarsePlan is an entity's coarsened read once its coarser windows are read: those it uses, and
+// the reads of the finer set for the rest.
+type coarsePlan struct {
+	coarse *Columns
+	used   map[int64]bool
+	gaps   []Options
+}
+
+// plan keeps the coarser windows that answer for their period (final, whole, holding every
+// aggregate asked) and says what the finer set must answer: the range's edges, and every period
+// without a usable window (up to maxGapScans reads, then one read over them all).
+func (cr coarsened) plan(coarse *Columns) coarsePlan {
+	askedCols := make([]int, len(cr.asked))
+	for i, n := range cr.asked {
 		askedCols[i] = coarse.Column(n)
 	}
 	usable := func(i int) bool {
 		s := coarse.starts[i]
-		if !coarse.Final(i) || s%size != 0 || coarse.ends[i]-s != size {
+		if !coarse.Final(i) || s%cr.size != 0 || coarse.ends[i]-s != cr.size {
 			return false
 		}
 		for _, k := range askedCols {
@@ -74,12 +152,10 @@ func (r *Reader) CoarsenedColumns(ctx context.Context, set string, c Coarse, ent
 		}
 		return true
 	}
-	used := map[int64]bool{}
-	coarse = coarse.filter(usable)
-	for i := range coarse.Len() {
-		used[coarse.starts[i]] = true
+	p := coarsePlan{coarse: coarse.filter(usable), used: map[int64]bool{}}
+	for i := range p.coarse.Len() {
+		p.used[p.coarse.starts[i]] = true
 	}
-	// The ranges the finer set answers: the edges, and every period without a usable window.
 	type span struct{ from, to int64 }
 	var gaps []span
 	add := func(f, t int64) {
@@ -92,35 +168,40 @@ func (r *Reader) CoarsenedColumns(ctx context.Context, set string, c Coarse, ent
 		}
 		gaps = append(gaps, span{f, t})
 	}
-	add(from, lo)
-	for s := lo; s < hi; s += size {
-		if !used[s] {
-			add(s, s+size)
+	add(cr.from, cr.lo)
+	for s := cr.lo; s < cr.hi; s += cr.size {
+		if !p.used[s] {
+			add(s, s+cr.size)
 		}
 	}
-	add(hi, to)
+	add(cr.hi, cr.to)
 	if len(gaps) > maxGapScans {
 		gaps = []span{{gaps[0].from, gaps[len(gaps)-1].to}}
 	}
-	fo := o
-	fo.OldestFirst, fo.Limit = false, 0
-	var finer []*Columns
 	for _, g := range gaps {
+		fo := cr.o
+		fo.OldestFirst, fo.Limit = false, 0
 		fo.From, fo.To = time.UnixMilli(g.from), time.UnixMilli(g.to)
-		ws, err := r.Columns(ctx, set, entity, fo)
-		if err != nil {
-			return nil, err
-		}
-		finer = append(finer, ws.filter(func(i int) bool { s := ws.starts[i]; return !used[s-mod(s, size)] }))
+		p.gaps = append(p.gaps, fo)
+	}
+	return p
+}
+
+// merge joins the coarser windows used and the finer set's answers to the gaps (in order), less
+// the finer windows inside a period a coarser window answers.
+func (cr coarsened) merge(entity, set string, p coarsePlan, finer []*Columns) *Columns {
+	for i, ws := range finer {
+		finer[i] = ws.filter(func(k int) bool { s := ws.starts[k]; return !p.used[s-mod(s, cr.size)] })
 	}
 	// The gaps are in order and apart, and no finer window left lies in a coarser one's period:
 	// the two merge by start.
 	fine := concat(entity, set, finer...)
+	coarse := p.coarse
 	if coarse.Len() == 0 {
-		return fine, nil
+		return fine
 	}
 	out := newColumns(entity, set, nil)
-	out.coarser = c.Set
+	out.coarser = cr.c.Set
 	out.grow(coarse.Len() + fine.Len())
 	cm, fm := out.columnMap(coarse), out.columnMap(fine)
 	for i, j := 0, 0; i < coarse.Len() || j < fine.Len(); {
@@ -133,7 +214,7 @@ func (r *Reader) CoarsenedColumns(ctx context.Context, set string, c Coarse, ent
 			j++
 		}
 	}
-	return out, nil
+	return out
 }
 
 // ManyCoarsened is Coarsened for several entities (in the order given), as Many reads them.

@@ -305,9 +305,9 @@ func rowRange(prefix []byte, o Options) (start, stop []byte) {
 }
 
 // storedMany reads, in one forward scan, the windows of several entities of a set from the
-// table, each entity's as its options select them (no limit): one round trip, where stored takes
-// one per entity. The entities' rows must lie in one region to be read in one (a salt bucket);
-// HBase seeks from one entity's range to the next.
+// table, each as its options select them (no limit): one round trip, where stored takes one per
+// read. The reads' rows must lie apart (an entity twice only for ranges apart) and, to be read in
+// one round trip, in one region (a salt bucket); HBase seeks from one range to the next.
 func (r *Reader) storedMany(ctx context.Context, set string, entities []string, opts []Options) ([]*Columns, error) {
 	type one struct {
 		i           int
@@ -315,16 +315,14 @@ func (r *Reader) storedMany(ctx context.Context, set string, entities []string, 
 	}
 	ranges := make([]one, len(entities))
 	decs := make([]rowDecoder, len(entities))
-	byPrefix := make(map[string]int, len(entities))
 	for i, e := range entities {
 		prefix := schema.AggregatePrefix(e, set, r.buckets)
 		start, stop := rowRange(prefix, opts[i])
 		ranges[i] = one{i, start, stop}
 		decs[i] = rowDecoder{prefix: prefix, cols: newColumns(e, set, opts[i].Aggregates)}
-		byPrefix[string(prefix)] = i
 	}
 	slices.SortFunc(ranges, func(a, b one) int { return bytes.Compare(a.start, b.start) })
-	spec := store.ScanSpec{Table: r.table, Family: r.family, Start: ranges[0].start, Stop: ranges[len(ranges)-1].stop}
+	spec := store.ScanSpec{Table: r.table, Family: r.family, Start: ranges[0].start}
 	for _, rg := range ranges {
 		spec.Ranges = append(spec.Ranges, store.RowRange{Start: rg.start, Stop: rg.stop})
 		spec.Stop = maxBytes(spec.Stop, rg.stop)
@@ -342,15 +340,16 @@ func (r *Reader) storedMany(ctx context.Context, set string, entities []string, 
 		return nil, err
 	}
 	err := r.store.Scan(sctx, spec, func(row []byte, cells []store.Cell) bool {
-		i, ok := -1, len(row) > 8
-		if ok {
-			i, ok = byPrefix[string(row[:len(row)-8])]
+		// The read whose range holds the row: the last starting at or before it.
+		k, found := slices.BinarySearchFunc(ranges, row, func(rg one, row []byte) int { return bytes.Compare(rg.start, row) })
+		if !found {
+			k--
 		}
-		if !ok {
-			scanErr = fmt.Errorf("query: row %x is none of the entities' of %s read together", row, set)
+		if k < 0 || bytes.Compare(row, ranges[k].stop) >= 0 {
+			scanErr = fmt.Errorf("query: row %x is in none of the ranges of %s read together", row, set)
 			return false
 		}
-		if err := decs[i].add(row, cells); err != nil {
+		if err := decs[ranges[k].i].add(row, cells); err != nil {
 			scanErr = err
 			return false
 		}
@@ -454,17 +453,23 @@ func (r *Reader) byEntity(ctx context.Context, entities []string, read func(cont
 // ManyColumns returns the windows of several entities as Columns, in the order of entities, each
 // as Columns reads it, or as CoarsenedColumns does through coarse when it is not nil. Without a
 // limit, newest first, the entities of a salt bucket are read from the table in one scan
-// (manyBatched).
+// (batchRead).
 func (r *Reader) ManyColumns(ctx context.Context, set string, coarse *Coarse, entities []string, o Options) ([]*Columns, error) {
 	if len(entities) == 0 {
 		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
 	}
-	if coarse == nil && o.Limit == 0 && !o.OldestFirst && len(entities) > 1 && !r.noBatch {
-		// Each entity once (rows go to their entity by prefix), answered for each time it is named.
+	if o.Limit == 0 && !o.OldestFirst && len(entities) > 1 && !r.noBatch {
+		// Each entity once (rows go to their read by range), answered for each time it is named.
 		uniq := slices.Clone(entities)
 		slices.Sort(uniq)
 		uniq = slices.Compact(uniq)
-		res, err := r.manyBatched(ctx, set, uniq, o)
+		var res []*Columns
+		var err error
+		if coarse != nil {
+			res, err = r.manyCoarsened(ctx, set, *coarse, uniq, o)
+		} else {
+			res, err = r.manyBatched(ctx, set, uniq, o)
+		}
 		if err != nil || len(uniq) == len(entities) && slices.Equal(uniq, entities) {
 			return res, err
 		}
@@ -483,29 +488,46 @@ func (r *Reader) ManyColumns(ctx context.Context, set string, coarse *Coarse, en
 	})
 }
 
+// entityRead is one read of a batch: an entity and the options that select its windows.
+type entityRead struct {
+	entity string
+	o      Options
+}
+
 // manyBatched is ManyColumns' read of several entities (no limit, newest first): what the cache
 // holds of each, then what the table must still answer of them in one scan per salt bucket (a
 // fleet panel's entities' last minutes: one round trip per bucket, not per entity), then each
 // entity's live windows.
 func (r *Reader) manyBatched(ctx context.Context, set string, entities []string, o Options) ([]*Columns, error) {
-	if err := checkOptions(set, o); err != nil {
-		return nil, err
+	reads := make([]entityRead, len(entities))
+	for i, e := range entities {
+		reads[i] = entityRead{e, o}
 	}
-	for _, e := range entities {
-		if e == "" {
+	return r.batchRead(ctx, set, reads)
+}
+
+// batchRead answers each read (no limit, newest first, the same aggregates; an entity twice only
+// for ranges apart) as Columns does: through the cache, then the table's part of every read of a
+// salt bucket in one scan, then the live windows.
+func (r *Reader) batchRead(ctx context.Context, set string, reads []entityRead) ([]*Columns, error) {
+	for _, rd := range reads {
+		if rd.entity == "" {
 			return nil, fmt.Errorf("%w: set and entity are required", ErrInvalid)
+		}
+		if err := checkOptions(set, rd.o); err != nil {
+			return nil, err
 		}
 	}
 	ctx, _ = requestSlots(ctx) // the request's scans share its place among the others
-	plans := make([]plannedRead, len(entities))
-	for i, e := range entities {
+	plans := make([]plannedRead, len(reads))
+	for i, rd := range reads {
 		if r.cache == nil {
-			plans[i] = plannedRead{entity: e, set: set, need: true, rest: o, direct: true}
+			plans[i] = plannedRead{entity: rd.entity, set: set, need: true, rest: rd.o, direct: true}
 			continue
 		}
-		p, err := r.planRead(ctx, set, e, o)
+		p, err := r.planRead(ctx, set, rd.entity, rd.o)
 		if err != nil {
-			return nil, fmt.Errorf("query: windows of %s in %s: %w", e, set, err)
+			return nil, fmt.Errorf("query: windows of %s in %s: %w", rd.entity, set, err)
 		}
 		plans[i] = p
 	}
@@ -552,7 +574,7 @@ func (r *Reader) manyBatched(ctx context.Context, set string, entities []string,
 	out := make([]*Columns, len(plans))
 	for i, p := range plans {
 		out[i] = p.finish(rests[i])
-		if r.live != nil && !o.NoLive {
+		if o := reads[i].o; r.live != nil && !o.NoLive {
 			live, err := r.live.OpenWindows(ctx, set, p.entity)
 			if err != nil {
 				return nil, fmt.Errorf("query: live windows of %s in %s: %w", p.entity, set, err)
