@@ -219,7 +219,7 @@ func (cr coarsened) merge(entity, set string, p coarsePlan, finer []*Columns) *C
 
 // ManyCoarsened is Coarsened for several entities (in the order given), as Many reads them.
 func (r *Reader) ManyCoarsened(ctx context.Context, set string, c Coarse, entities []string, o Options) (map[string][]Window, error) {
-	return r.byEntity(ctx, entities, func(ctx context.Context, e string) ([]Window, error) { return r.Coarsened(ctx, set, c, e, o) })
+	return r.byEntity(ctx, set, &c, entities, o)
 }
 
 // mod is x mod m in [0, m), for times before 1970 too.

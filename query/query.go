@@ -431,21 +431,18 @@ func (r *Reader) ListEntities(ctx context.Context, set string, o EntityOptions) 
 // Many returns the windows of several entities, each selected by o. It does not say whether
 // o.Limit cut an entity's windows: Page does, and says where the next page starts.
 func (r *Reader) Many(ctx context.Context, set string, entities []string, o Options) (map[string][]Window, error) {
-	return r.byEntity(ctx, entities, func(ctx context.Context, e string) ([]Window, error) { return r.Windows(ctx, set, e, o) })
+	return r.byEntity(ctx, set, nil, entities, o)
 }
 
-// byEntity runs read for each entity, as each does, and answers by entity.
-func (r *Reader) byEntity(ctx context.Context, entities []string, read func(context.Context, string) ([]Window, error)) (map[string][]Window, error) {
-	if len(entities) == 0 {
-		return nil, fmt.Errorf("%w: no entity given", ErrInvalid)
-	}
-	res, err := each(ctx, entities, read)
+// byEntity is ManyColumns' answer as Windows, by entity.
+func (r *Reader) byEntity(ctx context.Context, set string, coarse *Coarse, entities []string, o Options) (map[string][]Window, error) {
+	cs, err := r.ManyColumns(ctx, set, coarse, entities, o)
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string][]Window, len(entities))
 	for i, e := range entities {
-		out[e] = res[i]
+		out[e] = cs[i].Windows(o.OldestFirst)
 	}
 	return out, nil
 }
