@@ -7,8 +7,8 @@
 #
 #   ABACUS_BENCH_ENTITIES=100 ABACUS_BENCH_ROUNDS=3 bench/query/opentsdb/run.sh   what docs/BENCHMARKS.md used
 #
-# Start HBase with HBASE_HEAP=3g (testenv/services.sh): at the default 1g its region server ran out
-# of heap under the TSD's load and aborted.
+# Start HBase with HBASE_HEAP=3g (testenv/services.sh), 8g for 1,000 entities: at the default 1g
+# (3g for 1,000 entities) its region server ran out of heap under the TSD's load and aborted.
 #
 # The sizes and ABACUS_BENCH_PANELS are bench/query/run.sh's. OpenTSDB is given every reading
 # (about 6.5 per entity-minute): 1,000 entities x 7 days would be 65M points, loaded through its
