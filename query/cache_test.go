@@ -11,7 +11,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/internal/testenv"
 	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
 	"github.com/abacus-stream/abacus/schema"
@@ -45,17 +44,7 @@ func TestCacheAnswersWhatTheTableHolds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			st, table := open(t)
-			agg := schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}
-			if err := st.(store.Tables).EnsureTable(ctx, schema.KeyIndexLayout(agg)); err != nil {
-				t.Fatal(err)
-			}
-			if name == "hbase" {
-				testenv.DropTableAtEnd(t, testenv.HBaseClient(t), schema.KeyIndexTable(table))
-			}
-			if err := keyindex.MarkComplete(ctx, st, agg); err != nil {
-				t.Fatal(err)
-			}
-			enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4, KeyIndex: schema.KeyIndexTable(table)}
+			enc := withKeyIndex(t, name, st, table)
 			encode := func(e string, start time.Time, n int64) []store.Cell {
 				r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: start.UnixMilli(), End: start.Add(time.Minute).UnixMilli(),
 					Final: time.Since(start) > 2*time.Minute, Revision: uint64(n), Values: []totals.Value{
