@@ -565,10 +565,10 @@ func finalsOf(ts []abacustest.Total, set, entity string, start time.Time) []stri
 	return out
 }
 
-// oneFinal fails unless the window got final totals that all agree, and returns it.
 // finalWait is how long a test waits for a final it expects to have come.
 const finalWait = 20 * time.Second
 
+// oneFinal fails unless the window got final totals that all agree, and returns it.
 func oneFinal(t *testing.T, r runner, set, entity string, start time.Time) abacustest.Total {
 	t.Helper()
 	fs := r.finals()
