@@ -64,18 +64,12 @@ func regionFinals(t *testing.T, fs []abacustest.Total) []string {
 	return out
 }
 
-// waitRegionFinals is regionFinals of r, read again for up to finalWait while fewer than want:
-// the runner settles once its outputs stay still for a moment, and on a loaded machine the last
-// rollup finals can still be on their way through the loop topic then (CI's main stage failed so
-// twice). A wrong or second final fails at once all the same.
+// waitRegionFinals is regionFinals of r once it holds as many as want (awaited): the last rollup
+// finals can still be on their way through the loop topic when the runner settled (CI's main stage
+// failed so twice).
 func waitRegionFinals(t *testing.T, r runner, want []string) []string {
 	t.Helper()
-	got := regionFinals(t, r.finals())
-	for deadline := time.Now().Add(finalWait); len(got) < len(want) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-		got = regionFinals(t, r.finals())
-	}
-	return got
+	return awaited(len(want), func() []string { return regionFinals(t, r.finals()) })
 }
 
 // TestJoinTableByEventTime: events look their entity's place up at their event time, through a

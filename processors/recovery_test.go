@@ -255,10 +255,10 @@ func TestSetAsideKeepsRecordTime(t *testing.T) {
 				badAt := base.Add(-17 * time.Second)
 				r.send(in, "s", []byte("{not json"), badAt)
 				// The header that names the original timestamp, on every runner.
-				if l := r.late(); len(l) != 1 || !l[0].Timestamp.Equal(lateAt) {
+				if l := awaited(1, r.late); len(l) != 1 || !l[0].Timestamp.Equal(lateAt) {
 					t.Fatalf("late records %+v, want one naming its record's timestamp %v", l, lateAt)
 				}
-				if d := r.deadLetters(); len(d) != 1 || !d[0].Timestamp.Equal(badAt) {
+				if d := awaited(1, r.deadLetters); len(d) != 1 || !d[0].Timestamp.Equal(badAt) {
 					t.Fatalf("dead letters %+v, want one naming its record's timestamp %v", d, badAt)
 				}
 				kr, ok := r.(*kafkaRunner)
