@@ -255,7 +255,7 @@ func asker(ctx context.Context, hc *http.Client, base string) func(panel) (time.
 			return 0, err
 		}
 		if resp.StatusCode == http.StatusServiceUnavailable {
-			return took, fmt.Errorf("panel %q: status 503: %.200s", p.name, out)
+			return took, fmt.Errorf("panel %q: status 503: %.2000s", p.name, out)
 		}
 		if err := p.check(resp.StatusCode, out); err != nil {
 			return took, fmt.Errorf("panel %q: %w", p.name, err)
