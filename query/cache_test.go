@@ -44,7 +44,7 @@ func TestCacheAnswersWhatTheTableHolds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			st, table := open(t)
-			enc := withKeyIndex(t, name, st, table)
+			enc := querytest.KeyIndexed(t, st, table)
 			encode := func(e string, start time.Time, n int64) []store.Cell {
 				r := totals.Record{Topology: "t", Set: "minute", Entity: e, Start: start.UnixMilli(), End: start.Add(time.Minute).UnixMilli(),
 					Final: time.Since(start) > 2*time.Minute, Revision: uint64(n), Values: []totals.Value{

@@ -10,11 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/abacus-stream/abacus/internal/testenv"
-	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/query/internal/querytest"
-	"github.com/abacus-stream/abacus/schema"
-	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
 	"github.com/abacus-stream/abacus/totals"
 )
@@ -30,7 +26,7 @@ func TestManyEntitiesInOneScanAnswerAsOneEach(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
 			st, table := open(t)
-			enc := withKeyIndex(t, name, st, table)
+			enc := querytest.KeyIndexed(t, st, table)
 			rng := rand.New(rand.NewPCG(11, 12))
 			now := time.Now().Truncate(time.Minute)
 			t0 := now.Add(-3 * time.Hour)
@@ -166,25 +162,6 @@ func (c *tableScans) Scan(ctx context.Context, spec store.ScanSpec, fn func([]by
 		c.n.Add(1)
 	}
 	return c.Source.Scan(ctx, spec, fn)
-}
-
-// withKeyIndex gives a test's aggregate table (4 salt buckets, family "d") a complete key index,
-// dropped at the end on the real HBase, and returns the sinks' encoder that keeps it: the cache
-// answers only over a complete index.
-func withKeyIndex(t *testing.T, storeName string, st querytest.Store, table string) *sinks.AggregatesEncoder {
-	t.Helper()
-	ctx := context.Background()
-	agg := schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}
-	if err := st.(store.Tables).EnsureTable(ctx, schema.KeyIndexLayout(agg)); err != nil {
-		t.Fatal(err)
-	}
-	if storeName == "hbase" {
-		testenv.DropTableAtEnd(t, testenv.HBaseClient(t), schema.KeyIndexTable(table))
-	}
-	if err := keyindex.MarkComplete(ctx, st, agg); err != nil {
-		t.Fatal(err)
-	}
-	return &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4, KeyIndex: schema.KeyIndexTable(table)}
 }
 
 // TestInRanges: a row is in sorted ranges [Start, Stop) (a nil Stop unbounded) as a walk over

@@ -64,12 +64,34 @@ func (p *prepared) readKey() string {
 	return k
 }
 
-// chunkEntities is how many entities' windows are read before they are folded and let go: few
-// enough that a wildcard over any number of entities holds one chunk's windows at most (64
-// entities' week of minute windows: 645,120, about 26 MB as query.Columns of one aggregate), and
-// enough that query.Reader.ManyColumns reads several entities of each salt bucket in one scan
-// (a table of 16 buckets: 16 scans a chunk where 16 entities took 10 or more).
-const chunkEntities = 64
+// chunkWindows bounds the windows one chunk of entities holds before it is folded and let go (a
+// chunk is sized to it from the windows one entity can have in the range): a wildcard over any
+// number of entities holds that many at most, 64 entities' week of minute windows of one aggregate
+// (about 26 MB as query.Columns).
+const chunkWindows = 64 * 7 * 24 * 60
+
+// minChunk and maxChunk bound a chunk's entities. Several entities of each salt bucket read in one
+// scan (query.Reader.ManyColumns) is what makes a fleet cheap: a chunk of 64 entities over a table
+// of 16 buckets reads 16 scans of 4 entities each, and a chunk never gets fewer (a long range of
+// fine windows would make it one entity). Past maxChunk a scan's row ranges outgrow what a scan
+// request should carry.
+const minChunk, maxChunk = 64, 4096
+
+// chunkSize is how many entities a chunk of readSet holds: as many as keep it within chunkWindows
+// when every entity has every window of the range (of set's window size, or of the coarser form,
+// whose edges and open end come from the finer set), between minChunk and maxChunk. A set of
+// windows of no fixed size (hopping, sessions) gets minChunk.
+func chunkSize(size time.Duration, coarse *query.Coarse, span time.Duration, aggs int) int {
+	if size <= 0 {
+		return minChunk
+	}
+	per := int64(span/size) + 1
+	if coarse != nil && coarse.Size > 0 {
+		per = int64(span/coarse.Size) + 1 + 2*int64(coarse.Size/size)
+	}
+	per *= int64(max(aggs, 1))
+	return int(min(max(chunkWindows/per, minChunk), maxChunk))
+}
 
 // query answers /api/query. Every sub-query is prepared first (metric, aggregator, entities);
 // then each set the sub-queries ask is read once, a chunk of entities at a time, every aggregate
@@ -228,8 +250,13 @@ func (a *API) readSet(ctx context.Context, st *reqState, req *tsdbRequest, ps []
 	sort.Strings(all)
 	all = slices.Compact(all)
 	met := ps[0].met
+	var size time.Duration
+	if i := slices.IndexFunc(met.topo.Sets, func(s query.ServedSet) bool { return s.Name == met.set }); i >= 0 {
+		size = met.topo.Sets[i].Size
+	}
+	n := chunkSize(size, ps[0].coarse, req.end.Sub(req.start), len(aggs))
 	for len(all) > 0 {
-		chunk := all[:min(chunkEntities, len(all))]
+		chunk := all[:min(n, len(all))]
 		all = all[len(chunk):]
 		o := query.Options{From: req.start, To: req.end.Add(time.Millisecond), Aggregates: aggs, Budget: st.budget}
 		res, err := met.topo.Reader.ManyColumns(ctx, met.set, ps[0].coarse, chunk, o)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/abacus-stream/abacus/internal/plan"
 	"github.com/abacus-stream/abacus/internal/testenv"
+	"github.com/abacus-stream/abacus/keyindex"
 	"github.com/abacus-stream/abacus/schema"
 	"github.com/abacus-stream/abacus/sinks"
 	"github.com/abacus-stream/abacus/store"
@@ -80,7 +81,31 @@ func CellStore(t testing.TB) (Store, string) {
 // them.
 func WriteTotals(t testing.TB, st store.Writer, table string, buckets int, recs []totals.Record) {
 	t.Helper()
-	enc := &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}
+	Encoded(t, st, &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: buckets}, recs)
+}
+
+// KeyIndexed gives a test's aggregate table (4 salt buckets, family "d") a complete key index,
+// dropped at the end on the real HBase, and returns the sinks' encoder that keeps it: the query
+// cache answers, and entity listings read the index, only over a complete one.
+func KeyIndexed(t testing.TB, st Store, table string) *sinks.AggregatesEncoder {
+	t.Helper()
+	ctx := context.Background()
+	agg := schema.TableLayout{Name: table, Family: "d", SaltBuckets: 4}
+	if err := st.(store.Tables).EnsureTable(ctx, schema.KeyIndexLayout(agg)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := st.(*hbasestore.Store); ok {
+		testenv.DropTableAtEnd(t, testenv.HBaseClient(t), schema.KeyIndexTable(table))
+	}
+	if err := keyindex.MarkComplete(ctx, st, agg); err != nil {
+		t.Fatal(err)
+	}
+	return &sinks.AggregatesEncoder{Table: table, Family: "d", SaltBuckets: 4, KeyIndex: schema.KeyIndexTable(table)}
+}
+
+// Encoded writes recs to st through enc.
+func Encoded(t testing.TB, st store.Writer, enc *sinks.AggregatesEncoder, recs []totals.Record) {
+	t.Helper()
 	var cells []store.Cell
 	for _, r := range recs {
 		var err error
