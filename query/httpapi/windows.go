@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -229,7 +230,7 @@ func (s *Server) windows(_ http.ResponseWriter, r *http.Request) (int, any) {
 	}
 	out := pageJSON(t.Name, set.Name, page, o.OldestFirst)
 	out.Dimension = set.KeyName()
-	return http.StatusOK, out
+	return http.StatusOK, rawJSON(out.appendJSON(nil))
 }
 
 // windowsParams are the parameters of /api/v1/windows other than the keys: a dimension with one
@@ -364,6 +365,63 @@ func (s *Server) windowsFailed(r *http.Request, set string, err error) (int, any
 	}
 	s.Logger.Error("windows query failed", "set", set, "err", err)
 	return http.StatusServiceUnavailable, apiError{Error: err.Error()}
+}
+
+// appendJSON appends the answer as encoding/json's Encoder writes it (without its newline): an
+// Encoder compacts every json.RawMessage it writes, a scan of each entity's windows that took
+// most of the CPU of answering them (bench/query's profile of 16 dashboards: 2.2 of 2.7 s of
+// writing the answers).
+func (w windowsJSON) appendJSON(b []byte) []byte {
+	b = append(b, `{"topology":`...)
+	b = appendJSONString(b, w.Topology)
+	b = append(b, `,"set":`...)
+	b = appendJSONString(b, w.Set)
+	b = append(b, `,"dimension":`...)
+	b = appendJSONString(b, w.Dimension)
+	b = append(b, `,"entities":`...)
+	if w.Entities == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '{')
+		for i, e := range slices.Sorted(maps.Keys(w.Entities)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, e)
+			b = append(b, ':')
+			b = append(b, w.Entities[e]...)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, `,"truncated":`...)
+	b = strconv.AppendBool(b, w.Truncated)
+	if len(w.Next) > 0 {
+		b = append(b, `,"next":{`...)
+		for i, e := range slices.Sorted(maps.Keys(w.Next)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, e)
+			b = append(b, ":{"...)
+			for j, k := range slices.Sorted(maps.Keys(w.Next[e])) {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = appendJSONString(b, k)
+				b = append(b, ':')
+				b = strconv.AppendInt(b, w.Next[e][k], 10)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, '}')
+	}
+	return append(b, '}')
+}
+
+// appendJSONString appends s as encoding/json writes a string (HTML characters escaped).
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always marshals
+	return append(b, q...)
 }
 
 // pageJSON is a page as /api/v1/windows answers it: each next page as the from and to (ms) to ask

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"strconv"
@@ -102,6 +103,44 @@ func TestWindowsJSONIsWhatEncodingJSONWrites(t *testing.T) {
 			if err := json.NewEncoder(&raw).Encode(json.RawMessage(got[:len(got)-1])); err != nil || !bytes.Equal(raw.Bytes(), got) {
 				t.Fatalf("round %d: the encoder changed the raw windows (%v):\n%s\n%s", round, err, raw.Bytes(), got)
 			}
+		}
+	}
+}
+
+// TestPageJSONIsWhatEncodingJSONWrites: the windows API's answer, written by hand, is byte for
+// byte what encoding/json's Encoder writes of windowsJSON: names JSON must escape, no entities or
+// none at all, next pages with a from, a to or both, truncated or not.
+func TestPageJSONIsWhatEncodingJSONWrites(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	names := []string{"", "a", "dev-0001", "eu<&>west", "ünï\u2028", `q"b\`}
+	for round := range 200 {
+		w := windowsJSON{Topology: names[rng.IntN(len(names))], Set: names[rng.IntN(len(names))],
+			Dimension: names[rng.IntN(len(names))], Truncated: rng.IntN(2) == 0}
+		if rng.IntN(5) > 0 {
+			w.Entities = map[string]json.RawMessage{}
+			for range rng.IntN(4) {
+				w.Entities[names[rng.IntN(len(names))]] = json.RawMessage(fmt.Sprintf(`[{"start":%d}]`, rng.Int64N(1e13)))
+			}
+		}
+		for range rng.IntN(3) {
+			if w.Next == nil {
+				w.Next = map[string]map[string]int64{}
+			}
+			page := map[string]int64{}
+			if rng.IntN(3) > 0 {
+				page["from"] = rng.Int64N(1e13)
+			}
+			if rng.IntN(3) > 0 {
+				page["to"] = -rng.Int64N(1e13)
+			}
+			w.Next[names[rng.IntN(len(names))]] = page
+		}
+		var enc bytes.Buffer
+		if err := json.NewEncoder(&enc).Encode(w); err != nil {
+			t.Fatal(err)
+		}
+		if got := append(w.appendJSON(nil), '\n'); !bytes.Equal(got, enc.Bytes()) {
+			t.Fatalf("round %d:\n got %s\nwant %s", round, got, enc.Bytes())
 		}
 	}
 }
