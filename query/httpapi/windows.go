@@ -94,6 +94,7 @@ func appendWindowsJSON(b []byte, c *query.Columns, oldestFirst bool) []byte {
 	names := c.Aggregates()
 	order := make([]int, len(names))
 	quoted := make([][]byte, len(names))
+	keys := make([]quantileKeys, len(names))
 	for k, name := range names {
 		order[k] = k
 		quoted[k], _ = json.Marshal(name) // a string always marshals
@@ -134,7 +135,7 @@ func appendWindowsJSON(b []byte, c *query.Columns, oldestFirst bool) []byte {
 			}
 			first = false
 			b = append(append(b, quoted[col]...), ':')
-			b = appendValueJSON(b, v)
+			b = appendValueJSON(b, v, &keys[col])
 		}
 		b = append(b, "}}"...)
 	}
@@ -142,33 +143,23 @@ func appendWindowsJSON(b []byte, c *query.Columns, oldestFirst bool) []byte {
 }
 
 // appendValueJSON appends a value as the API writes it: a number, for quantiles an object of
-// quantile to value, for a user-defined aggregation its bytes in base64.
-func appendValueJSON(b []byte, v totals.Value) []byte {
+// quantile to value, for a user-defined aggregation its bytes in base64. keys remembers the
+// quantiles' keys of the values before (a column's windows share them).
+func appendValueJSON(b []byte, v totals.Value, keys *quantileKeys) []byte {
 	switch v.Kind {
 	case totals.KindInt:
 		return strconv.AppendInt(b, v.Int, 10)
 	case totals.KindFloat:
 		return jsonnum.Append(b, v.Float)
 	case totals.KindQuantiles:
-		type qv struct {
-			key string
-			v   float64
-		}
-		qs := make([]qv, 0, len(v.Quantiles))
-		for _, q := range v.Quantiles {
-			qs = append(qs, qv{strconv.FormatFloat(q.Q, 'f', -1, 64), q.Value})
-		}
-		slices.SortStableFunc(qs, func(x, y qv) int { return strings.Compare(x.key, y.key) })
+		keys.of(v.Quantiles)
 		b = append(b, '{')
-		for i, q := range qs {
-			if i+1 < len(qs) && qs[i+1].key == q.key {
-				continue // a map keeps the last of equal keys
-			}
-			if b[len(b)-1] != '{' {
+		for n, i := range keys.order {
+			if n > 0 {
 				b = append(b, ',')
 			}
-			b = append(append(append(b, '"'), q.key...), `":`...)
-			b = jsonnum.Append(b, q.v)
+			b = append(append(append(b, '"'), keys.keys[i]...), `":`...)
+			b = jsonnum.Append(b, v.Quantiles[i].Value)
 		}
 		return append(b, '}')
 	}
@@ -178,6 +169,46 @@ func appendValueJSON(b []byte, v totals.Value) []byte {
 	b = append(b, '"')
 	b = base64.StdEncoding.AppendEncode(b, v.Bytes)
 	return append(b, '"')
+}
+
+// quantileKeys are a list of quantiles as JSON object keys, in the order encoding/json writes a
+// map of them: sorted, and of equal keys only the last (a map keeps the last). A column's windows
+// mostly share their list, so the formatting and sorting is done once for them.
+type quantileKeys struct {
+	qs    []float64
+	keys  []string
+	order []int // indices into the list, in the order written
+}
+
+// of makes k the keys of qs, unless they are already.
+func (k *quantileKeys) of(qs []totals.Quantile) {
+	if len(qs) == len(k.qs) {
+		same := true
+		for i, q := range qs {
+			if q.Q != k.qs[i] { // a NaN never matches: its keys are made again
+				same = false
+				break
+			}
+		}
+		if same {
+			return
+		}
+	}
+	k.qs, k.keys, k.order = k.qs[:0], k.keys[:0], k.order[:0]
+	for i, q := range qs {
+		k.qs = append(k.qs, q.Q)
+		k.keys = append(k.keys, strconv.FormatFloat(q.Q, 'f', -1, 64))
+		k.order = append(k.order, i)
+	}
+	slices.SortStableFunc(k.order, func(x, y int) int { return strings.Compare(k.keys[x], k.keys[y]) })
+	out := k.order[:0]
+	for n, i := range k.order {
+		if n+1 < len(k.order) && k.keys[k.order[n+1]] == k.keys[i] {
+			continue
+		}
+		out = append(out, i)
+	}
+	k.order = out
 }
 
 // windowsJSON is the answer of /api/v1/windows.

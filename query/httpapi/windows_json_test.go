@@ -69,8 +69,18 @@ func TestWindowsJSONIsWhatEncodingJSONWrites(t *testing.T) {
 				w.Values["max <temp> & \"more\""] = totals.Value{Name: "max <temp> & \"more\"", Kind: totals.KindFloat, Float: f}
 			}
 			if rng.IntN(3) == 0 {
-				w.Values["p"] = totals.Value{Name: "p", Kind: totals.KindQuantiles, Quantiles: []totals.Quantile{
-					{Q: 0.99, Value: floats[rng.IntN(len(floats))]}, {Q: 0.5, Value: rng.Float64()}, {Q: 0.999, Value: rng.Float64()}}}
+				// Mostly one list of quantiles (the writer remembers a column's keys), sometimes
+				// another, shorter, or with a quantile twice (a map keeps the last).
+				qs := []totals.Quantile{{Q: 0.99, Value: floats[rng.IntN(len(floats))]}, {Q: 0.5, Value: rng.Float64()}, {Q: 0.999, Value: rng.Float64()}}
+				switch rng.IntN(6) {
+				case 0:
+					qs = qs[1:]
+				case 1:
+					qs = append(qs, totals.Quantile{Q: 0.5, Value: rng.Float64()})
+				case 2:
+					qs[0].Q = 0.9
+				}
+				w.Values["p"] = totals.Value{Name: "p", Kind: totals.KindQuantiles, Quantiles: qs}
 			}
 			if rng.IntN(3) == 0 {
 				var b []byte
