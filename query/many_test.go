@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,7 +83,7 @@ func TestManyEntitiesInOneScanAnswerAsOneEach(t *testing.T) {
 				live["minute/"+e] = []Window{{Entity: e, Set: "minute", Start: s, End: s.Add(time.Minute), Revision: 1000,
 					Values: map[string]totals.Value{"count": {Name: "count", Kind: totals.KindInt, Int: -1}}}}
 			}
-			src := &tableScans{Source: st, table: table}
+			src := &querytest.CountingSource{Source: st, Only: table} // the epochs and the index's marker are read now and then
 			plain := newReader(t, st, table)
 			cache := NewCache(0) // epochs read every 2 s: nothing is written while it reads
 			cached := newReader(t, src, table).WithCache(cache)
@@ -113,7 +112,7 @@ func TestManyEntitiesInOneScanAnswerAsOneEach(t *testing.T) {
 						}
 						one := *r
 						one.noBatch = true
-						src.n.Store(0)
+						src.Reset()
 						asked := entities
 						if ri == 1 { // an entity named twice, out of order: answered both times
 							asked = append([]string{entities[4]}, entities...)
@@ -130,7 +129,7 @@ func TestManyEntitiesInOneScanAnswerAsOneEach(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						scans := src.n.Load() // of the aggregate table: the epochs and the index's marker are read now and then
+						scans := src.Counts().Scans
 						want, err := one.ManyColumns(ctx, "minute", coarse, asked, o)
 						if err != nil {
 							t.Fatal(err)
@@ -148,20 +147,6 @@ func TestManyEntitiesInOneScanAnswerAsOneEach(t *testing.T) {
 			}
 		})
 	}
-}
-
-// tableScans counts the scans of one table.
-type tableScans struct {
-	querytest.Source
-	table string
-	n     atomic.Int64
-}
-
-func (c *tableScans) Scan(ctx context.Context, spec store.ScanSpec, fn func([]byte, []store.Cell) bool) error {
-	if spec.Table == c.table {
-		c.n.Add(1)
-	}
-	return c.Source.Scan(ctx, spec, fn)
 }
 
 // TestInRanges: a row is in sorted ranges [Start, Stop) (a nil Stop unbounded) as a walk over
