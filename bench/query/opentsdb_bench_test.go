@@ -416,7 +416,8 @@ func BenchmarkOpenTSDB(b *testing.B) {
 	ex := newExpected(s)
 	keep := panelFilter(b)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 5 * time.Minute}
-	ask := asker(ctx, hc, d.url)
+	fetch := fetcher(ctx, hc, d.url)
+	ask := asker(fetch)
 	var names []string
 	for _, p := range keep(ex.otsdbPanels(0)) {
 		names = append(names, p.name)
@@ -427,7 +428,7 @@ func BenchmarkOpenTSDB(b *testing.B) {
 	}
 	// OpenTSDB is measured, not tested: a wrong answer of its (a series cut short under load) is
 	// counted and shown, where one of abacus's fails the run.
-	lat, timeouts, wrong := measure(b, func(pick int) []panel { return keep(ex.otsdbPanels(pick)) }, ask, true)
+	lat, timeouts, wrong := measure(b, func(pick int) []panel { return keep(ex.otsdbPanels(pick)) }, fetch, true)
 	// Flush both stores' tables to their files (a table's regions flush as they close), so that
 	// run.sh measures bytes on disk rather than what sits in the memstore and the WAL.
 	for _, name := range []string{t.data, t.meta, s.table()} {

@@ -2,7 +2,9 @@ package querybench
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -132,6 +134,7 @@ type panelBench struct {
 	src   *countingSource
 	ex    *expected
 	keep  func([]panel) []panel
+	fetch func(panel) (time.Duration, answer, error)
 	ask   func(panel) (time.Duration, error)
 	close func()
 }
@@ -182,7 +185,8 @@ func newPanelBench(b *testing.B) *panelBench {
 		NoCoarser: os.Getenv("ABACUS_BENCH_COARSER") == "off"}
 	hs := httptest.NewServer(srv.HandlerWithDashboard())
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	return &panelBench{c: c, src: src, ex: newExpected(s), keep: panelFilter(b), ask: asker(ctx, hc, hs.URL),
+	fetch := fetcher(ctx, hc, hs.URL)
+	return &panelBench{c: c, src: src, ex: newExpected(s), keep: panelFilter(b), fetch: fetch, ask: asker(fetch),
 		close: func() { hs.Close(); c.Close() }}
 }
 
@@ -212,7 +216,7 @@ func BenchmarkPanels(b *testing.B) {
 		costs[p.name] = cost{src.bytes.Load() - b0, src.cells.Load() - c0, rpcs(c) - r0}
 	}
 
-	lat, timeouts, _ := measure(b, func(pick int) []panel { return keep(ex.panels(pick)) }, ask, false)
+	lat, timeouts, _ := measure(b, func(pick int) []panel { return keep(ex.panels(pick)) }, pb.fetch, false)
 
 	fmt.Printf("\ndataset %s: %d entities x %d days of minute windows, hourly, per region (%d) and fleet-wide; %d rounds per dashboard\n",
 		s.table(), s.entities, s.days, len(ex.regions), rounds())
@@ -227,18 +231,23 @@ func BenchmarkPanels(b *testing.B) {
 	fmt.Println()
 }
 
-// asker returns the function that sends a panel to the server at base, times it until the whole
-// answer is read, and checks the answer. A 503 (the server's timeout) is an error whatever the
-// panel expects, and one that measure counts rather than stops at.
-func asker(ctx context.Context, hc *http.Client, base string) func(panel) (time.Duration, error) {
-	return func(p panel) (time.Duration, error) {
+// answer is what a panel's request came back with.
+type answer struct {
+	code int
+	body []byte
+}
+
+// fetcher returns the function that sends a panel to the server at base and times it until the
+// whole answer is read; it does not look at the answer.
+func fetcher(ctx context.Context, hc *http.Client, base string) func(panel) (time.Duration, answer, error) {
+	return func(p panel) (time.Duration, answer, error) {
 		var body io.Reader
 		if p.body != "" {
 			body = strings.NewReader(p.body)
 		}
 		req, err := http.NewRequestWithContext(ctx, p.method, base+p.path, body)
 		if err != nil {
-			return 0, err
+			return 0, answer{}, err
 		}
 		if p.body != "" {
 			req.Header.Set("Content-Type", "application/json") // as Grafana sends it
@@ -246,23 +255,67 @@ func asker(ctx context.Context, hc *http.Client, base string) func(panel) (time.
 		t0 := time.Now()
 		resp, err := hc.Do(req)
 		if err != nil {
-			return 0, err
+			return 0, answer{}, err
 		}
 		out, err := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		took := time.Since(t0)
 		if err != nil {
-			return 0, err
+			return 0, answer{}, err
 		}
-		if resp.StatusCode == http.StatusServiceUnavailable {
-			return took, fmt.Errorf("panel %q: status 503: %.2000s", p.name, out)
-		}
-		if err := p.check(resp.StatusCode, out); err != nil {
-			return took, fmt.Errorf("panel %q: %w", p.name, err)
-		}
-		return took, nil
+		return took, answer{resp.StatusCode, out}, nil
 	}
 }
+
+// errTimedOut marks the server's own timeout (a 503), an answer measure counts rather than
+// stops at.
+var errTimedOut = errors.New("status 503")
+
+// verify checks a panel's answer: a 503 is an error whatever the panel expects.
+func verify(p panel, a answer) error {
+	if a.code == http.StatusServiceUnavailable {
+		return fmt.Errorf("panel %q: %w: %.2000s", p.name, errTimedOut, a.body)
+	}
+	if err := p.check(a.code, a.body); err != nil {
+		return fmt.Errorf("panel %q: %w", p.name, err)
+	}
+	return nil
+}
+
+// asker returns the function that sends a panel, times it, and checks the answer.
+func asker(fetch func(panel) (time.Duration, answer, error)) func(panel) (time.Duration, error) {
+	return func(p panel) (time.Duration, error) {
+		took, a, err := fetch(p)
+		if err != nil {
+			return 0, err
+		}
+		return took, verify(p, a)
+	}
+}
+
+// sample is one timed answer of measure, kept to be checked after the clock stops: its request
+// and what the answer hashed to, not the answer itself (16 dashboards' answers over 100 rounds
+// would be gigabytes).
+type sample struct {
+	p    panel
+	took time.Duration
+	code int
+	sum  uint64
+	size int
+}
+
+// request names what a panel asks: two panels alike in it must be answered alike.
+func (p panel) request() string { return p.method + " " + p.path + "\n" + p.body }
+
+// sum hashes what of an answer must be the same every time its request is asked.
+func (p panel) sum(body []byte) uint64 {
+	if p.steady != nil {
+		body = p.steady(body)
+	}
+	return maphash.Bytes(answerSeed, body)
+}
+
+var answerSeed = maphash.MakeSeed()
 
 // measure asks the panels of panelsOf from 1 and from 16 concurrent dashboards, each sending
 // every panel in turn rounds() times, each round with panels of its own pick so that the
@@ -270,7 +323,14 @@ func asker(ctx context.Context, hc *http.Client, base string) func(panel) (time.
 // panel, and how many answers were 503s; any other wrong answer fails b, unless wrongCounted
 // (for a system under comparison, not under test: OpenTSDB), which counts them in wrong instead
 // and logs the first of each panel.
-func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (time.Duration, error), wrongCounted bool) (lat map[int]map[string][]time.Duration, timeouts, wrong map[int]map[string]int) {
+//
+// The answers are checked after the clock stops, not as they come: checking means decoding every
+// answer (a fleet panel's is megabytes of JSON), and on this machine's two cores the checks of 16
+// dashboards took as much CPU as the server they measured, whose latency they then were. While
+// the clock runs each answer is only read and hashed; after it, every distinct request is asked
+// once more, that answer is checked, and every timed answer to the request must be byte for byte
+// the same.
+func measure(b *testing.B, panelsOf func(pick int) []panel, fetch func(panel) (time.Duration, answer, error), wrongCounted bool) (lat map[int]map[string][]time.Duration, timeouts, wrong map[int]map[string]int) {
 	lat = map[int]map[string][]time.Duration{}
 	timeouts = map[int]map[string]int{}
 	wrong = map[int]map[string]int{}
@@ -281,6 +341,7 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (tim
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		errs := make(chan error, dashboards)
+		var samples []sample
 		t0 := time.Now()
 		n := 0
 		for d := range dashboards {
@@ -291,24 +352,14 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (tim
 					n = len(ps)
 					mu.Unlock()
 					for _, p := range ps {
-						took, err := ask(p)
-						// The server's own timeout (503) is an answer the table must show, not a
-						// reason to stop measuring the other panels; any other wrong answer is.
-						timedOut := err != nil && strings.Contains(err.Error(), "status 503")
-						if err != nil && !timedOut && !wrongCounted {
-							errs <- err
+						took, a, err := fetch(p)
+						if err != nil {
+							errs <- fmt.Errorf("panel %q: %w", p.name, err)
 							return
 						}
+						x := sample{p: p, took: took, code: a.code, sum: p.sum(a.body), size: len(a.body)}
 						mu.Lock()
-						switch {
-						case timedOut:
-							timeouts[dashboards][p.name]++
-						case err != nil:
-							if wrong[dashboards][p.name]++; wrong[dashboards][p.name] == 1 {
-								b.Logf("%d dashboards: wrong answer, counted: %v", dashboards, err)
-							}
-						}
-						lat[dashboards][p.name] = append(lat[dashboards][p.name], took)
+						samples = append(samples, x)
 						mu.Unlock()
 					}
 				}
@@ -321,6 +372,44 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, ask func(panel) (tim
 		default:
 		}
 		b.Logf("%d dashboards: %d rounds of %d panels each in %s", dashboards, rounds(), n, time.Since(t0).Round(time.Millisecond))
+		t1 := time.Now()
+		checked := map[string]sample{} // per request, the answer asked again and checked
+		checkErr := map[string]error{}
+		for _, x := range samples {
+			name := x.p.name
+			lat[dashboards][name] = append(lat[dashboards][name], x.took)
+			if x.code == http.StatusServiceUnavailable {
+				// The server's own timeout is an answer the table must show, not a reason to stop
+				// measuring the other panels.
+				timeouts[dashboards][name]++
+				continue
+			}
+			key := x.p.request()
+			ref, ok := checked[key]
+			if !ok {
+				took, a, err := fetch(x.p)
+				if err != nil {
+					b.Fatalf("panel %q, asked again to check it: %v", name, err)
+				}
+				ref = sample{p: x.p, took: took, code: a.code, sum: x.p.sum(a.body), size: len(a.body)}
+				checked[key], checkErr[key] = ref, verify(x.p, a)
+			}
+			err := checkErr[key]
+			if err == nil && (x.code != ref.code || x.sum != ref.sum) {
+				err = fmt.Errorf("panel %q: answered %d with %d bytes, where asked again it answered %d with %d bytes, which the check passed",
+					name, x.code, x.size, ref.code, ref.size)
+			}
+			if err == nil {
+				continue
+			}
+			if !wrongCounted {
+				b.Fatalf("%d dashboards: %v", dashboards, err)
+			}
+			if wrong[dashboards][name]++; wrong[dashboards][name] == 1 {
+				b.Logf("%d dashboards: wrong answer, counted: %v", dashboards, err)
+			}
+		}
+		b.Logf("%d dashboards: %d answers checked against %d requests asked again in %s", dashboards, len(samples), len(checked), time.Since(t1).Round(time.Millisecond))
 	}
 	return lat, timeouts, wrong
 }
