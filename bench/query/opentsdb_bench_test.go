@@ -450,4 +450,35 @@ func BenchmarkOpenTSDB(b *testing.B) {
 			timeouts[1][n], timeouts[16][n], wrong[1][n], wrong[16][n])
 	}
 	fmt.Println()
+	printRatios(b, names, resultsOf(lat))
+}
+
+// printRatios prints, when ABACUS_BENCH_RESULTS holds abacus's latencies of the same run
+// (bench/query/opentsdb/run.sh), how many times faster abacus answered each panel: OpenTSDB's
+// latency over abacus's, at p50 with 1 dashboard and at p99 with 16.
+func printRatios(b *testing.B, names []string, tsdb results) {
+	f := os.Getenv("ABACUS_BENCH_RESULTS")
+	if f == "" {
+		return
+	}
+	raw, err := os.ReadFile(f)
+	if err != nil || len(raw) == 0 {
+		b.Logf("no abacus latencies to compare with in %s (%v)", f, err)
+		return
+	}
+	var ab results
+	if err := json.Unmarshal(raw, &ab); err != nil {
+		b.Fatalf("ABACUS_BENCH_RESULTS %s: %v", f, err)
+	}
+	fmt.Printf("abacus beside OpenTSDB, ms (ratio: OpenTSDB's latency over abacus's)\n")
+	fmt.Printf("%-36s %9s %9s %7s %9s %9s %7s\n", "panel", "ab 1:p50", "ts 1:p50", "ratio", "ab 16:p99", "ts 16:p99", "ratio")
+	for _, n := range names {
+		a, ok := ab[n]
+		if !ok {
+			continue
+		}
+		t := tsdb[n]
+		fmt.Printf("%-36s %9.1f %9.1f %6.1fx %9.1f %9.1f %6.1fx\n", n, a[0], t[0], t[0]/a[0], a[3], t[3], t[3]/a[3])
+	}
+	fmt.Println()
 }

@@ -2,6 +2,7 @@ package querybench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -218,6 +219,7 @@ func BenchmarkPanels(b *testing.B) {
 
 	lat, timeouts, _ := measure(b, func(pick int) []panel { return keep(ex.panels(pick)) }, pb.fetch, false)
 
+	writeResults(b, lat)
 	fmt.Printf("\ndataset %s: %d entities x %d days of minute windows, hourly, per region (%d) and fleet-wide; %d rounds per dashboard\n",
 		s.table(), s.entities, s.days, len(ex.regions), rounds())
 	fmt.Printf("%-36s %9s %9s %9s %9s %10s %8s %6s %s\n", "panel", "1:p50ms", "1:p99ms", "16:p50ms", "16:p99ms", "KB-read", "cells", "rpcs", "503s(1/16)")
@@ -280,6 +282,34 @@ func verify(p panel, a answer) error {
 		return fmt.Errorf("panel %q: %w", p.name, err)
 	}
 	return nil
+}
+
+// results are a run's latencies per panel, ms: p50 and p99 at 1 and at 16 dashboards.
+type results map[string][4]float64
+
+func resultsOf(lat map[int]map[string][]time.Duration) results {
+	out := results{}
+	for n, l1 := range lat[1] {
+		l16 := lat[16][n]
+		out[n] = [4]float64{ms(percentile(l1, 0.5)), ms(percentile(l1, 0.99)), ms(percentile(l16, 0.5)), ms(percentile(l16, 0.99))}
+	}
+	return out
+}
+
+// writeResults keeps abacus's latencies in the file ABACUS_BENCH_RESULTS names, when it names
+// one, for BenchmarkOpenTSDB to print beside its own (bench/query/opentsdb/run.sh runs both).
+func writeResults(b *testing.B, lat map[int]map[string][]time.Duration) {
+	f := os.Getenv("ABACUS_BENCH_RESULTS")
+	if f == "" {
+		return
+	}
+	out, err := json.Marshal(resultsOf(lat))
+	if err == nil {
+		err = os.WriteFile(f, out, 0o644)
+	}
+	if err != nil {
+		b.Fatalf("ABACUS_BENCH_RESULTS: %v", err)
+	}
 }
 
 // asker returns the function that sends a panel, times it, and checks the answer.

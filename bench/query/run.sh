@@ -19,7 +19,9 @@
 # ABACUS_BENCH_DAYS sets the days of history (default 7); ABACUS_BENCH_ROUNDS the rounds of every
 # panel per dashboard (default 100); ABACUS_BENCH_PANELS a regular expression of the panels to ask
 # (all by default), e.g. to profile one with -cpuprofile; ABACUS_BENCH_KEY_INDEX=off hides the key
-# index, so that listings walk the aggregates table as they do before `abacus admin reindex`.
+# index, so that listings walk the aggregates table as they do before `abacus admin reindex`;
+# ABACUS_BENCH_RESULTS names a file to keep the latencies in (JSON, per panel), which
+# opentsdb/run.sh uses to print both stores' ratios.
 # Needs Go; HBase must be running (testenv/services.sh start; with HBASE_REGIONSERVERS=3 and its
 # env evaluated, the cluster).
 set -euo pipefail

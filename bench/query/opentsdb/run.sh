@@ -10,7 +10,8 @@
 # Start HBase with HBASE_HEAP=3g (testenv/services.sh), 8g for 1,000 entities: at the default 1g
 # (3g for 1,000 entities) its region server ran out of heap under the TSD's load and aborted.
 #
-# The sizes and ABACUS_BENCH_PANELS are bench/query/run.sh's. OpenTSDB is given every reading
+# The sizes are bench/query/run.sh's; ABACUS_BENCH_PANELS too, except that it defaults to the
+# panels both sides answer. OpenTSDB is given every reading
 # (about 6.5 per entity-minute): 1,000 entities x 7 days would be 65M points, loaded through its
 # HTTP API at the rate the load prints.
 set -euo pipefail
@@ -23,6 +24,13 @@ mvn -q -B -f "$here/pom.xml" dependency:build-classpath -Dmdep.outputFile="$cp_f
 export ABACUS_OPENTSDB_CLASSPATH=$(cat "$cp_file")
 export ABACUS_HBASE_ZK=${ABACUS_HBASE_ZK:-127.0.0.1:2181}
 export ABACUS_REQUIRE_SERVICES=1
+# Both sides ask the same panels (OpenTSDB's, "tsdb ..."), so that their 16 dashboards load the
+# machine alike: abacus's own page panels (the heaviest of its run) would weigh on its side alone.
+export ABACUS_BENCH_PANELS=${ABACUS_BENCH_PANELS:-^tsdb }
+# abacus's latencies, for the OpenTSDB run to print the ratios beside its own.
+results=$(mktemp)
+trap 'rm -f "$cp_file" "$results"' EXIT
+export ABACUS_BENCH_RESULTS=$results
 "$here/../run.sh" "$@"
 echo "[bench] OpenTSDB: ${ABACUS_BENCH_ROUNDS:-100} rounds per dashboard" >&2
 go test -run '^$' -bench 'OpenTSDB' -benchtime 1x -timeout 4h -v ./bench/query/ "$@"
