@@ -37,18 +37,31 @@ const (
 
 // column is one aggregate's values, a cell per window.
 type column struct {
-	name   string
-	cells  []cell
-	quants [][]totals.Quantile // the lists that cells of KindQuantiles index
-	blobs  [][]byte            // the values that cells of KindBytes index
+	name  string
+	cells []cell
+	// quants holds every list of quantiles of the column in one array (no pointer per window for
+	// the garbage collector to follow in a cache full of them); a cell of KindQuantiles says
+	// where its list is (quantSpan).
+	quants []totals.Quantile
+	blobs  [][]byte // the values that cells of KindBytes index
 }
 
-// cell is one window's value of an aggregate: an int's or a float's bits, or an index into its
-// column's quantile lists or custom values. Kind 0 is no value (an aggregate added to the set
-// while the window was open).
+// cell is one window's value of an aggregate: an int's or a float's bits, where its list is in
+// its column's quantiles (quantRef), or an index into its column's custom values. Kind 0 is no
+// value (an aggregate added to the set while the window was open).
 type cell struct {
 	kind totals.Kind
 	x    uint64
+}
+
+// quantRef is the x of a cell whose list is quants[off:off+n]; a list holds the quantiles a set
+// declares, far fewer than 1<<24.
+func quantRef(off, n int) uint64 { return uint64(off)<<24 | uint64(n) }
+
+// quantSpan is where a cell of KindQuantiles has its list in its column's quants.
+func (cl cell) quantSpan() (off, end int) {
+	off = int(cl.x >> 24)
+	return off, off + int(cl.x&(1<<24-1))
 }
 
 func newColumns(entity, set string, names []string) *Columns {
@@ -122,7 +135,9 @@ func (c *Columns) Value(col, i int) (totals.Value, bool) {
 	case totals.KindFloat:
 		v.Float = math.Float64frombits(cl.x)
 	case totals.KindQuantiles:
-		v.Quantiles = k.quants[cl.x]
+		if off, end := cl.quantSpan(); end > off {
+			v.Quantiles = k.quants[off:end:end]
+		}
 	case totals.KindBytes:
 		v.Bytes = k.blobs[cl.x]
 	default:
@@ -208,8 +223,8 @@ func (c *Columns) set(k, i int, v totals.Value) {
 	case totals.KindFloat:
 		cl.x = math.Float64bits(v.Float)
 	case totals.KindQuantiles:
-		cl.x = uint64(len(col.quants))
-		col.quants = append(col.quants, v.Quantiles)
+		cl.x = quantRef(len(col.quants), len(v.Quantiles))
+		col.quants = append(col.quants, v.Quantiles...)
 	case totals.KindBytes:
 		cl.x = uint64(len(col.blobs))
 		col.blobs = append(col.blobs, v.Bytes)
@@ -260,6 +275,9 @@ func (c *Columns) slice(i, j int) *Columns {
 		flags: c.flags[i:j:j], cols: make([]column, len(c.cols))}
 	for k, col := range c.cols {
 		col.cells = col.cells[i:j:j]
+		// What a view adds goes to arrays of its own, never into c's (or the cache's).
+		col.quants = col.quants[:len(col.quants):len(col.quants)]
+		col.blobs = col.blobs[:len(col.blobs):len(col.blobs)]
 		out.cols[k] = col
 	}
 	return out
@@ -327,8 +345,9 @@ func (c *Columns) appendAll(src *Columns) {
 		for _, cl := range s.cells {
 			switch cl.kind {
 			case totals.KindQuantiles:
-				dst.quants = append(dst.quants, s.quants[cl.x])
-				cl.x = uint64(len(dst.quants) - 1)
+				off, end := cl.quantSpan()
+				cl.x = quantRef(len(dst.quants), end-off)
+				dst.quants = append(dst.quants, s.quants[off:end]...)
 			case totals.KindBytes:
 				dst.blobs = append(dst.blobs, s.blobs[cl.x])
 				cl.x = uint64(len(dst.blobs) - 1)
@@ -393,9 +412,7 @@ func (c *Columns) bytes() int64 {
 	b := n * 25
 	for _, col := range c.cols {
 		b += 16 * n
-		for _, q := range col.quants {
-			b += 24 + 16*int64(len(q))
-		}
+		b += 16 * int64(len(col.quants))
 		for _, x := range col.blobs {
 			b += 24 + int64(len(x))
 		}

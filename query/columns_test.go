@@ -27,8 +27,12 @@ func randomWindows(rng *rand.Rand, n int) []Window {
 			w.Values["max"] = totals.Value{Name: "max", Kind: totals.KindFloat, Float: rng.NormFloat64()}
 		}
 		if rng.IntN(3) == 0 {
-			w.Values["p"] = totals.Value{Name: "p", Kind: totals.KindQuantiles,
-				Quantiles: []totals.Quantile{{Q: 0.5, Value: rng.Float64()}, {Q: 0.99, Value: rng.Float64()}}}
+			// Lists of any length: a set's quantiles can change while its windows are kept.
+			var qs []totals.Quantile
+			for q := range rng.IntN(4) {
+				qs = append(qs, totals.Quantile{Q: 0.5 + float64(q)/10, Value: rng.Float64()})
+			}
+			w.Values["p"] = totals.Value{Name: "p", Kind: totals.KindQuantiles, Quantiles: qs}
 		}
 		if rng.IntN(3) == 0 {
 			w.Values["custom"] = totals.Value{Name: "custom", Kind: totals.KindBytes, Bytes: fmt.Appendf(nil, "x%d", rng.IntN(100))}
@@ -96,6 +100,21 @@ func TestColumnsHoldWhatWindowsHold(t *testing.T) {
 			sameWindows(t, "within", c.within(from, to).Windows(true), want)
 			// A view joined to another keeps its values, quantiles and custom values included.
 			sameWindows(t, "view joined", concat("e", "s", v, columnsOf(nil), c.slice(j, len(ws))).Windows(true), slices.Clone(ws[i:]))
+			// What is added to views goes to arrays of their own: neither c nor another view of
+			// it sees it.
+			late := randomWindows(rng, 3)
+			for k := range late {
+				late[k].Start = time.UnixMilli(ws[len(ws)-1].Start.UnixMilli() + int64(k+1)*3_600_000)
+				late[k].Values["p"] = totals.Value{Name: "p", Kind: totals.KindQuantiles, Quantiles: []totals.Quantile{{Q: 0.9, Value: float64(k)}}}
+				late[k].Values["custom"] = totals.Value{Name: "custom", Kind: totals.KindBytes, Bytes: fmt.Appendf(nil, "late%d", k)}
+			}
+			v1, v2 := c.slice(0, len(ws)), c.slice(0, len(ws))
+			v1.addWindow(late[0])
+			v2.addWindow(late[1])
+			v2.addWindow(late[2])
+			sameWindows(t, "a view added to", v1.Windows(true), append(slices.Clone(ws), late[0]))
+			sameWindows(t, "another view added to", v2.Windows(true), append(slices.Clone(ws), late[1], late[2]))
+			sameWindows(t, "the columns of views added to", c.Windows(true), slices.Clone(ws))
 		}
 
 		keepOdd := func(i int) bool { return c.revs[i]%2 == 1 }

@@ -655,6 +655,17 @@ func (d *rowDecoder) add(row []byte, cells []store.Cell) error {
 		if k < 0 {
 			k = c.column(string(cl.Qualifier))
 		}
+		if len(cl.Value) > 0 && totals.Kind(cl.Value[0]) == totals.KindQuantiles {
+			// Into the column's one array of quantiles, without a list of the cell's own.
+			col := &c.cols[k]
+			off := len(col.quants)
+			var err error
+			if col.quants, err = schema.AppendQuantiles(col.quants, col.name, cl.Value); err != nil {
+				return err
+			}
+			col.cells[i] = cell{kind: totals.KindQuantiles, x: quantRef(off, len(col.quants)-off)}
+			continue
+		}
 		v, err := schema.ParseCellValue(c.cols[k].name, cl.Value)
 		if err != nil {
 			return err

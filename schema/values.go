@@ -78,12 +78,12 @@ func ParseCellValue(name string, b []byte) (totals.Value, error) {
 			v.Float = math.Float64frombits(x)
 		}
 	case totals.KindQuantiles:
-		if len(b)%16 != 0 {
-			return v, fmt.Errorf("schema: aggregate cell %s: %d quantile bytes", name, len(b))
+		if n := len(b) / 16; n > 0 {
+			v.Quantiles = make([]totals.Quantile, 0, n)
 		}
-		for ; len(b) > 0; b = b[16:] {
-			v.Quantiles = append(v.Quantiles, totals.Quantile{
-				Q: math.Float64frombits(binary.BigEndian.Uint64(b)), Value: math.Float64frombits(binary.BigEndian.Uint64(b[8:]))})
+		var err error
+		if v.Quantiles, err = appendQuantiles(v.Quantiles, name, b); err != nil {
+			return v, err
 		}
 	case totals.KindBytes:
 		v.Bytes = append([]byte(nil), b...)
@@ -91,6 +91,27 @@ func ParseCellValue(name string, b []byte) (totals.Value, error) {
 		return v, fmt.Errorf("schema: aggregate cell %s: unknown kind %d", name, v.Kind)
 	}
 	return v, nil
+}
+
+// AppendQuantiles appends the quantiles of a cell of kind totals.KindQuantiles (a value written
+// by AppendCellValue) to dst: what ParseCellValue reads, for a reader that keeps many cells'
+// quantiles in one array rather than a list per cell.
+func AppendQuantiles(dst []totals.Quantile, name string, b []byte) ([]totals.Quantile, error) {
+	if len(b) == 0 || totals.Kind(b[0]) != totals.KindQuantiles {
+		return dst, fmt.Errorf("schema: aggregate cell %s: not a cell of quantiles", name)
+	}
+	return appendQuantiles(dst, name, b[1:])
+}
+
+func appendQuantiles(dst []totals.Quantile, name string, b []byte) ([]totals.Quantile, error) {
+	if len(b)%16 != 0 {
+		return dst, fmt.Errorf("schema: aggregate cell %s: %d quantile bytes", name, len(b))
+	}
+	for ; len(b) > 0; b = b[16:] {
+		dst = append(dst, totals.Quantile{
+			Q: math.Float64frombits(binary.BigEndian.Uint64(b)), Value: math.Float64frombits(binary.BigEndian.Uint64(b[8:]))})
+	}
+	return dst, nil
 }
 
 // AppendMeta appends a MetaQualifier cell's value.
