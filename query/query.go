@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,7 @@ type Reader struct {
 	live    LiveSource
 
 	index *indexState // shared by the readers WithLive makes
+	steps *setSteps   // the spacing of each set's windows, seen in reads (shared likewise)
 	slots *scanSlots  // the scans it runs at once, shared fairly among requests (and WithLive's copies)
 	cache *Cache      // settled windows read before; nil: none
 	ttl   time.Duration
@@ -150,7 +152,7 @@ func NewReader(ctx context.Context, src Source, table, family string) (*Reader, 
 	if err != nil {
 		return nil, fmt.Errorf("query: aggregate table %s: %w", table, err)
 	}
-	r := &Reader{store: src, table: table, family: family, buckets: n, index: &indexState{}, slots: newScanSlots(DefaultMaxScans)}
+	r := &Reader{store: src, table: table, family: family, buckets: n, index: &indexState{}, steps: &setSteps{}, slots: newScanSlots(DefaultMaxScans)}
 	r.keyIndexed(ctx)
 	if fs, ok := src.(familySettings); ok {
 		// The TTL, for a cache not to answer windows the table has expired. A failed read leaves
@@ -246,8 +248,88 @@ func (r *Reader) Columns(ctx context.Context, set, entity string, o Options) (*C
 	return out.cut(o.Limit, o.OldestFirst), nil
 }
 
-// stored reads the windows of one entity of a set from the table, as Windows selects them.
+// stored reads the windows of one entity of a set from the table, as Windows selects them. A
+// range expected to hold several times the rows one round trip of the HBase client carries
+// (splitRows) is read in parts at once, each of at least that many rows (at most splitParts),
+// rather than in one round trip after another: a first read of one entity's week of minutes
+// (10,080 rows, 11 round trips) took 26-33 ms in one scan and 18 ms in four, on the two cores of
+// the benchmark's machine. A day's 1,440 rows gained nothing from two parts.
 func (r *Reader) stored(ctx context.Context, set, entity string, o Options) (*Columns, error) {
+	parts := r.splitParts(set, o)
+	if parts <= 1 {
+		return r.storedRange(ctx, set, entity, o)
+	}
+	from, to := o.From.UnixMilli(), o.To.UnixMilli()
+	out := make([]*Columns, parts)
+	ctx, _ = requestSlots(ctx) // the parts share the request's place among the others
+	g, gctx := errgroup.WithContext(ctx)
+	for k := range parts {
+		po := o
+		po.From = time.UnixMilli(from + (to-from)*int64(k)/int64(parts))
+		po.To = time.UnixMilli(from + (to-from)*int64(k+1)/int64(parts))
+		g.Go(func() error {
+			var err error
+			out[k], err = r.storedRange(gctx, set, entity, po)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return concat(entity, set, out...), nil
+}
+
+// splitRows is the rows the HBase client fetches per round trip of a scan (hbase.Scan.Caching's
+// default), and splitParts the most parts one entity's read is split into.
+const (
+	splitRows  = 1000
+	splitParts = 4
+)
+
+// splitParts is how many parts stored reads o's range of set in: one unless the range is bounded,
+// unlimited, and holds at least twice splitRows windows at the spacing seen of the set's windows.
+func (r *Reader) splitParts(set string, o Options) int {
+	if o.Limit > 0 || o.From.IsZero() || o.To.IsZero() {
+		return 1
+	}
+	step := r.steps.of(set)
+	if step <= 0 {
+		return 1
+	}
+	rows := o.To.Sub(o.From).Milliseconds() / step
+	return int(max(1, min(splitParts, rows/splitRows)))
+}
+
+// setSteps are the spacing of each set's windows (the least distance between two windows' starts
+// seen in a read): a tumbling set's size, a hopping set's hop. A set not yet read has none, and
+// its reads are not split.
+type setSteps struct{ m sync.Map } // set name -> int64 ms
+
+func (s *setSteps) of(set string) int64 {
+	if v, ok := s.m.Load(set); ok {
+		return v.(int64)
+	}
+	return 0
+}
+
+// saw notes the spacing of c's windows (oldest first).
+func (s *setSteps) saw(set string, c *Columns) {
+	step := int64(0)
+	for i := 1; i < c.Len(); i++ {
+		if d := c.starts[i] - c.starts[i-1]; d > 0 && (step == 0 || d < step) {
+			step = d
+		}
+	}
+	if step == 0 {
+		return
+	}
+	if old := s.of(set); old == 0 || step < old {
+		s.m.Store(set, step)
+	}
+}
+
+// storedRange reads the windows of one entity of a set from the table in one scan.
+func (r *Reader) storedRange(ctx context.Context, set, entity string, o Options) (*Columns, error) {
 	prefix := schema.AggregatePrefix(entity, set, r.buckets)
 	spec := store.ScanSpec{Table: r.table, Family: r.family, Reversed: o.OldestFirst}
 	if len(o.Aggregates) > 0 {
@@ -286,6 +368,7 @@ func (r *Reader) stored(ctx context.Context, set, entity string, o Options) (*Co
 	if !o.OldestFirst {
 		dec.cols.reverse()
 	}
+	r.steps.saw(set, dec.cols)
 	return dec.cols, nil
 }
 
