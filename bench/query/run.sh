@@ -4,7 +4,10 @@
 # and from 16 concurrent dashboards (BenchmarkPanels) and prints p50/p99 per panel.
 #
 #   bench/query/run.sh                                            5,000 entities x 7 days (the fleet)
-#   ABACUS_BENCH_ENTITIES=1000 ABACUS_BENCH_ROUNDS=2 bench/query/run.sh    what docs/BENCHMARKS.md's table used
+#   ABACUS_BENCH_ENTITIES=1000 ABACUS_BENCH_ROUNDS=3 bench/query/run.sh    1,000 entities, 3 rounds
+#
+# Ask at least 3 rounds: the first round's picks are the ones asked before the clock (warm), and
+# the p50 of two samples is the lower one, so with 2 rounds a p50 is a cached read.
 #
 #   bench/query/run.sh cold                                       cold reads: every panel once after each of
 #                                                                 ABACUS_BENCH_COLD_RESTARTS (3) restarts of
