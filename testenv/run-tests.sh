@@ -313,8 +313,9 @@ stage_main() {
     log "go test ./... (every test but those of other stages)"
     gotest main -p 4 -timeout 30m -skip "$own_stage_tests|$browser_tests" ./...
   fi
-  # The benchmarks' loader writes from several goroutines: a small load, under the race detector.
-  log "go test -race the benchmark loader (bench/query TestLoadSmall)"
+  # The benchmarks' loader writes from several goroutines, and the dashboards benchmark asks from
+  # 16 at once: a small load and one round of every panel over it, under the race detector.
+  log "go test -race the benchmark loader and dashboards (bench/query TestLoadSmall)"
   gotest main-race -race -timeout 10m -run '^TestLoadSmall$' ./bench/query
   # The backfill benchmark on a small fleet, so that it keeps working: it fails when a run reads
   # fewer facts than were loaded or writes no window.

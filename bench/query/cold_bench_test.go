@@ -38,10 +38,10 @@ func BenchmarkPanelsCold(b *testing.B) {
 	// Cold reads are HBase's: the query server's cache of settled windows (which fleet and
 	// rollup panels share across entities' picks) stays out of it.
 	b.Setenv("ABACUS_BENCH_CACHE", "off")
-	pb := newPanelBench(b)
+	s := datasetSize()
+	pb := newPanelBench(b, s)
 	defer pb.close()
 	ctx := context.Background()
-	s := datasetSize()
 	restart := restarter(b)
 	type sample struct {
 		took        time.Duration

@@ -15,7 +15,8 @@ import (
 
 // TestLoadSmall loads a small dataset with the benchmark's own loader (eight writers, as for the
 // fleet) into the real HBase and reads windows back through the query reader: each is the one the
-// loader meant. The main stage runs it under -race: the loader once shared one sink encoder
+// loader meant. Then it asks every panel of the dashboards benchmark over it, as
+// BenchmarkPanels does (one round). The main stage runs it under -race: the loader once shared one sink encoder
 // among its writers, which raced and wrote windows the reader refused ("window of entity ... is
 // not valid") on a fresh table.
 func TestLoadSmall(t *testing.T) {
@@ -70,6 +71,21 @@ func TestLoadSmall(t *testing.T) {
 					t.Fatalf("entity %d %s at minute %d: %+v, want final with max_temp %v", e, set, m, w, mx)
 				}
 			}
+		}
+	}
+
+	// The dashboards benchmark over it, one round from 1 and from 16 dashboards: the harness that
+	// measures abacus beside OpenTSDB keeps working, and every answer of every panel is right.
+	t.Setenv("ABACUS_BENCH_ROUNDS", "1")
+	pb := newPanelBench(t, s)
+	defer pb.close()
+	lat, timeouts, _, err := measure(t, func(pick int) []panel { return pb.ex.panels(pick) }, pb.fetch, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pb.ex.panels(0) {
+		if n, to := len(lat[1][p.name])+len(lat[16][p.name]), timeouts[1][p.name]+timeouts[16][p.name]; n != 17 || to > 0 {
+			t.Fatalf("panel %q: %d answers timed, %d timed out; want 17 and none", p.name, n, to)
 		}
 	}
 }

@@ -428,7 +428,10 @@ func BenchmarkOpenTSDB(b *testing.B) {
 	}
 	// OpenTSDB is measured, not tested: a wrong answer of its (a series cut short under load) is
 	// counted and shown, where one of abacus's fails the run.
-	lat, timeouts, wrong := measure(b, func(pick int) []panel { return keep(ex.otsdbPanels(pick)) }, fetch, true)
+	lat, timeouts, wrong, err := measure(b, func(pick int) []panel { return keep(ex.otsdbPanels(pick)) }, fetch, true)
+	if err != nil {
+		b.Fatal(err)
+	}
 	// Flush both stores' tables to their files (a table's regions flush as they close), so that
 	// run.sh measures bytes on disk rather than what sits in the memstore and the WAL.
 	for _, name := range []string{t.data, t.meta, s.table()} {

@@ -86,7 +86,7 @@ func refreshPick() int {
 
 // panelFilter keeps the panels whose name matches ABACUS_BENCH_PANELS (a regular expression;
 // all when unset), so that one slow panel can be measured or profiled on its own.
-func panelFilter(b *testing.B) func([]panel) []panel {
+func panelFilter(b testing.TB) func([]panel) []panel {
 	re, err := regexp.Compile(os.Getenv("ABACUS_BENCH_PANELS"))
 	if err != nil {
 		b.Fatalf("ABACUS_BENCH_PANELS: %v", err)
@@ -109,7 +109,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // ensureKeyIndex rebuilds the key index of a dataset loaded before the loader wrote one.
-func ensureKeyIndex(b *testing.B, ctx context.Context, st *hbasestore.Store, s size) {
+func ensureKeyIndex(b testing.TB, ctx context.Context, st *hbasestore.Store, s size) {
 	if ok, err := keyindex.Complete(ctx, st, s.table(), family); err != nil || ok {
 		if err != nil {
 			b.Fatal(err)
@@ -140,12 +140,11 @@ type panelBench struct {
 	close func()
 }
 
-// newPanelBench serves the dataset BenchmarkLoad loaded (it fails b when there is none) through
-// the query server's real HTTP handler, on an HBase client of its own.
-func newPanelBench(b *testing.B) *panelBench {
+// newPanelBench serves the dataset of size s that BenchmarkLoad loaded (it fails b when there is
+// none) through the query server's real HTTP handler, on an HBase client of its own.
+func newPanelBench(b testing.TB, s size) *panelBench {
 	q := gate.HBaseZooKeeper(b)
 	ctx := context.Background()
-	s := datasetSize()
 	c, err := hbase.NewClient(ctx, hbase.Config{ZooKeeper: q})
 	if err != nil {
 		b.Fatal(err)
@@ -197,10 +196,10 @@ func newPanelBench(b *testing.B) *panelBench {
 // in turn, rounds() times, warm (every panel is asked once before the clock starts). It prints a
 // table of p50 and p99 per panel.
 func BenchmarkPanels(b *testing.B) {
-	pb := newPanelBench(b)
+	s := datasetSize()
+	pb := newPanelBench(b, s)
 	defer pb.close()
 	ex, keep, ask, src, c := pb.ex, pb.keep, pb.ask, pb.src, pb.c
-	s := datasetSize()
 
 	type cost struct{ bytes, cells, rpcs int64 }
 	costs := map[string]cost{}
@@ -217,7 +216,10 @@ func BenchmarkPanels(b *testing.B) {
 		costs[p.name] = cost{src.bytes.Load() - b0, src.cells.Load() - c0, rpcs(c) - r0}
 	}
 
-	lat, timeouts, _ := measure(b, func(pick int) []panel { return keep(ex.panels(pick)) }, pb.fetch, false)
+	lat, timeouts, _, err := measure(b, func(pick int) []panel { return keep(ex.panels(pick)) }, pb.fetch, false)
+	if err != nil {
+		b.Fatal(err)
+	}
 
 	writeResults(b, lat)
 	fmt.Printf("\ndataset %s: %d entities x %d days of minute windows, hourly, per region (%d) and fleet-wide; %d rounds per dashboard\n",
@@ -356,7 +358,7 @@ var answerSeed = maphash.MakeSeed()
 // measure asks the panels of panelsOf from 1 and from 16 concurrent dashboards, each sending
 // every panel in turn rounds() times, each round with panels of its own pick so that the
 // dashboards do not all read the same rows. It returns the latencies per dashboard count and
-// panel, and how many answers were 503s; any other wrong answer fails b, unless wrongCounted
+// panel, and how many answers were 503s; any other wrong answer is its error, unless wrongCounted
 // (for a system under comparison, not under test: OpenTSDB), which counts them in wrong instead
 // and logs the first of each panel.
 //
@@ -367,7 +369,7 @@ var answerSeed = maphash.MakeSeed()
 // within keptAnswers); after it, that answer is checked (or, when it was not kept, the request is
 // asked once more and that answer is), and every other timed answer to the request must be byte
 // for byte the same.
-func measure(b *testing.B, panelsOf func(pick int) []panel, fetch func(panel) (time.Duration, answer, error), wrongCounted bool) (lat map[int]map[string][]time.Duration, timeouts, wrong map[int]map[string]int) {
+func measure(b testing.TB, panelsOf func(pick int) []panel, fetch func(panel) (time.Duration, answer, error), wrongCounted bool) (lat map[int]map[string][]time.Duration, timeouts, wrong map[int]map[string]int, err error) {
 	lat = map[int]map[string][]time.Duration{}
 	timeouts = map[int]map[string]int{}
 	wrong = map[int]map[string]int{}
@@ -412,7 +414,7 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, fetch func(panel) (t
 		wg.Wait()
 		select {
 		case err := <-errs:
-			b.Fatal(err)
+			return nil, nil, nil, err
 		default:
 		}
 		b.Logf("%d dashboards: %d rounds of %d panels each in %s", dashboards, rounds(), n, time.Since(t0).Round(time.Millisecond))
@@ -438,7 +440,7 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, fetch func(panel) (t
 			case !ok:
 				took, a, err := fetch(x.p)
 				if err != nil {
-					b.Fatalf("panel %q, asked again to check it: %v", name, err)
+					return nil, nil, nil, fmt.Errorf("panel %q, asked again to check it: %w", name, err)
 				}
 				asked++
 				ref = sample{p: x.p, took: took, code: a.code, sum: x.p.sum(a.body), size: len(a.body)}
@@ -453,7 +455,7 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, fetch func(panel) (t
 				continue
 			}
 			if !wrongCounted {
-				b.Fatalf("%d dashboards: %v", dashboards, err)
+				return nil, nil, nil, fmt.Errorf("%d dashboards: %w", dashboards, err)
 			}
 			if wrong[dashboards][name]++; wrong[dashboards][name] == 1 {
 				b.Logf("%d dashboards: wrong answer, counted: %v", dashboards, err)
@@ -462,5 +464,5 @@ func measure(b *testing.B, panelsOf func(pick int) []panel, fetch func(panel) (t
 		b.Logf("%d dashboards: %d answers of %d requests checked in %s (%d asked again: their first answer was not kept)",
 			dashboards, len(samples), len(checked), time.Since(t1).Round(time.Millisecond), asked)
 	}
-	return lat, timeouts, wrong
+	return lat, timeouts, wrong, nil
 }
